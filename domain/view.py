@@ -1,0 +1,86 @@
+"""The game state in the contract's shape (api-contract.md, Games → State)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from domain.game import Game
+from domain.moves import UNCLAIMED
+
+
+def legal_actions(game: Game) -> list[dict[str, Any]]:
+    """What the player to act may do now; resigning is always possible and not listed."""
+    if game.status != "in_progress":
+        return []
+    if game.phase == "move":
+        return [{"type": "move", "sums": list(m)} for m in game.options]
+    if game.phase == "roll_or_stop" and not game.forced_to_roll():
+        return [{"type": "roll"}, {"type": "stop"}]
+    return [{"type": "roll"}]
+
+
+def _markers(positions: list[int]) -> dict[str, int]:
+    return {str(column): at for column, at in enumerate(positions) if at}
+
+
+def game_state(game: Game, game_id: str | None = None) -> dict[str, Any]:
+    rules = game.rules_obj
+    heights = rules.heights
+    turn = None
+    if game.status == "in_progress" and game.current is not None:
+        turn = {
+            "number": game.turn_number,
+            "player": game.current,
+            "phase": game.phase,
+            "dice": list(game.dice) if game.phase == "move" and game.dice else None,
+            "runners": _markers(game.runners),
+        }
+    solitaire = None
+    if rules.solitaire:
+        rating = None
+        if game.status == "finished" and game.winner == 0:
+            from domain.rules import solitaire_rating
+
+            rating = solitaire_rating(rules.solitaire, game.turns_completed)
+        solitaire = {
+            "mode": rules.solitaire,
+            "turns": game.turns_completed,
+            "target": game.solitaire_target,
+            "rating": rating,
+        }
+    return {
+        "id": game_id,
+        "version": game.version,
+        "status": game.status,
+        "rules": rules.to_dict(),
+        "dice": game.dice_mode,
+        "columns": [
+            {
+                "column": c,
+                "height": heights[c],
+                "claimed_by": None if game.claimed[c] == UNCLAIMED else game.claimed[c],
+            }
+            for c in rules.columns
+        ],
+        "players": [
+            {
+                "seat": seat,
+                "name": game.names[seat],
+                "markers": _markers(game.markers[seat]),
+                "claimed": [c for c in rules.columns if game.claimed[c] == seat],
+                "resigned": game.resigned[seat],
+            }
+            for seat in range(game.seats)
+        ],
+        "turn": turn,
+        "legal_actions": legal_actions(game),
+        "winner": game.winner,
+        "finish_reason": game.finish_reason,
+        "first_player": game.first_player if game.status != "waiting" else None,
+        "solitaire": solitaire,
+        "fairness": {
+            "seed_commitment": game.seed_commitment,
+            "client_seed": game.client_seed,
+            "server_seed": game.server_seed,
+        },
+    }
