@@ -2,7 +2,7 @@
 
 Every public command validates first and raises a DomainError (recording nothing) when refused; then
 it triggers events whose ``apply`` only assigns what the command computed. Dice never come from inside
-an event body: manual dice are passed in, server dice come from a ``draw(nonce, count)`` callable, and
+an event body: manual dice are passed in, server dice come from a ``draw(nonce, count, faces)`` callable, and
 the event records them, so replaying the events reproduces every position exactly.
 
 Each event carries ``prev_hash`` and ``hash``: the tamper-evident chain of the contract (Fairness),
@@ -30,8 +30,8 @@ ZERO_HASH = "0" * 64
 MAX_NAME_LENGTH = 40
 DICE_MODES = ("server", "manual")
 
-Draw = Callable[[int, int], list[int]]
-"""``draw(nonce, count)`` returns ``count`` dice for draw number ``nonce`` (server dice)."""
+Draw = Callable[[int, int, int], list[int]]
+"""``draw(nonce, count, faces)``: ``count`` dice of ``faces`` faces for draw ``nonce`` (server dice)."""
 
 
 def format_at(timestamp: datetime) -> str:
@@ -357,7 +357,7 @@ class Game(Aggregate):
                 totals = {}
                 for seat in contenders:
                     nonce = self.next_nonce + len(draws)
-                    dice = draw(nonce, 2)
+                    dice = draw(nonce, 2, self.rules["dice_faces"])
                     draws.append({"round": round_, "seat": seat, "nonce": nonce, "dice": dice})
                     totals[seat] = sum(dice)
                 best = max(totals.values())
@@ -406,7 +406,7 @@ class Game(Aggregate):
             if draw is None:
                 raise TypeError("server dice need a draw function")
             nonce = self.next_nonce
-            rolled = draw(nonce, 4)
+            rolled = draw(nonce, 4, faces)
         moves = self.board(seat).legal_moves(rolled, self.runners)
         self.trigger_event(
             self.DiceRolled, seat=seat, dice=rolled, nonce=nonce, moves=[list(m) for m in moves]

@@ -89,7 +89,7 @@ def normalize_rules(raw: Mapping[str, Any] | None, players: int) -> Rules:
     faces = raw.get("dice_faces", 6)
     if faces is None:
         faces = 6
-    if isinstance(faces, bool) or faces not in DICE_FACES:
+    if not isinstance(faces, int) or isinstance(faces, bool) or faces not in DICE_FACES:
         raise InvalidRequest("rules.dice_faces must be 6 or 8")
     n_columns = len(columns(faces))
 
