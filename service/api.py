@@ -123,7 +123,10 @@ def create_game() -> Response:
     game, seats = runtime().games.create(**data)
     state = runtime().games.state(game.id)
     payload = schemas.CreatedSchema().dump(
-        {"game": state, "seats": [{"seat": s.seat, "name": s.name, "token": s.token} for s in seats]}
+        {
+            "game": state,
+            "seats": [{"seat": s.seat, "name": s.name, "token": s.token} for s in seats],
+        }
     )
     return _json(payload, 201, Location=f"/v1/games/{game.id}", ETag=f'"{game.version}"')
 
@@ -181,7 +184,7 @@ def act(game_id: str) -> Response:
     game, vault, seat = games.authenticate(gid, _bearer())
     action = _load(schemas.ActionSchema(), _body())
     if game.dice_mode == "server" and "dice" in action:
-        raise BadRequest("this game uses server dice: send {\"type\": \"roll\"} without dice")
+        raise BadRequest('this game uses server dice: send {"type": "roll"} without dice')
     if_match = None
     if "If-Match" in request.headers:
         match = ETAG.match(request.headers["If-Match"].strip())

@@ -99,9 +99,7 @@ def create_app(settings: Settings | None = None, *, create_tables: bool = False)
 
     app.register_blueprint(api)
     app.register_blueprint(
-        get_swaggerui_blueprint(
-            "/docs", "/openapi.yaml", config={"app_name": "Can't Stop API"}
-        )
+        get_swaggerui_blueprint("/docs", "/openapi.yaml", config={"app_name": "Can't Stop API"})
     )
 
     @app.errorhandler(ServiceError)

@@ -300,7 +300,7 @@ __all__ = [
     "Seat",
     "ServiceError",
     "Unauthorized",
-    "VersionConflict",
     "Vault",
+    "VersionConflict",
     "parse_game_id",
 ]

@@ -102,9 +102,7 @@ class GameIndex(Projection):
             summary.status = "finished"
             summary.winner = event.winner
 
-    def query(
-        self, *, status: str | None = None, open_only: bool = False
-    ) -> list[dict[str, Any]]:
+    def query(self, *, status: str | None = None, open_only: bool = False) -> list[dict[str, Any]]:
         rows = [
             g.to_dict()
             for g in reversed(self.games.values())

@@ -1,0 +1,569 @@
+"""The HTTP API through Flask's test client, on SQLite and on a real PostgreSQL.
+
+Every /v1/ response seen here is validated against openapi.yaml by the ``client`` fixture.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from domain import fairness
+from service.app import create_app
+from service.config import Settings
+from service.games import Games
+
+Json = dict[str, Any]
+
+
+def create(client: FlaskClient, **body: Any) -> tuple[Json, list[str]]:
+    response = client.post("/v1/games", json=body)
+    assert response.status_code == 201, response.get_json()
+    payload = response.get_json()
+    return payload["game"], [seat["token"] for seat in payload["seats"]]
+
+
+def act(
+    client: FlaskClient, game_id: str, token: str | None, headers: Json | None = None, **action: Any
+) -> Any:
+    all_headers = dict(headers or {})
+    if token is not None:
+        all_headers["Authorization"] = f"Bearer {token}"
+    return client.post(f"/v1/games/{game_id}/actions", json=action, headers=all_headers)
+
+
+def state(client: FlaskClient, game_id: str, **params: Any) -> Json:
+    response = client.get(f"/v1/games/{game_id}", query_string=params)
+    assert response.status_code == 200
+    result: Json = response.get_json()
+    return result
+
+
+def problem(response: Any, status: int, code: str) -> Json:
+    assert response.status_code == status, response.get_json()
+    assert response.content_type == "application/problem+json"
+    body: Json = response.get_json()
+    assert body["code"] == code
+    assert body["status"] == status
+    assert {"type", "title", "detail"} <= body.keys()
+    return body
+
+
+# ------------------------------------------------------------------------------ creation
+def test_create_game_with_named_players_starts_it(client: FlaskClient) -> None:
+    response = client.post("/v1/games", json={"players": ["Ann", "Bob"], "dice": "manual"})
+    assert response.status_code == 201
+    body = response.get_json()
+    game = body["game"]
+    assert response.headers["Location"] == f"/v1/games/{game['id']}"
+    assert response.headers["ETag"] == '"2"'
+    assert game["status"] == "in_progress"
+    assert game["version"] == 2
+    assert game["turn"] == {"number": 1, "player": 0, "phase": "roll", "dice": None, "runners": {}}
+    assert game["legal_actions"] == [{"type": "roll"}]
+    assert [c["height"] for c in game["columns"]] == [3, 5, 7, 9, 11, 13, 11, 9, 7, 5, 3]
+    assert [s["seat"] for s in body["seats"]] == [0, 1]
+    assert len({s["token"] for s in body["seats"]}) == 2
+    assert all(len(s["token"]) >= 22 for s in body["seats"])  # ≥ 128 bits of base64
+
+
+def test_rules_are_normalized_in_the_state(client: FlaskClient) -> None:
+    game, _ = create(client, players=["A", "B", "C"], rules={"columns_to_win": "by_players"})
+    assert game["rules"] == {
+        "columns_to_win": 4,
+        "jumping": False,
+        "forced_move": False,
+        "steep_hill": False,
+        "solitaire": None,
+        "dice_faces": 6,
+    }
+    solo, _ = create(client, players=["Sol"])
+    assert solo["rules"]["solitaire"] == "easy"
+    assert solo["rules"]["columns_to_win"] == 11
+    assert solo["solitaire"] == {"mode": "easy", "turns": 0, "target": 30, "rating": None}
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ({"players": []}, ""),
+        ({"players": ["A"] * 9}, ""),
+        ({"players": ["x" * 41, "B"]}, ""),
+        ({"players": ["A", "B"], "seats": 2}, "either"),
+        ({"seats": 1}, ""),
+        ({"seats": 9}, ""),
+        ({"players": ["A", "B"], "rules": {"colour": "red"}}, ""),
+        ({"players": ["A", "B"], "rules": {"jumping": True, "forced_move": True}}, "exclude"),
+        ({"players": ["A", "B"], "rules": {"dice_faces": 10}}, "dice_faces"),
+        ({"players": ["A", "B"], "rules": {"columns_to_win": 12}}, "columns_to_win"),
+        ({"players": ["A", "B"], "rules": {"columns_to_win": "lots"}}, ""),
+        ({"players": ["A", "B"], "rules": {"jumping": "yes"}}, ""),
+        ({"players": ["A", "B"], "rules": {"solitaire": "easy"}}, "one-player"),
+        ({"players": ["Sol"], "rules": {"columns_to_win": 3}}, "solitaire"),
+        ({"players": ["A", "B"], "first_player": 1}, "manual"),
+        ({"players": ["A", "B"], "dice": "manual", "first_player": 2}, "first_player"),
+        ({"players": ["A", "B"], "dice": "loaded"}, ""),
+        ({"players": ["A", "B"], "extra": 1}, ""),
+        ({"players": "Ann"}, ""),
+        ({"players": [1, 2]}, ""),
+    ],
+)
+def test_bad_creation_is_a_clear_422(client: FlaskClient, body: Json, fragment: str) -> None:
+    detail = problem(client.post("/v1/games", json=body), 422, "invalid_request")
+    text = f"{detail['detail']} {detail.get('errors', '')}"
+    assert fragment in text
+
+
+@pytest.mark.parametrize("raw", [b"{", b"[1, 2]", b"null", b"\xff\xfe", b'"text"', b""], ids=repr)
+def test_malformed_bodies_are_422_never_500(client: FlaskClient, raw: bytes) -> None:
+    response = client.post("/v1/games", data=raw, content_type="application/json")
+    problem(response, 422, "invalid_request")
+
+
+def test_oversized_body_is_413(client: FlaskClient) -> None:
+    response = client.post("/v1/games", data=b"[" + b"1," * 200_000 + b"1]")
+    problem(response, 413, "payload_too_large")
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/v1/games/not-a-uuid", f"/v1/games/{uuid.uuid4()}", f"/v1/games/{uuid.uuid4()}/events"],
+)
+def test_unknown_games_are_404(client: FlaskClient, path: str) -> None:
+    problem(client.get(path), 404, "not_found")
+
+
+def test_unknown_route_and_method_are_problems(client: FlaskClient) -> None:
+    assert client.get("/v2/nothing").content_type == "application/problem+json"
+    assert client.delete("/v1/games").status_code == 405
+
+
+# ------------------------------------------------------------------------------ lobby
+def test_lobby_starts_when_the_last_seat_is_taken(client: FlaskClient) -> None:
+    game, tokens = create(client, seats=3, dice="manual", first_player=2)
+    assert tokens == []
+    assert game["status"] == "waiting"
+    assert game["turn"] is None and game["legal_actions"] == []
+    listing = client.get("/v1/games", query_string={"open": "true"}).get_json()
+    assert [g["id"] for g in listing["games"]] == [game["id"]]
+    assert listing["games"][0]["open_seats"] == 3
+
+    seats = []
+    for name in ("Ann", "Bob", "Cy"):
+        response = client.post(f"/v1/games/{game['id']}/players", json={"name": name})
+        assert response.status_code == 201
+        seats.append(response.get_json())
+    assert [s["seat"] for s in seats] == [0, 1, 2]
+    final = seats[-1]["game"]
+    assert final["status"] == "in_progress"
+    assert final["turn"]["player"] == 2
+    assert [p["name"] for p in final["players"]] == ["Ann", "Bob", "Cy"]
+    assert client.get("/v1/games", query_string={"open": "true"}).get_json()["games"] == []
+    in_progress = client.get("/v1/games", query_string={"status": "in_progress"}).get_json()
+    assert in_progress["total"] == 1
+
+    full = client.post(f"/v1/games/{game['id']}/players", json={"name": "Dee"})
+    problem(full, 409, "illegal_action")
+    assert (
+        act(client, game["id"], seats[2]["token"], type="roll", dice=[1, 1, 2, 2]).status_code
+        == 200
+    )
+
+
+def test_a_lobby_seat_acting_before_the_start_is_refused(client: FlaskClient) -> None:
+    game, _ = create(client, seats=2, dice="manual")
+    joined = client.post(f"/v1/games/{game['id']}/players", json={"name": "Ann"}).get_json()
+    problem(
+        act(client, game["id"], joined["token"], type="roll", dice=[1, 2, 3, 4]),
+        409,
+        "illegal_action",
+    )
+    assert state(client, game["id"])["version"] == 2
+
+
+def test_game_list_rejects_bad_filters(client: FlaskClient) -> None:
+    problem(client.get("/v1/games?status=lost"), 422, "invalid_request")
+    problem(client.get("/v1/games?limit=0"), 422, "invalid_request")
+    problem(client.get("/v1/games?open=maybe"), 422, "invalid_request")
+
+
+# ------------------------------------------------------------------------------ actions
+@pytest.fixture
+def manual_game(client: FlaskClient) -> tuple[str, list[str]]:
+    game, tokens = create(client, players=["Ann", "Bob"], dice="manual")
+    return game["id"], tokens
+
+
+def test_a_turn_roll_move_stop(client: FlaskClient, manual_game: tuple[str, list[str]]) -> None:
+    gid, (ann, bob) = manual_game
+    rolled = act(client, gid, ann, type="roll", dice=[1, 5, 4, 6])
+    assert rolled.status_code == 200
+    body = rolled.get_json()
+    assert [e["type"] for e in body["events"]] == ["DiceRolled"]
+    assert body["game"]["turn"]["dice"] == [1, 5, 4, 6]
+    assert body["game"]["legal_actions"] == [
+        {"type": "move", "sums": [5, 11]},
+        {"type": "move", "sums": [6, 10]},
+        {"type": "move", "sums": [7, 9]},
+    ]
+    moved = act(client, gid, ann, type="move", sums=[10, 6]).get_json()
+    assert moved["events"][0]["data"]["sums"] == [6, 10]
+    assert moved["game"]["turn"]["runners"] == {"6": 1, "10": 1}
+    assert moved["game"]["legal_actions"] == [{"type": "roll"}, {"type": "stop"}]
+    stopped = act(client, gid, ann, type="stop").get_json()
+    assert [e["type"] for e in stopped["events"]] == ["TurnStopped"]
+    assert stopped["game"]["players"][0]["markers"] == {"6": 1, "10": 1}
+    assert stopped["game"]["turn"]["player"] == 1
+    assert stopped["game"]["turn"]["number"] == 2
+
+
+def test_a_bust_is_reported_by_the_roll(
+    client: FlaskClient, manual_game: tuple[str, list[str]]
+) -> None:
+    gid, (ann, _) = manual_game
+    act(client, gid, ann, type="roll", dice=[1, 1, 1, 1])
+    act(client, gid, ann, type="move", sums=[2, 2])
+    act(client, gid, ann, type="roll", dice=[1, 1, 1, 1])
+    act(client, gid, ann, type="move", sums=[2])
+    busted = act(client, gid, ann, type="roll", dice=[1, 1, 1, 1]).get_json()
+    assert [e["type"] for e in busted["events"]] == ["DiceRolled", "TurnBusted"]
+    assert busted["events"][1]["data"]["lost"] == {"2": 3}
+    assert busted["game"]["turn"]["player"] == 1
+    assert busted["game"]["players"][0]["markers"] == {}
+
+
+def test_tokens_are_checked_first(client: FlaskClient, manual_game: tuple[str, list[str]]) -> None:
+    gid, (ann, bob) = manual_game
+    problem(act(client, gid, None, type="roll", dice=[1, 2, 3, 4]), 401, "unauthorized")
+    problem(act(client, gid, "forged", type="roll", dice=[1, 2, 3, 4]), 401, "unauthorized")
+    problem(act(client, gid, "forged", type="jump"), 401, "unauthorized")
+    problem(
+        client.post(
+            f"/v1/games/{gid}/actions", json={"type": "roll"}, headers={"Authorization": ann}
+        ),
+        401,
+        "unauthorized",
+    )
+    other, other_tokens = create(client, players=["X", "Y"], dice="manual")
+    problem(act(client, gid, other_tokens[0], type="roll", dice=[1, 2, 3, 4]), 401, "unauthorized")
+    problem(act(client, gid, bob, type="roll", dice=[1, 2, 3, 4]), 403, "not_your_turn")
+    assert state(client, gid)["version"] == 2
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        {"type": "jump"},
+        {"type": "move"},
+        {"type": "move", "sums": "6"},
+        {"type": "move", "sums": [6, "x"]},
+        {"type": "move", "sums": [6, 7, 8]},
+        {"type": "stop", "sums": [6]},
+        {"type": "stop", "dice": [1, 2, 3, 4]},
+        {"type": "roll", "colour": "red"},
+        {},
+    ],
+    ids=repr,
+)
+def test_malformed_actions_are_422(
+    client: FlaskClient, manual_game: tuple[str, list[str]], action: Json
+) -> None:
+    gid, (ann, _) = manual_game
+    problem(act(client, gid, ann, **action), 422, "invalid_request")
+    assert state(client, gid)["version"] == 2
+
+
+@pytest.mark.parametrize(
+    "dice", [None, [1, 2, 3], [1, 2, 3, 4, 5], [0, 1, 2, 3], [1, 2, 3, 7], [True, 1, 2, 3], "1234"]
+)
+def test_bad_manual_dice_are_invalid_dice(
+    client: FlaskClient, manual_game: tuple[str, list[str]], dice: Any
+) -> None:
+    gid, (ann, _) = manual_game
+    action = {"type": "roll"} if dice is None else {"type": "roll", "dice": dice}
+    problem(act(client, gid, ann, **action), 422, "invalid_dice")
+    assert state(client, gid)["version"] == 2
+
+
+def test_dice_sent_to_a_server_dice_game_are_refused(client: FlaskClient) -> None:
+    game, tokens = create(client, players=["Ann", "Bob"])
+    first = game["turn"]["player"]
+    problem(
+        act(client, game["id"], tokens[first], type="roll", dice=[1, 2, 3, 4]),
+        422,
+        "invalid_request",
+    )
+
+
+def test_illegal_action_lists_the_legal_ones_and_records_nothing(
+    client: FlaskClient, manual_game: tuple[str, list[str]]
+) -> None:
+    gid, (ann, _) = manual_game
+    body = problem(act(client, gid, ann, type="stop"), 409, "illegal_action")
+    assert body["legal_actions"] == [{"type": "roll"}]
+    act(client, gid, ann, type="roll", dice=[1, 5, 4, 6])
+    body = problem(act(client, gid, ann, type="move", sums=[6]), 409, "illegal_action")
+    assert {"type": "move", "sums": [6, 10]} in body["legal_actions"]
+    body = problem(act(client, gid, ann, type="roll", dice=[1, 1, 1, 1]), 409, "illegal_action")
+    assert state(client, gid)["version"] == 3
+
+
+def test_finished_game_refuses_actions_with_game_over(client: FlaskClient) -> None:
+    game, (ann, bob) = create(client, players=["Ann", "Bob"], dice="manual")
+    resigned = act(client, game["id"], bob, type="resign").get_json()
+    assert [e["type"] for e in resigned["events"]] == ["PlayerResigned", "GameFinished"]
+    assert resigned["game"]["status"] == "finished"
+    assert resigned["game"]["winner"] == 0
+    problem(act(client, game["id"], ann, type="roll", dice=[1, 2, 3, 4]), 409, "game_over")
+    problem(act(client, game["id"], bob, type="resign"), 409, "game_over")
+
+
+def test_resigning_out_of_turn_skips_the_turn_check(client: FlaskClient) -> None:
+    game, tokens = create(client, players=["Ann", "Bob", "Cy"], dice="manual")
+    body = act(client, game["id"], tokens[2], type="resign").get_json()
+    assert body["game"]["players"][2]["resigned"] is True
+    assert body["game"]["turn"]["player"] == 0
+    assert body["game"]["status"] == "in_progress"
+
+
+# ------------------------------------------------------------------------------ history
+def test_every_past_version_can_be_read(
+    client: FlaskClient, manual_game: tuple[str, list[str]]
+) -> None:
+    gid, (ann, bob) = manual_game
+    seen = {2: state(client, gid)}
+    for token, action in [
+        (ann, {"type": "roll", "dice": [1, 5, 4, 6]}),
+        (ann, {"type": "move", "sums": [6, 10]}),
+        (ann, {"type": "stop"}),
+        (bob, {"type": "roll", "dice": [2, 2, 3, 3]}),
+        (bob, {"type": "move", "sums": [5, 5]}),
+    ]:
+        after = act(client, gid, token, **action).get_json()["game"]
+        seen[after["version"]] = after
+    for version, expected in seen.items():
+        assert state(client, gid, version=version) == expected
+    problem(client.get(f"/v1/games/{gid}?version=0"), 404, "not_found")
+    problem(client.get(f"/v1/games/{gid}?version=8"), 404, "not_found")
+    problem(client.get(f"/v1/games/{gid}?version=two"), 422, "invalid_request")
+    problem(client.get(f"/v1/games/{gid}?version=-1"), 422, "invalid_request")
+
+
+def test_etag_and_if_none_match(client: FlaskClient, manual_game: tuple[str, list[str]]) -> None:
+    gid, _ = manual_game
+    response = client.get(f"/v1/games/{gid}")
+    assert response.headers["ETag"] == '"2"'
+    assert client.get(f"/v1/games/{gid}", headers={"If-None-Match": '"2"'}).status_code == 304
+
+
+def test_events_are_paged_oldest_first(
+    client: FlaskClient, manual_game: tuple[str, list[str]]
+) -> None:
+    gid, (ann, _) = manual_game
+    act(client, gid, ann, type="roll", dice=[1, 5, 4, 6])
+    act(client, gid, ann, type="move", sums=[6, 10])
+    first = client.get(f"/v1/games/{gid}/events?limit=2").get_json()
+    assert [e["version"] for e in first["events"]] == [1, 2]
+    assert first["next_after"] == 2
+    rest = client.get(f"/v1/games/{gid}/events?after=2&limit=2").get_json()
+    assert [e["type"] for e in rest["events"]] == ["DiceRolled", "MovePlayed"]
+    assert rest["next_after"] is None
+    everything = client.get(f"/v1/games/{gid}/events").get_json()["events"]
+    assert everything[0]["type"] == "GameCreated"
+    assert everything[0]["prev_hash"] == "0" * 64
+    assert all(
+        b["prev_hash"] == a["hash"] for a, b in zip(everything, everything[1:], strict=False)
+    )
+    assert client.get(f"/v1/games/{gid}/events?after=99").get_json() == {
+        "events": [],
+        "next_after": None,
+    }
+    problem(client.get(f"/v1/games/{gid}/events?limit=5000"), 422, "invalid_request")
+
+
+# ------------------------------------------------------------------------------ retries
+def test_if_match_on_an_old_version_is_412(
+    client: FlaskClient, manual_game: tuple[str, list[str]]
+) -> None:
+    gid, (ann, _) = manual_game
+    stale = act(client, gid, ann, headers={"If-Match": '"1"'}, type="roll", dice=[1, 2, 3, 4])
+    body = problem(stale, 412, "version_conflict")
+    assert body["version"] == 2
+    fresh = act(client, gid, ann, headers={"If-Match": '"2"'}, type="roll", dice=[1, 2, 3, 4])
+    assert fresh.status_code == 200
+    problem(
+        act(client, gid, ann, headers={"If-Match": "soon"}, type="stop"), 422, "invalid_request"
+    )
+
+
+def test_idempotency_key_replays_the_first_response(
+    client: FlaskClient, manual_game: tuple[str, list[str]]
+) -> None:
+    gid, (ann, bob) = manual_game
+    key = {"Idempotency-Key": "roll-1"}
+    first = act(client, gid, ann, headers=key, type="roll", dice=[1, 5, 4, 6])
+    again = act(client, gid, ann, headers=key, type="roll", dice=[1, 5, 4, 6])
+    assert again.status_code == 200
+    assert again.get_json() == first.get_json()
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert state(client, gid)["version"] == 3
+    other = act(client, gid, ann, headers=key, type="roll", dice=[1, 1, 1, 1])
+    problem(other, 422, "idempotency_key_reused")
+    # Keys belong to a seat: Bob's same key is his own (and it is not his turn).
+    problem(
+        act(client, gid, bob, headers=key, type="roll", dice=[1, 5, 4, 6]), 403, "not_your_turn"
+    )
+
+
+# ------------------------------------------------------------------------------ fairness
+def play_first_legal_until_finished(
+    client: FlaskClient, game: Json, tokens: list[str]
+) -> list[Json]:
+    """Drive a server-dice game to its end: always the first legal action, stopping often."""
+    gid = game["id"]
+    current = game
+    for _ in range(5000):
+        if current["status"] == "finished":
+            return client.get(f"/v1/games/{gid}/events?limit=1000").get_json()["events"]
+        legal = current["legal_actions"]
+        stop = {"type": "stop"}
+        action = stop if stop in legal else legal[0]
+        response = act(client, gid, tokens[current["turn"]["player"]], **action)
+        assert response.status_code == 200, response.get_json()
+        current = response.get_json()["game"]
+        assert current["fairness"]["server_seed"] is None or current["status"] == "finished"
+    raise AssertionError("the game did not finish")
+
+
+def test_server_dice_are_provably_fair(client: FlaskClient) -> None:
+    game, tokens = create(client, players=["Ann", "Bob"], rules={"columns_to_win": 1})
+    fair = game["fairness"]
+    assert fair["client_seed"] == game["id"]
+    assert fair["server_seed"] is None
+    assert len(fair["seed_commitment"]) == 64
+    events = play_first_legal_until_finished(client, game, tokens)
+    final = state(client, game["id"])
+    seed = final["fairness"]["server_seed"]
+    assert seed is not None and fairness.commitment(seed) == fair["seed_commitment"]
+    assert events[-1]["type"] == "SeedRevealed"
+    draws = [(e["data"]["nonce"], e["data"]["dice"]) for e in events if e["type"] == "DiceRolled"]
+    for opening in events[1]["data"]["draws"]:
+        draws.append((opening["nonce"], opening["dice"]))
+    assert sorted(n for n, _ in draws) == list(range(len(draws)))
+    for nonce, dice in draws:
+        assert fairness.draw(seed, fair["client_seed"], nonce, len(dice), 6) == dice
+    # The seed is not in any earlier version of the state.
+    assert (
+        state(client, game["id"], version=final["version"] - 1)["fairness"]["server_seed"] is None
+    )
+
+
+def test_client_seed_is_used(client: FlaskClient) -> None:
+    game, _ = create(client, players=["Ann", "Bob"], client_seed="lucky")
+    assert game["fairness"]["client_seed"] == "lucky"
+
+
+# ------------------------------------------------------------------------------ transcripts
+def test_transcript_verification_over_http(client: FlaskClient) -> None:
+    transcript = {
+        "players": ["Ann", "Bob"],
+        "actions": [
+            {"type": "roll", "dice": [1, 5, 4, 6]},
+            {"type": "move", "sums": [6, 10]},
+            {"type": "stop"},
+            {"type": "roll", "dice": [1, 1, 1, 1], "seat": 0},
+        ],
+    }
+    verdict = client.post("/v1/transcripts/verify", json=transcript).get_json()
+    assert verdict["valid"] is False
+    assert verdict["applied"] == 3
+    assert verdict["error"]["index"] == 3
+    assert verdict["error"]["code"] == "not_your_turn"
+    assert verdict["game"]["players"][0]["markers"] == {"6": 1, "10": 1}
+    assert "trace" not in verdict
+    transcript["actions"] = transcript["actions"][:3]
+    traced = client.post("/v1/transcripts/verify", json={**transcript, "trace": True}).get_json()
+    assert traced["valid"] is True and traced["error"] is None
+    assert [s["version"] for s in traced["trace"]] == [3, 4, 5]
+    problem(client.post("/v1/transcripts/verify", json={"players": []}), 422, "invalid_request")
+    problem(
+        client.post("/v1/transcripts/verify", json={"players": ["A", "B"], "rules": {"x": 1}}),
+        422,
+        "invalid_request",
+    )
+
+
+# ------------------------------------------------------------------------------ races
+class RacingGames(Games):
+    """Holds every save at a barrier, so two requests have both read the game before either writes."""
+
+    barrier: threading.Barrier | None = None
+
+    def save(self, *objs: Any, **kwargs: Any) -> Any:
+        if self.barrier is not None:
+            self.barrier.wait(timeout=10)
+        return super().save(*objs, **kwargs)
+
+
+def test_two_racing_actions_give_exactly_one_success(settings: Settings) -> None:
+    apps: list[Flask] = []
+    for _ in range(2):  # two workers: two applications on one store
+        flask_app = create_app(settings, create_tables=True)
+        runtime = flask_app.extensions["cantstop"]
+        runtime.games.close()
+        runtime.games = RacingGames(env=dict(runtime.games.env))
+        apps.append(flask_app)
+    game, tokens = create(apps[0].test_client(), players=["Ann", "Bob"], dice="manual")
+    barrier = threading.Barrier(2)
+    for flask_app in apps:
+        flask_app.extensions["cantstop"].games.barrier = barrier
+    results: list[Any] = [None, None]
+
+    def roll(i: int) -> None:
+        results[i] = act(
+            apps[i].test_client(), game["id"], tokens[0], type="roll", dice=[i + 1, 2, 3, 4]
+        )
+
+    threads = [threading.Thread(target=roll, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    statuses = sorted(r.status_code for r in results)
+    assert statuses == [200, 409]
+    loser = next(r for r in results if r.status_code == 409)
+    assert loser.get_json()["code"] == "concurrent_action"
+    for flask_app in apps:
+        flask_app.extensions["cantstop"].games.barrier = None
+    events = apps[1].test_client().get(f"/v1/games/{game['id']}/events").get_json()["events"]
+    assert [e["type"] for e in events] == ["GameCreated", "TurnOrderDecided", "DiceRolled"]
+    winner = next(r for r in results if r.status_code == 200)
+    assert events[-1] == winner.get_json()["events"][0]
+    for flask_app in apps:
+        flask_app.extensions["cantstop"].close()
+
+
+# ------------------------------------------------------------------------------ restarts
+def test_state_tokens_and_idempotency_keys_survive_a_restart(settings: Settings) -> None:
+    first = create_app(settings, create_tables=True)
+    client = first.test_client()
+    game, (ann, bob) = create(client, players=["Ann", "Bob"], dice="manual")
+    key = {"Idempotency-Key": "k"}
+    before = act(client, game["id"], ann, headers=key, type="roll", dice=[1, 5, 4, 6]).get_json()
+    first.extensions["cantstop"].close()
+
+    second = create_app(settings)
+    client = second.test_client()
+    assert state(client, game["id"]) == before["game"]
+    assert (
+        act(client, game["id"], ann, headers=key, type="roll", dice=[1, 5, 4, 6]).get_json()
+        == before
+    )
+    assert act(client, game["id"], ann, type="move", sums=[6, 10]).status_code == 200
+    assert act(client, game["id"], "forged", type="stop").status_code == 401
+    second.extensions["cantstop"].close()
