@@ -53,10 +53,12 @@ def chain_hash(prev_hash: str, version: int, type_: str, at: str, data: Mapping[
 def check_name(name: Any) -> str:
     if not isinstance(name, str) or not name.strip():
         raise InvalidRequest("a player's name must be a non-empty string")
-    name = name.strip()
-    if len(name) > MAX_NAME_LENGTH:
+    cleaned: str = name.strip()
+    if not cleaned.isprintable():
+        raise InvalidRequest("a player's name cannot hold line breaks or control characters")
+    if len(cleaned) > MAX_NAME_LENGTH:
         raise InvalidRequest(f"a player's name is at most {MAX_NAME_LENGTH} characters")
-    return name
+    return cleaned
 
 
 def _runner_map(runners: Sequence[int]) -> dict[str, int]:
@@ -106,6 +108,7 @@ class Game(Aggregate):
             game.options = []
             game.winner = None
             game.finish_reason = None
+            game.rating = None
             game.turns_completed = 0
             game.next_nonce = 0
             game.client_seed = self.client_seed
@@ -165,8 +168,8 @@ class Game(Aggregate):
 
         def update(self, game: Game) -> None:
             own = game.markers[self.seat]
-            for column, at in self.markers.items():
-                own[int(column)] = at
+            for key, at in self.markers.items():
+                own[int(key)] = at
             for column in self.claimed:
                 game.claimed[column] = self.seat
             for seat, cols in self.removed.items():
@@ -209,6 +212,7 @@ class Game(Aggregate):
             game.status = "finished"
             game.winner = self.winner
             game.finish_reason = self.reason
+            game.rating = self.rating
             game._begin_turn(None)
 
     class SeedRevealed(Event):
@@ -236,6 +240,7 @@ class Game(Aggregate):
         self.options: list[Move]
         self.winner: int | None
         self.finish_reason: str | None
+        self.rating: str | None
         self.turns_completed: int
         self.next_nonce: int
         self.client_seed: str | None
@@ -245,7 +250,7 @@ class Game(Aggregate):
 
     # ----------------------------------------------------------------- the hash chain, recorded
     @classmethod
-    def _create(  # type: ignore[override]
+    def _create(
         cls, event_class: type[Any], *, id: Any = None, **kwargs: Any
     ) -> Game:
         timestamp = kwargs.pop("timestamp", None) or event_class.create_timestamp()
@@ -437,11 +442,14 @@ class Game(Aggregate):
         ):
             raise InvalidRequest("sums must be a list of integers")
         chosen = tuple(sorted(sums))
-        if chosen not in self.options:
+        # tuple(m): a snapshot gives the options back as lists (style.md, Known traps)
+        if chosen not in {tuple(m) for m in self.options}:
             legal = ", ".join(str(list(m)) for m in self.options)
             raise IllegalAction(f"{list(chosen)} is not a legal move for {self.dice}: {legal}")
         runners = self.board(seat).play(chosen, self.runners)
-        self.trigger_event(self.MovePlayed, seat=seat, sums=list(chosen), runners=_runner_map(runners))
+        self.trigger_event(
+            self.MovePlayed, seat=seat, sums=list(chosen), runners=_runner_map(runners)
+        )
 
     def forced_to_roll(self) -> bool:
         """Forced move variant: a runner shares a space with another player's marker."""

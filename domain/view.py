@@ -37,16 +37,11 @@ def game_state(game: Game, game_id: str | None = None) -> dict[str, Any]:
         }
     solitaire = None
     if rules.solitaire:
-        rating = None
-        if game.status == "finished" and game.winner == 0:
-            from domain.rules import solitaire_rating
-
-            rating = solitaire_rating(rules.solitaire, game.turns_completed)
         solitaire = {
             "mode": rules.solitaire,
             "turns": game.turns_completed,
             "target": game.solitaire_target,
-            "rating": rating,
+            "rating": game.rating,
         }
     return {
         "id": game_id,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from flask import Blueprint, Response, jsonify, request
@@ -14,11 +15,23 @@ from domain.view import legal_actions
 from service import schemas
 from service.app import domain_problem, openapi_text, runtime
 from service.games import ServiceError, parse_game_id
+from service.live import redis_status
 
 api = Blueprint("api", __name__)
 
 MAX_EVENTS_PAGE = 1000
 MAX_GAMES_PAGE = 200
+# Schemas are stateless once built: build each once, not per request.
+ACTION_RESULT = schemas.ActionResultSchema()
+ACTION = schemas.ActionSchema()
+CREATE_GAME = schemas.CreateGameSchema()
+CREATED = schemas.CreatedSchema()
+EVENT_PAGE = schemas.EventPageSchema()
+GAME_LIST = schemas.GameListSchema()
+GAME_STATE = schemas.GameStateSchema()
+JOIN = schemas.JoinSchema()
+TRANSCRIPT = schemas.TranscriptSchema()
+VERDICT = schemas.VerdictSchema()
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 ETAG = re.compile(r'^(?:W/)?"?(\d{1,12})"?$')
 
@@ -75,11 +88,10 @@ def _bearer() -> str | None:
     return token.strip()
 
 
-def _json(payload: Any, status: int = 200, **headers: str) -> Response:
+def _json(payload: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
     response = jsonify(payload)
     response.status_code = status
-    for key, value in headers.items():
-        response.headers[key.replace("_", "-")] = value
+    response.headers.update(headers or {})
     return response
 
 
@@ -112,23 +124,24 @@ def healthz() -> Response:
     except Exception as exc:  # any failure of the store is reported, not raised
         checks["database"] = f"down: {type(exc).__name__}"
         status = 503
-    checks["redis"] = "not configured"
-    body = {"status": "ok" if status == 200 else "degraded", "checks": checks}
+    checks["redis"] = redis_status()  # down: still 200; actions are recorded, streams poll
+    healthy = status == 200 and not checks["redis"].startswith("down")
+    body = {"status": "ok" if healthy else "degraded", "checks": checks}
     return _json(body, status)
 
 
 @api.post("/v1/games")
 def create_game() -> Response:
-    data = _load(schemas.CreateGameSchema(), _body())
+    data = _load(CREATE_GAME, _body())
     game, seats = runtime().games.create(**data)
     state = runtime().games.state(game.id)
-    payload = schemas.CreatedSchema().dump(
+    payload = CREATED.dump(
         {
             "game": state,
             "seats": [{"seat": s.seat, "name": s.name, "token": s.token} for s in seats],
         }
     )
-    return _json(payload, 201, Location=f"/v1/games/{game.id}", ETag=f'"{game.version}"')
+    return _json(payload, 201, {"Location": f"/v1/games/{game.id}", "ETag": f'"{game.version}"'})
 
 
 @api.get("/v1/games")
@@ -146,11 +159,7 @@ def list_games() -> Response:
     rows = rt.index.query(status=status, open_only=open_raw == "true")
     page = rows[offset : offset + limit]
     next_offset = offset + limit if offset + limit < len(rows) else None
-    return _json(
-        schemas.GameListSchema().dump(
-            {"games": page, "total": len(rows), "next_offset": next_offset}
-        )
-    )
+    return _json(GAME_LIST.dump({"games": page, "total": len(rows), "next_offset": next_offset}))
 
 
 @api.get("/v1/games/<game_id>")
@@ -160,20 +169,19 @@ def get_game(game_id: str) -> Response:
     etag = f'"{state["version"]}"'
     if request.args.get("version") is None and request.headers.get("If-None-Match") == etag:
         return Response(status=304, headers={"ETag": etag})
-    return _json(schemas.GameStateSchema().dump(state), ETag=etag)
+    return _json(GAME_STATE.dump(state), headers={"ETag": etag})
 
 
 @api.post("/v1/games/<game_id>/players")
 def join_game(game_id: str) -> Response:
     gid = parse_game_id(game_id)
-    data = _load(schemas.JoinSchema(), _body())
+    data = _load(JOIN, _body())
     game, seat = runtime().games.join(gid, data["name"])
     state = runtime().games.state(gid)
     return _json(
         {"seat": seat.seat, "name": seat.name, "token": seat.token, "game": state},
         201,
-        Location=f"/v1/games/{gid}",
-        ETag=f'"{game.version}"',
+        {"Location": f"/v1/games/{gid}", "ETag": f'"{game.version}"'},
     )
 
 
@@ -182,7 +190,7 @@ def act(game_id: str) -> Response:
     gid = parse_game_id(game_id)
     games = runtime().games
     game, vault, seat = games.authenticate(gid, _bearer())
-    action = _load(schemas.ActionSchema(), _body())
+    action = _load(ACTION, _body())
     if game.dice_mode == "server" and "dice" in action:
         raise BadRequest('this game uses server dice: send {"type": "roll"} without dice')
     if_match = None
@@ -198,11 +206,11 @@ def act(game_id: str) -> Response:
         result = games.act(game, vault, seat, action, if_match=if_match, idempotency_key=key)
     except IllegalAction as exc:
         return domain_problem(exc, legal_actions=legal_actions(game))
-    payload = schemas.ActionResultSchema().dump({"game": result.game, "events": result.events})
+    payload = ACTION_RESULT.dump({"game": result.game, "events": result.events})
     headers = {"ETag": f'"{result.game["version"]}"'}
     if result.replayed:
         headers["Idempotent-Replayed"] = "true"
-    return _json(payload, **headers)
+    return _json(payload, headers=headers)
 
 
 @api.get("/v1/games/<game_id>/events")
@@ -215,17 +223,17 @@ def events(game_id: str) -> Response:
     if len(records) > limit:
         records = records[:limit]
         next_after = records[-1]["version"]
-    return _json(schemas.EventPageSchema().dump({"events": records, "next_after": next_after}))
+    return _json(EVENT_PAGE.dump({"events": records, "next_after": next_after}))
 
 
 @api.post("/v1/transcripts/verify")
 def verify_transcript() -> Response:
     doc = _body()
-    loaded = _load(schemas.TranscriptSchema(), doc)
+    loaded = _load(TRANSCRIPT, doc)
     try:
         verdict = verify(
             {k: v for k, v in doc.items() if k != "trace"}, trace=bool(loaded["trace"])
         )
     except MalformedTranscript as exc:
         raise BadRequest(str(exc)) from None
-    return _json(schemas.VerdictSchema().dump(verdict))
+    return _json(VERDICT.dump(verdict))

@@ -10,12 +10,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import logging
 import secrets
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.domain import Aggregate, event
@@ -134,16 +135,34 @@ def _dicer(server_seed: str, client_seed: str) -> Draw:
     return functools.partial(fairness.draw, server_seed, client_seed)
 
 
-class Games(Application):
+class Games(Application[uuid.UUID]):
     """Commands and queries on games; the HTTP layer adapts this to the contract."""
 
     name = "cantstop"
     snapshotting_intervals = {Game: 50, Vault: 50}  # noqa: RUF012 (eventsourcing's own API)
 
+    on_recorded: Callable[[uuid.UUID, list[dict[str, Any]]], None] | None = None
+    """Called after every successful save with each game's new events as served (service.live)."""
+
+    def save(self, *objs: Any, **kwargs: Any) -> Any:
+        recordings = super().save(*objs, **kwargs)
+        if self.on_recorded is not None:
+            new: dict[uuid.UUID, list[dict[str, Any]]] = {}
+            for recording in recordings:
+                if isinstance(recording.domain_event, Game.Event):
+                    game_event = recording.domain_event
+                    new.setdefault(game_event.originator_id, []).append(event_record(game_event))
+            for game_id, records in new.items():
+                try:
+                    self.on_recorded(game_id, records)
+                except Exception:  # the events are stored: a failed notice must not undo that
+                    logging.getLogger("cantstop").exception("on_recorded failed for %s", game_id)
+        return recordings
+
     # -------------------------------------------------------------------------------- reads
     def game(self, game_id: uuid.UUID, version: int | None = None) -> Game:
         try:
-            latest = self.repository.get(game_id)
+            latest: Aggregate = self.repository.get(game_id)
         except AggregateNotFoundError:
             raise NotFound(f"no game {game_id}") from None
         if not isinstance(latest, Game):
@@ -152,7 +171,7 @@ class Games(Application):
             return latest
         if not 1 <= version <= latest.version:
             raise NotFound(f"game {game_id} has versions 1 to {latest.version}, not {version}")
-        past = self.repository.get(game_id, version=version)
+        past: Aggregate = self.repository.get(game_id, version=version)
         assert isinstance(past, Game)
         return past
 
@@ -163,13 +182,13 @@ class Games(Application):
         self, game_id: uuid.UUID, after: int = 0, limit: int | None = None
     ) -> list[dict[str, Any]]:
         stored = self.repository.event_store.get(game_id, gt=after or None, limit=limit)
-        records = [event_record(e) for e in stored]
+        records = [event_record(cast(Game.Event, e)) for e in stored]
         if not records:
             self.game(game_id)  # 404 for an unknown game; else simply nothing after ``after``
         return records
 
     def _vault(self, game_id: uuid.UUID) -> Vault:
-        vault = self.repository.get(vault_id(game_id))
+        vault: Aggregate = self.repository.get(vault_id(game_id))
         assert isinstance(vault, Vault)
         return vault
 
@@ -270,7 +289,7 @@ class Games(Application):
             game.resign(seat)
         if game.status == "finished" and vault.server_seed and game.server_seed is None:
             game.reveal_seed(vault.server_seed)
-        new_events = [event_record(e) for e in game.pending_events]
+        new_events = [event_record(cast(Game.Event, e)) for e in game.pending_events]
         if scoped is not None and fingerprint is not None:
             vault.remember(scoped, fingerprint, first, game.version, now.isoformat())
         self._save_or_conflict(game, vault)

@@ -30,7 +30,7 @@ class Projection:
         self._lock = threading.Lock()
         self._topics = [get_topic(cls) for cls in self.handles]
 
-    def catch_up(self, app: Application) -> None:
+    def catch_up(self, app: Application[Any]) -> None:
         with self._lock:
             while True:
                 batch = app.recorder.select_notifications(
@@ -86,7 +86,9 @@ class GameIndex(Projection):
     def handle(self, event: Any) -> None:
         key = str(event.originator_id)
         if isinstance(event, Game.GameCreated):
-            players = list(event.players) if event.players else [None] * event.seats
+            players: list[str | None] = (
+                list(event.players) if event.players else [None] * event.seats
+            )
             self.games[key] = GameSummary(
                 key, format_at(event.timestamp), players, event.dice, dict(event.rules)
             )

@@ -13,11 +13,19 @@ from marshmallow import Schema, ValidationError, fields, validate, validates_sch
 
 from domain.game import MAX_NAME_LENGTH
 
-StrictBool = lambda **kw: fields.Boolean(truthy={True}, falsy={False}, **kw)  # noqa: E731
-StrictInt = lambda **kw: fields.Integer(strict=True, **kw)  # noqa: E731
-Name = lambda **kw: fields.String(  # noqa: E731
-    validate=validate.Length(min=1, max=MAX_NAME_LENGTH), **kw
-)
+
+def StrictBool(**kw: Any) -> fields.Boolean:  # noqa: N802 (reads like a field class)
+    """true or false only: no "yes", 1 or "on"."""
+    return fields.Boolean(truthy={True}, falsy={False}, **kw)
+
+
+def StrictInt(**kw: Any) -> fields.Integer:  # noqa: N802
+    """An integer only: no "7" and no 7.0."""
+    return fields.Integer(strict=True, **kw)
+
+
+def Name(**kw: Any) -> fields.String:  # noqa: N802
+    return fields.String(validate=validate.Length(min=1, max=MAX_NAME_LENGTH), **kw)
 
 
 class ColumnsToWin(fields.Field):  # type: ignore[type-arg]
