@@ -111,3 +111,52 @@ class GameIndex(Projection):
             if (status is None or g.status == status) and (not open_only or g.open_seats > 0)
         ]
         return rows
+
+
+@dataclass
+class BestResult:
+    game_id: str
+    player: str
+    mode: str
+    turns: int
+    rating: str
+    finished_at: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "game_id": self.game_id,
+            "player": self.player,
+            "mode": self.mode,
+            "turns": self.turns,
+            "rating": self.rating,
+            "date": self.finished_at,
+        }
+
+
+class Leaderboard(Projection):
+    """The best finished solitaire games per mode: fewest turns, earliest first on ties."""
+
+    handles = (Game.GameCreated, Game.GameFinished)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.solitaire: dict[str, tuple[str, str]] = {}  # game id → (mode, player)
+        self.results: dict[str, list[BestResult]] = {"easy": [], "advanced": []}
+
+    def handle(self, event: Any) -> None:
+        key = str(event.originator_id)
+        if isinstance(event, Game.GameCreated):
+            mode = event.rules.get("solitaire")
+            if mode and event.players:
+                self.solitaire[key] = (mode, event.players[0])
+        elif isinstance(event, Game.GameFinished) and key in self.solitaire:
+            mode, player = self.solitaire.pop(key)
+            if event.winner == 0 and event.rating is not None:
+                result = BestResult(
+                    key, player, mode, event.turns, event.rating, format_at(event.timestamp)
+                )
+                self.results[mode].append(result)
+
+    def best(self, mode: str, limit: int) -> list[dict[str, Any]]:
+        ranked = sorted(self.results[mode], key=lambda r: (r.turns, r.finished_at, r.game_id))
+        return [dict(r.to_dict(), rank=i + 1) for i, r in enumerate(ranked[:limit])]

@@ -102,7 +102,12 @@ def app(settings: Settings) -> Iterator[Flask]:
 
 @pytest.fixture(scope="session")
 def openapi_spec() -> OpenAPI:
-    config = Config(extra_media_type_deserializers={"application/problem+json": json.loads})
+    config = Config(
+        extra_media_type_deserializers={
+            "application/problem+json": json.loads,
+            "text/csv": lambda data: data.decode("utf-8"),
+        }
+    )
     return OpenAPI.from_file_path(str(ROOT / "openapi.yaml"), config=config)
 
 
