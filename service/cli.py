@@ -52,8 +52,52 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return worst
 
 
+def cmd_audit(args: argparse.Namespace) -> int:
+    """Audit a game export offline (no server, no database): the same JSON as ``/audit``."""
+    from domain.audit import MalformedExport, audit_records, parse_export
+
+    try:
+        data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+        _, records = parse_export(data)
+    except OSError as exc:
+        print(f"{args.file}: cannot read: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except MalformedExport as exc:
+        print(f"{args.file}: not a game export: {exc}", file=sys.stderr)
+        return 2
+    verdict = audit_records(records)
+    print(json.dumps(verdict, indent=2, ensure_ascii=False))
+    return 0 if verdict["valid"] else 1
+
+
+def cmd_sheet(args: argparse.Namespace) -> int:
+    """A record sheet from an exported game, offline."""
+    from domain.audit import MalformedExport, parse_export
+    from domain.errors import InvalidRequest
+    from domain.record_sheet import record_sheet
+    from service.sheet_render import render_csv, render_pdf, render_text
+
+    try:
+        data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+        header, records = parse_export(data)
+        sheet = record_sheet(records, args.seat, game_id=header.get("game_id"))
+    except OSError as exc:
+        print(f"{args.file}: cannot read: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except (MalformedExport, InvalidRequest, ValueError, KeyError, TypeError) as exc:
+        print(f"{args.file}: cannot make a sheet: {exc}", file=sys.stderr)
+        return 2
+    if args.format == "pdf":
+        sys.stdout.buffer.write(render_pdf(sheet))
+    elif args.format == "csv":
+        sys.stdout.write(render_csv(sheet))
+    else:
+        sys.stdout.write(render_text(sheet))
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
-    from gunicorn.app.base import BaseApplication
+    from gunicorn.app.base import Application  # has load_config_from_file
 
     from service.app import Runtime
     from service.config import Settings
@@ -62,7 +106,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # Create the tables once, here, before any worker starts: workers never race to create them.
     Runtime(settings, create_tables=True).close()
 
-    class Server(BaseApplication):  # type: ignore[misc]
+    class Server(Application):  # type: ignore[misc]
         def load_config(self) -> None:
             self.load_config_from_file(str(DEPLOY_CONFIG))
             self.cfg.set("bind", f"{args.host}:{args.port}")
@@ -92,6 +136,16 @@ def build_parser() -> argparse.ArgumentParser:
     ver.add_argument("--trace", action="store_true", help="include the state after every action")
     ver.add_argument("files", nargs="+", metavar="FILE", help="transcript JSON files; - for stdin")
     ver.set_defaults(func=cmd_verify)
+
+    aud = sub.add_parser("audit", help="check a game export offline (chain, rules, dice)")
+    aud.add_argument("file", metavar="FILE", help="an export (NDJSON) from /export; - for stdin")
+    aud.set_defaults(func=cmd_audit)
+
+    sheet = sub.add_parser("sheet", help="a turn record sheet from an exported game")
+    sheet.add_argument("file", metavar="FILE", help="an export (NDJSON) from /export; - for stdin")
+    sheet.add_argument("--format", choices=["text", "csv", "pdf"], default="text")
+    sheet.add_argument("--seat", type=int, default=0, help="the player, in a multiplayer game")
+    sheet.set_defaults(func=cmd_sheet)
     return parser
 
 

@@ -182,7 +182,10 @@ class Games(Application[uuid.UUID]):
         self, game_id: uuid.UUID, after: int = 0, limit: int | None = None
     ) -> list[dict[str, Any]]:
         stored = self.repository.event_store.get(game_id, gt=after or None, limit=limit)
-        records = [event_record(cast(Game.Event, e)) for e in stored]
+        events = list(stored)
+        if any(not isinstance(e, Game.Event) for e in events):
+            raise NotFound(f"no game {game_id}")  # another aggregate's id, e.g. a vault's
+        records = [event_record(e) for e in events]
         if not records:
             self.game(game_id)  # 404 for an unknown game; else simply nothing after ``after``
         return records

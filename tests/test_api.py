@@ -567,3 +567,12 @@ def test_state_tokens_and_idempotency_keys_survive_a_restart(settings: Settings)
     assert act(client, game["id"], ann, type="move", sums=[6, 10]).status_code == 200
     assert act(client, game["id"], "forged", type="stop").status_code == 401
     second.extensions["cantstop"].close()
+
+
+def test_ids_of_other_aggregates_are_not_games(client: FlaskClient) -> None:
+    from service.games import vault_id
+
+    game, _ = create(client, players=["Ann", "Bob"])
+    hidden = vault_id(uuid.UUID(game["id"]))
+    for path in (f"/v1/games/{hidden}", f"/v1/games/{hidden}/events"):
+        problem(client.get(path), 404, "not_found")

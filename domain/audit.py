@@ -1,0 +1,542 @@
+"""Audit a game's recorded history (contract: Fairness, Auditing). Pure: stdlib and domain only.
+
+``audit_records(records)`` takes the events as ``/events`` serves them (or as an export holds them)
+and runs four checks, each of which may blame a version:
+
+- ``chain``: versions 1..n in order; every ``prev_hash`` is the previous event's ``hash`` (zeros for
+  version 1); every ``hash`` recomputed from the served fields equals the stored one.
+- ``rules``: the game is rebuilt from the GameCreated data and every action is re-derived from the
+  events and replayed through the rules; the replay must produce the recorded events, type by type
+  and field by field (derived events such as TurnBusted or GameFinished included).
+- ``dice``: every server draw (any object in an event's data that carries a ``nonce``) uses the next
+  nonce and, once the seed is revealed, equals the HMAC draw from it; the revealed seed must hash to
+  the published commitment. Before the reveal the draws are "pending", which is not a failure.
+- ``final_state``: the replay ends in the live state (when one is given: the server's audit).
+
+A record that is not even well formed (missing keys, wrong types, or a service-side
+``{"version": v, "unreadable": "reason"}`` marker for a stored row that could not be decoded) is
+reported by ``chain`` at its version; nothing here raises on bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeGuard
+
+from domain import fairness
+from domain.errors import DomainError
+from domain.game import ZERO_HASH, Game, chain_hash, event_data, event_type
+from domain.view import game_state
+
+EXPORT_FORMAT = "cantstop-game"
+EXPORT_FORMAT_VERSION = 1
+AT_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+AT_PATTERN = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
+HEX64 = re.compile(r"[0-9a-f]{64}")
+MAX_RECORDS = 100_000
+MAX_DEPTH = 16
+MAX_GAME_ID = 200
+COMMANDS = frozenset(
+    {"SeatJoined", "DiceRolled", "MovePlayed", "TurnStopped", "PlayerResigned", "SeedRevealed"}
+)
+DERIVED = frozenset({"GameCreated", "TurnOrderDecided", "TurnBusted", "GameFinished"})
+EVENT_TYPES = COMMANDS | DERIVED
+
+# The replay cannot re-derive a commitment without its seed: it starts the game with this stand-in
+# and keeps the recorded commitment, which the dice check and the seed reveal test instead.
+_STAND_IN_SEED = "0" * 64
+_REPLAY_ID = uuid.UUID(int=0)
+
+
+class MalformedExport(ValueError):
+    """Not a game export at all (no or bad header line): the reason is one line."""
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    version: int | None = None
+    """The version this check blames, if any."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "detail": self.detail, "version": self.version}
+
+
+# ------------------------------------------------------------------------------ helpers
+def _is_int(value: Any) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    try:
+        text = _canonical(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def parse_at(at: str) -> datetime:
+    """An event's served time back to a datetime (UTC); ValueError unless in the served form."""
+    if not AT_PATTERN.fullmatch(at):
+        raise ValueError(f"{at!r} is not a time as served (YYYY-MM-DDTHH:MM:SS.ffffffZ)")
+    return datetime.strptime(at, AT_FORMAT).replace(tzinfo=UTC)
+
+
+def _depth(value: Any) -> int:
+    """How deeply ``value`` nests lists and objects (iteratively: no recursion limit to hit)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, level)
+        if deepest > MAX_DEPTH:
+            break
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def record_problem(record: Any) -> str | None:
+    """Why ``record`` is not an event as served, or None when it is well formed."""
+    if not isinstance(record, Mapping):
+        return "not a JSON object"
+    if "unreadable" in record:
+        return f"unreadable: {record['unreadable']}"
+    missing = [k for k in ("version", "type", "at", "data", "prev_hash", "hash") if k not in record]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    if not _is_int(record["version"]):
+        return "version is not an integer"
+    if not isinstance(record["type"], str):
+        return "type is not a string"
+    if not isinstance(record["data"], Mapping):
+        return "data is not an object"
+    if _depth(record["data"]) > MAX_DEPTH:
+        return f"data is nested more than {MAX_DEPTH} levels deep"
+    for key in ("prev_hash", "hash"):
+        if not isinstance(record[key], str) or not HEX64.fullmatch(record[key]):
+            return f"{key} is not 64 lowercase hex digits"
+    if not isinstance(record["at"], str):
+        return "at is not a string"
+    try:
+        parse_at(record["at"])
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _draws(value: Any) -> Iterator[Mapping[str, Any]]:
+    """Every object inside ``value`` that carries a (non-null) ``nonce``, in document order."""
+    if isinstance(value, Mapping):
+        if value.get("nonce") is not None:
+            yield value
+        for item in value.values():
+            yield from _draws(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _draws(item)
+
+
+def _readable_prefix(records: Sequence[Any]) -> list[Mapping[str, Any]]:
+    """The records up to (not including) the first malformed one."""
+    prefix: list[Mapping[str, Any]] = []
+    for record in records:
+        if record_problem(record) is not None:
+            break
+        prefix.append(record)
+    return prefix
+
+
+# ------------------------------------------------------------------------------ chain
+def check_chain(records: Sequence[Any]) -> Check:
+    if not records:
+        return Check("chain", False, "the history is empty: version 1 is missing", 1)
+    previous = ZERO_HASH
+    for position, record in enumerate(records):
+        expected = position + 1
+        claimed = record.get("version") if isinstance(record, Mapping) else None
+        if _is_int(claimed) and claimed != expected:
+            if claimed > expected:
+                detail = f"version {expected} is missing: version {claimed} follows {expected - 1}"
+            else:
+                detail = f"version {claimed} appears again, where version {expected} belongs"
+            return Check("chain", False, detail, expected)
+        problem = record_problem(record)
+        if problem is not None:
+            return Check("chain", False, f"version {expected} is malformed: {problem}", expected)
+        if record["prev_hash"] != previous:
+            what = "the zero hash" if expected == 1 else f"the hash of version {expected - 1}"
+            return Check("chain", False, f"version {expected}: prev_hash is not {what}", expected)
+        try:
+            digest = chain_hash(
+                record["prev_hash"], expected, record["type"], record["at"], record["data"]
+            )
+        except (TypeError, ValueError) as exc:
+            return Check("chain", False, f"version {expected} cannot be hashed: {exc}", expected)
+        if digest != record["hash"]:
+            return Check(
+                "chain",
+                False,
+                f"version {expected}: the hash does not match the event's contents",
+                expected,
+            )
+        previous = record["hash"]
+    return Check("chain", True, f"{len(records)} events, every hash verified")
+
+
+# ------------------------------------------------------------------------------ dice
+def check_dice(records: Sequence[Any]) -> Check:
+    readable = [r for r in records if record_problem(r) is None]
+    created = readable[0] if readable and readable[0]["version"] == 1 else None
+    if created is None or created["type"] != "GameCreated":
+        return Check("dice", False, "no readable GameCreated event at version 1", 1)
+    setup = created["data"]
+    mode = setup.get("dice")
+    rules = setup.get("rules")
+    faces = rules.get("dice_faces") if isinstance(rules, Mapping) else None
+    client_seed = setup.get("client_seed")
+    promised = setup.get("seed_commitment")
+    draws = [(r["version"], d) for r in readable for d in _draws(r["data"])]
+    reveals = [r for r in readable if r["type"] == "SeedRevealed"]
+    if mode == "manual":
+        if draws:
+            return Check("dice", False, "a manual-dice game records a server draw", draws[0][0])
+        if reveals:
+            return Check("dice", False, "a manual-dice game reveals a seed", reveals[0]["version"])
+        return Check("dice", True, "manual dice: no server draws to check")
+    if mode != "server":
+        return Check("dice", False, f"unknown dice mode {_short(mode)}", 1)
+    if not _is_int(faces) or faces < 2 or not isinstance(client_seed, str):
+        return Check("dice", False, "GameCreated lacks the dice faces or the client seed", 1)
+    if not isinstance(promised, str) or not HEX64.fullmatch(promised):
+        return Check("dice", False, "GameCreated lacks a seed commitment", 1)
+    for expected_nonce, (version, entry) in enumerate(draws):
+        nonce, dice = entry.get("nonce"), entry.get("dice")
+        if not _is_int(nonce) or nonce != expected_nonce:
+            detail = f"version {version}: draw nonce {_short(nonce)} where {expected_nonce} is next"
+            return Check("dice", False, detail, version)
+        if (
+            not isinstance(dice, list)
+            or not dice
+            or not all(_is_int(d) and 1 <= d <= faces for d in dice)
+        ):
+            detail = f"version {version}: draw {nonce} records no dice of 1..{faces}"
+            return Check("dice", False, detail, version)
+    if len(reveals) > 1:
+        return Check("dice", False, "the seed is revealed twice", reveals[1]["version"])
+    if not reveals:
+        finished = [r["version"] for r in readable if r["type"] == "GameFinished"]
+        if finished:
+            detail = f"the game finished at version {finished[0]} but its seed was never revealed"
+            return Check("dice", False, detail, finished[0] + 1)
+        detail = (
+            f"pending: {len(draws)} draws recorded; the server seed is revealed when the game "
+            "is finished"
+        )
+        return Check("dice", True, detail)
+    reveal = reveals[0]
+    seed = reveal["data"].get("server_seed")
+    if not isinstance(seed, str) or not seed.isascii() or fairness.commitment(seed) != promised:
+        detail = f"version {reveal['version']}: the revealed seed does not hash to the commitment"
+        return Check("dice", False, detail, reveal["version"])
+    for version, entry in draws:
+        nonce, dice = entry["nonce"], entry["dice"]
+        drawn = fairness.draw(seed, client_seed, nonce, len(dice), faces)
+        if drawn != dice:
+            detail = f"version {version}: draw {nonce} records {dice}, the seed gives {drawn}"
+            return Check("dice", False, detail, version)
+    return Check("dice", True, f"{len(draws)} draws match the revealed seed")
+
+
+# ------------------------------------------------------------------------------ rules
+class _Refused(Exception):
+    """The replay stops: ``position`` is the 0-based index of the record to blame."""
+
+    def __init__(self, position: int, detail: str) -> None:
+        super().__init__(detail)
+        self.position = position
+        self.detail = detail
+
+
+class _RecordedDice:
+    """The draw function of the replay: hands out the recorded draws, in order."""
+
+    def __init__(self, records: Sequence[Mapping[str, Any]]) -> None:
+        self.queue = deque(
+            (position, entry)
+            for position, record in enumerate(records)
+            for entry in _draws(record["data"])
+        )
+        self.position = 0
+
+    def __call__(self, nonce: int, count: int, faces: int) -> list[int]:
+        if not self.queue:
+            raise _Refused(self.position, f"the rules call for draw {nonce}; none is recorded")
+        position, entry = self.queue.popleft()
+        dice = entry.get("dice")
+        if (
+            not isinstance(dice, list)
+            or len(dice) != count
+            or not all(_is_int(d) and 1 <= d <= faces for d in dice)
+        ):
+            detail = f"draw {nonce} should be {count} dice of 1..{faces}, not {_short(dice)}"
+            raise _Refused(position, detail)
+        # The nonce recorded with it is compared with the replay's along with the other fields.
+        return list(dice)
+
+
+def _int_field(data: Mapping[str, Any], key: str) -> int:
+    value = data.get(key)
+    if not _is_int(value):
+        raise TypeError(f"{key} is not an integer")
+    return value
+
+
+def _perform(game: Game, record: Mapping[str, Any], draw: _RecordedDice) -> None:
+    """The command that the recorded event says was given."""
+    kind, data = record["type"], record["data"]
+    server = game.dice_mode == "server"
+    if kind == "SeatJoined":
+        game.join(data.get("name"), draw=draw if server else None)
+    elif kind == "DiceRolled":
+        seat = _int_field(data, "seat")
+        if server:
+            game.roll(seat, draw=draw)
+        else:
+            game.roll(seat, dice=data.get("dice"))
+    elif kind == "MovePlayed":
+        game.move(_int_field(data, "seat"), data.get("sums"))
+    elif kind == "TurnStopped":
+        game.stop(_int_field(data, "seat"))
+    elif kind == "PlayerResigned":
+        game.resign(_int_field(data, "seat"))
+    else:  # SeedRevealed
+        seed = data.get("server_seed")
+        if not isinstance(seed, str) or not seed.isascii():
+            raise TypeError("server_seed is not ASCII text")
+        game.reveal_seed(seed)
+
+
+_ABSENT = object()
+
+
+def _pairs(events: Sequence[Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The events' types and data, as JSON would carry them (tuples become lists)."""
+    return [(event_type(e), json.loads(json.dumps(event_data(e)))) for e in events]
+
+
+def _show(data: Mapping[str, Any], key: str) -> str:
+    value = data.get(key, _ABSENT)
+    return "(absent)" if value is _ABSENT else _short(value)
+
+
+def _compare(
+    produced: Sequence[tuple[str, Mapping[str, Any]]],
+    records: Sequence[Mapping[str, Any]],
+    at: int,
+) -> None:
+    """The events the replay produced against the records from position ``at`` on."""
+    for offset, (kind, replayed) in enumerate(produced):
+        position = at + offset
+        if position >= len(records):
+            raise _Refused(position, f"the rules produce {kind} here, but the history ends")
+        record = records[position]
+        if record["type"] != kind:
+            raise _Refused(position, f"recorded {record['type']}, the rules produce {kind}")
+        stored = record["data"]
+        if _canonical(replayed) != _canonical(stored):
+            diffs = [
+                f"{key}: recorded {_show(stored, key)}, the rules give {_show(replayed, key)}"
+                for key in sorted(set(replayed) | set(stored))
+                if (key in stored) != (key in replayed)
+                or _canonical(stored.get(key)) != _canonical(replayed.get(key))
+            ]
+            raise _Refused(position, f"{kind} differs from the replay: " + "; ".join(diffs))
+
+
+def _start(records: Sequence[Mapping[str, Any]], draw: _RecordedDice) -> Game:
+    """Create the game from the GameCreated data, as the service would have."""
+    created = records[0]
+    if created["type"] != "GameCreated":
+        raise _Refused(0, f"the history starts with {created['type']}, not GameCreated")
+    setup = created["data"]
+    server = setup.get("dice") == "server"
+    promised = setup.get("seed_commitment")
+    if server and (not isinstance(promised, str) or not HEX64.fullmatch(promised)):
+        raise _Refused(0, "a server-dice game needs a seed commitment of 64 hex digits")
+    game = Game.start(
+        _REPLAY_ID,
+        players=setup.get("players"),
+        seats=None if setup.get("players") is not None else setup.get("seats"),
+        rules=setup.get("rules"),
+        dice=setup.get("dice"),
+        first_player=setup.get("first_player"),
+        client_seed=setup.get("client_seed"),
+        server_seed=_STAND_IN_SEED if server else None,
+        draw=draw if server else None,
+    )
+    produced = _pairs(game.collect_events())
+    if server:
+        # The rest of GameCreated is compared; the commitment is the recorded one from here on.
+        produced[0][1]["seed_commitment"] = promised
+        game.seed_commitment = promised
+    _compare(produced, records, 0)
+    return game
+
+
+def _replay(records: Sequence[Any]) -> tuple[Check, Game | None]:
+    readable = _readable_prefix(records)
+    if not readable:
+        return Check("rules", False, "no readable GameCreated event at version 1", 1), None
+    draw = _RecordedDice(readable)
+    position = 0
+    try:
+        game = _start(readable, draw)
+        position = game.version
+        while position < len(readable):
+            record = readable[position]
+            draw.position = position
+            kind = record["type"]
+            if kind not in EVENT_TYPES:
+                raise _Refused(position, f"{_short(kind)} is not an event of this game")
+            if kind in DERIVED:
+                raise _Refused(position, f"{kind} does not follow from the events before it")
+            before = game.version
+            _perform(game, record, draw)
+            _compare(_pairs(game.collect_events()), readable, before)
+            position = game.version
+    except _Refused as exc:
+        version = exc.position + 1
+        return Check("rules", False, f"version {version}: {exc.detail}", version), None
+    except DomainError as exc:
+        version = position + 1
+        detail = f"version {version}: the rules refuse it ({exc.code}): {exc.detail}"
+        return Check("rules", False, detail, version), None
+    except Exception as exc:  # malformed data reaching the rules: reported, never raised
+        version = position + 1
+        detail = f"version {version}: malformed event data ({type(exc).__name__}: {exc})"
+        return Check("rules", False, detail, version), None
+    if len(readable) < len(records):
+        # The replay stopped where the records stop being readable; the chain check blames it.
+        version = len(readable) + 1
+        detail = f"replayed versions 1 to {len(readable)}; version {version} is unreadable"
+        return Check("rules", False, detail, version), None
+    return Check("rules", True, f"{len(readable)} events replayed through the rules"), game
+
+
+# ------------------------------------------------------------------------------ final state
+def _check_final(
+    game: Game | None, live_state: Mapping[str, Any] | None, live_error: str | None
+) -> Check:
+    if live_error is not None:
+        return Check("final_state", False, f"the live game cannot be loaded: {live_error}")
+    if live_state is None:
+        return Check("final_state", True, "skipped: no live state to compare (offline audit)")
+    if game is None:
+        return Check("final_state", False, "not compared: the replay did not reach the end")
+    replayed = {k: v for k, v in game_state(game).items() if k != "id"}
+    live = {k: v for k, v in live_state.items() if k != "id"}
+    if _canonical(replayed) == _canonical(live):
+        return Check(
+            "final_state", True, f"the replay ends in the live state (version {game.version})"
+        )
+    keys = sorted(
+        k
+        for k in set(replayed) | set(live)
+        if _canonical(replayed.get(k)) != _canonical(live.get(k))
+    )
+    live_version = live.get("version")
+    if _is_int(live_version) and live_version != game.version:
+        blamed = min(live_version, game.version) + 1
+        detail = f"the live game is at version {live_version}, the history at {game.version}"
+    else:
+        blamed = game.version
+        detail = f"the live game differs from the replay in: {', '.join(keys)}"
+    return Check("final_state", False, detail, blamed)
+
+
+# ------------------------------------------------------------------------------ the audit
+def audit_records(
+    records: Sequence[Any],
+    *,
+    live_state: Mapping[str, Any] | None = None,
+    live_error: str | None = None,
+) -> dict[str, Any]:
+    """The verdict of the contract's ``/audit``: valid, the checks, the first version blamed.
+
+    ``live_state`` is the live game's state (``game_state``), compared with the replay's end;
+    ``live_error`` says why the live game could not be loaded at all (reported, never raised).
+    """
+    if len(records) > MAX_RECORDS:
+        checks = [Check("chain", False, f"more than {MAX_RECORDS} events", MAX_RECORDS + 1)]
+    else:
+        rules, game = _replay(records)
+        checks = [
+            check_chain(records),
+            rules,
+            check_dice(records),
+            _check_final(game, live_state, live_error),
+        ]
+    blamed = [c.version for c in checks if c.version is not None]
+    return {
+        "valid": all(c.ok for c in checks),
+        "checks": [c.to_dict() for c in checks],
+        "first_bad_version": min(blamed) if blamed else None,
+    }
+
+
+# ------------------------------------------------------------------------------ exports
+def export_header(game_id: str) -> dict[str, Any]:
+    return {"format": EXPORT_FORMAT, "format_version": EXPORT_FORMAT_VERSION, "game_id": game_id}
+
+
+def parse_export(data: bytes) -> tuple[dict[str, Any], list[Any]]:
+    """An export's header and records. A bad header is MalformedExport; a bad event line becomes
+    an ``{"version": <its line>, "unreadable": …}`` record, which the audit blames."""
+    lines = data.split(b"\n")
+    if lines and not lines[-1].strip():
+        lines.pop()
+    if not lines:
+        raise MalformedExport("the file is empty")
+    try:
+        header = json.loads(lines[0].decode("utf-8"))
+    except (ValueError, RecursionError):
+        raise MalformedExport("the first line is not a JSON header") from None
+    if (
+        not isinstance(header, dict)
+        or header.get("format") != EXPORT_FORMAT
+        or header.get("format_version") != EXPORT_FORMAT_VERSION
+        or not isinstance(header.get("game_id"), str)
+        or not 0 < len(header["game_id"]) <= MAX_GAME_ID
+    ):
+        raise MalformedExport(
+            f'the first line is not {{"format": "{EXPORT_FORMAT}", '
+            f'"format_version": {EXPORT_FORMAT_VERSION}, "game_id": "…"}}'
+        )
+    if len(lines) - 1 > MAX_RECORDS:
+        raise MalformedExport(f"more than {MAX_RECORDS} events")
+    records: list[Any] = []
+    for number, line in enumerate(lines[1:], start=1):
+        try:
+            records.append(json.loads(line.decode("utf-8")))
+        except UnicodeDecodeError:
+            records.append({"version": number, "unreadable": f"line {number + 1} is not UTF-8"})
+        except (ValueError, RecursionError):
+            records.append({"version": number, "unreadable": f"line {number + 1} is not JSON"})
+    return header, records

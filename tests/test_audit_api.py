@@ -1,0 +1,223 @@
+"""Exports, imports (read-only games) and board pictures over HTTP (contract: Auditing)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+import xml.etree.ElementTree as ET
+from typing import Any
+
+from flask.testing import FlaskClient
+
+from service.app import create_app
+from service.config import Settings
+from service.games import vault_id
+from tests.test_audit_helpers import (
+    MANUAL_ROLLS,
+    bearer,
+    choose,
+    create_game,
+    export_text,
+    ok,
+    play_manual,
+)
+
+NDJSON = "application/x-ndjson"
+
+
+def events_of(client: FlaskClient, game_id: str) -> list[dict[str, Any]]:
+    return ok(client.get(f"/v1/games/{game_id}/events?limit=1000"))["events"]
+
+
+def problem_code(response: Any, status: int) -> str:
+    assert response.status_code == status, response.get_data(as_text=True)
+    assert response.mimetype == "application/problem+json"
+    return response.get_json()["code"]
+
+
+def server_game_with_actions(client: FlaskClient, actions: int) -> tuple[str, list[str]]:
+    game_id, tokens = create_game(client, players=["Ann", "Bob"], client_seed="table 4")
+    state = ok(client.get(f"/v1/games/{game_id}"))
+    for _ in range(actions):
+        token = tokens[state["turn"]["player"]]
+        response = client.post(
+            f"/v1/games/{game_id}/actions", json=choose(state), headers=bearer(token)
+        )
+        state = ok(response)["game"]
+    return game_id, tokens
+
+
+# ------------------------------------------------------------------------------ export
+def test_an_export_is_a_header_then_each_event_as_events_serves_it(client: FlaskClient) -> None:
+    game_id, _ = play_manual(client)
+    response = client.get(f"/v1/games/{game_id}/export")
+    assert response.status_code == 200 and response.mimetype == NDJSON
+    assert f"cantstop-{game_id}.ndjson" in response.headers["Content-Disposition"]
+    text = response.get_data(as_text=True)
+    assert text.endswith("\n")
+    lines = [json.loads(line) for line in text.splitlines()]
+    assert lines[0] == {"format": "cantstop-game", "format_version": 1, "game_id": game_id}
+    assert lines[1:] == events_of(client, game_id)
+    assert [line["version"] for line in lines[1:]] == list(range(1, 12))
+
+
+def test_audit_export_and_board_of_what_is_not_a_game_are_not_found(client: FlaskClient) -> None:
+    game_id, _ = play_manual(client, MANUAL_ROLLS[:1])
+    secret_store = vault_id(uuid.UUID(game_id))  # a vault's rows are in the same table
+    for other in (str(uuid.uuid4()), "not-a-game", str(secret_store)):
+        for path in ("audit", "export", "board.svg"):
+            assert problem_code(client.get(f"/v1/games/{other}/{path}"), 404) == "not_found"
+
+
+def test_a_live_game_audits_valid_with_its_draws_pending(client: FlaskClient) -> None:
+    game_id, _ = server_game_with_actions(client, 12)
+    verdict = ok(client.get(f"/v1/games/{game_id}/audit"))
+    assert verdict["valid"] is True and verdict["first_bad_version"] is None
+    checks = {c["name"]: c for c in verdict["checks"]}
+    assert checks["dice"]["detail"].startswith("pending")
+    assert "live state" in checks["final_state"]["detail"]
+
+
+# ------------------------------------------------------------------------------ import
+def test_an_imported_export_keeps_every_event_and_can_be_browsed(client: FlaskClient) -> None:
+    game_id, _ = server_game_with_actions(client, 15)
+    exported = export_text(client, game_id)
+    response = client.post("/v1/games/import", data=exported, content_type=NDJSON)
+    imported = ok(response, 201)
+    new_id = imported["game"]["id"]
+    assert new_id != game_id
+    assert response.headers["Location"] == f"/v1/games/{new_id}"
+    assert imported["read_only"] is True
+    assert imported["source"] == {"kind": "export", "game_id": game_id}
+
+    # The same events: versions, times, data and hashes (the chain does not include the id).
+    assert events_of(client, new_id) == events_of(client, game_id)
+    original, copy = ok(client.get(f"/v1/games/{game_id}")), imported["game"]
+    assert {**original, "id": None} == {**copy, "id": None}
+    assert ok(client.get(f"/v1/games/{new_id}?version=3"))["version"] == 3
+    assert ok(client.get(f"/v1/games/{new_id}/audit"))["valid"] is True
+    assert client.get(f"/v1/games/{new_id}/board.svg?version=2").status_code == 200
+
+
+def test_every_action_and_join_on_an_imported_game_is_refused_read_only(
+    client: FlaskClient,
+) -> None:
+    game_id, tokens = server_game_with_actions(client, 3)
+    lobby, _ = create_game(client, seats=3)
+    ok(client.post(f"/v1/games/{lobby}/players", json={"name": "Ann"}), 201)
+    copies = [
+        ok(client.post("/v1/games/import", data=export_text(client, g), content_type=NDJSON), 201)
+        for g in (game_id, lobby)
+    ]
+    played, waiting = (c["game"]["id"] for c in copies)
+    path = f"/v1/games/{played}/actions"
+    for headers in ({}, bearer(tokens[0]), bearer(tokens[1]), bearer("made-up")):
+        for action in ({"type": "roll"}, {"type": "stop"}, {"type": "resign"}):
+            assert problem_code(client.post(path, json=action, headers=headers), 409) == "read_only"
+    join = client.post(f"/v1/games/{waiting}/players", json={"name": "Bob"})
+    assert problem_code(join, 409) == "read_only"
+    # The originals are untouched and still playable.
+    assert ok(client.get(f"/v1/games/{lobby}"))["status"] == "waiting"
+    ok(client.post(f"/v1/games/{lobby}/players", json={"name": "Bob"}), 201)
+
+
+def test_an_export_that_does_not_verify_is_refused_with_its_verdict(client: FlaskClient) -> None:
+    game_id, _ = play_manual(client)
+    lines = export_text(client, game_id).splitlines()
+    record = json.loads(lines[7])
+    record["data"]["sums"] = [12]
+    lines[7] = json.dumps(record)
+    response = client.post("/v1/games/import", data="\n".join(lines), content_type=NDJSON)
+    assert problem_code(response, 422) == "import_invalid"
+    verdict = response.get_json()["verdict"]
+    assert verdict["valid"] is False and verdict["first_bad_version"] == 7
+
+
+def test_what_is_not_an_export_or_a_transcript_is_a_bad_request(client: FlaskClient) -> None:
+    post = client.post
+    assert problem_code(post("/v1/games/import", data="x", content_type=NDJSON), 422) == (
+        "invalid_request"
+    )
+    assert problem_code(post("/v1/games/import", data="", content_type=NDJSON), 422) == (
+        "invalid_request"
+    )
+    wrong_format = json.dumps({"format": "chess-game", "format_version": 1, "game_id": "g"})
+    assert problem_code(post("/v1/games/import", data=wrong_format, content_type=NDJSON), 422) == (
+        "invalid_request"
+    )
+    assert problem_code(post("/v1/games/import", data="x", content_type="text/plain"), 415) == (
+        "unsupported_media_type"
+    )
+    for body in ({}, {"transcript": []}, {"transcript": {"players": []}}, {"other": 1}):
+        assert problem_code(post("/v1/games/import", json=body), 422) == "invalid_request"
+    unknown_field = {"transcript": {"players": ["Ann", "Bob"], "colour": "red"}}
+    assert problem_code(post("/v1/games/import", json=unknown_field), 422) == "invalid_request"
+
+
+def test_a_transcript_that_verifies_is_imported_as_a_manual_game(client: FlaskClient) -> None:
+    transcript = {
+        "players": ["Ann", "Bob"],
+        "rules": {"columns_to_win": 2},
+        "first_player": 1,
+        "actions": [
+            {"type": "roll", "dice": [3, 4, 2, 6]},
+            {"type": "move", "sums": [7, 8]},
+            {"type": "stop"},
+            {"type": "roll", "dice": [1, 1, 1, 1]},
+            {"type": "resign", "seat": 1},
+        ],
+    }
+    verdict = ok(client.post("/v1/transcripts/verify", json=transcript))
+    imported = ok(client.post("/v1/games/import", json={"transcript": transcript}), 201)
+    assert imported["source"] == {"kind": "transcript", "game_id": None}
+    game = imported["game"]
+    assert {**game, "id": None} == {**verdict["game"], "id": None}
+    assert game["status"] == "finished" and game["winner"] == 0  # Bob (seat 1) resigned
+    assert len(events_of(client, game["id"])) == game["version"]
+    assert ok(client.get(f"/v1/games/{game['id']}/audit"))["valid"] is True
+
+
+def test_a_transcript_that_does_not_verify_is_refused_with_its_verdict(
+    client: FlaskClient,
+) -> None:
+    transcript = {"players": ["Ann", "Bob"], "actions": [{"type": "move", "sums": [7]}]}
+    response = client.post("/v1/games/import", json={"transcript": transcript})
+    assert problem_code(response, 422) == "import_invalid"
+    verdict = response.get_json()["verdict"]
+    assert verdict["valid"] is False
+    assert verdict["error"]["index"] == 0 and verdict["error"]["code"] == "illegal_action"
+
+
+def test_an_import_may_exceed_the_usual_body_limit(database_url: str) -> None:
+    app = create_app(Settings(database_url=database_url, max_body_bytes=1024), create_tables=True)
+    try:
+        client = app.test_client()
+        game_id, _ = play_manual(client)
+        exported = export_text(client, game_id)
+        assert len(exported.encode()) > 1024
+        too_big = client.post("/v1/transcripts/verify", data=exported, content_type=NDJSON)
+        assert problem_code(too_big, 413) == "payload_too_large"
+        ok(client.post("/v1/games/import", data=exported, content_type=NDJSON), 201)
+    finally:
+        app.extensions["cantstop"].close()
+
+
+# ------------------------------------------------------------------------------ pictures
+def test_the_board_picture_follows_the_version_asked_for(client: FlaskClient) -> None:
+    game_id, _ = play_manual(client)
+    pictures = {}
+    for query, version in (("", 11), ("?version=2", 2), ("?version=4", 4)):
+        response = client.get(f"/v1/games/{game_id}/board.svg{query}")
+        assert response.status_code == 200 and response.mimetype == "image/svg+xml"
+        assert response.headers["ETag"] == f'"{version}"'
+        root = ET.fromstring(response.data)
+        assert root.tag == "{http://www.w3.org/2000/svg}svg"
+        assert root.get("data-version") == str(version)
+        pictures[version] = response.data
+    assert len(set(pictures.values())) == 3
+    assert problem_code(client.get(f"/v1/games/{game_id}/board.svg?version=12"), 404) == (
+        "not_found"
+    )
+    assert problem_code(client.get(f"/v1/games/{game_id}/board.svg?version=x"), 422) == (
+        "invalid_request"
+    )
