@@ -1,6 +1,7 @@
 """Benchmark the pure engine: random whole games, and legal-move generation alone.
 
-Run with `make bench`. Prints games/s and legal-move generations/s; docs/performance.md records them.
+Run with `make bench`. Prints games/s and legal-move generations/s;
+docs/performance.md records them.
 """
 
 from __future__ import annotations
@@ -63,13 +64,17 @@ def bench_legal_moves(n: int = 200_000) -> float:
 
 
 def main() -> None:
-    print(f"machine: {platform.machine()}, {platform.python_implementation()} "
-          f"{platform.python_version()}, {platform.system()}")
+    print(
+        f"machine: {platform.machine()}, {platform.python_implementation()} "
+        f"{platform.python_version()}, {platform.system()}"
+    )
     per_second = bench_legal_moves()
     print(f"legal-move generation: {per_second:,.0f}/s ({1e6 / per_second:.1f} µs each)")
     games, events = bench_games()
-    print(f"whole random games through the Game aggregate: {games:,.1f} games/s "
-          f"({events:,.0f} events/s)")
+    print(
+        f"whole random games through the Game aggregate: {games:,.1f} games/s "
+        f"({events:,.0f} events/s)"
+    )
 
 
 if __name__ == "__main__":

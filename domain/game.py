@@ -1,9 +1,10 @@
 """The ``Game`` aggregate: commands that check the rules, then record explicit past-tense events.
 
-Every public command validates first and raises a DomainError (recording nothing) when refused; then
-it triggers events whose ``apply`` only assigns what the command computed. Dice never come from inside
-an event body: manual dice are passed in, server dice come from a ``draw(nonce, count, faces)`` callable, and
-the event records them, so replaying the events reproduces every position exactly.
+Every public command validates first and raises a DomainError (recording nothing) when refused;
+then it triggers events whose ``apply`` only assigns what the command computed. Dice never come
+from inside an event body: manual dice are passed in, server dice come from a
+``draw(nonce, count, faces)`` callable, and the event records them, so replaying the events
+reproduces every position exactly.
 
 Each event carries ``prev_hash`` and ``hash``: the tamper-evident chain of the contract (Fairness),
 computed once, when the event is triggered, and stored with it.
@@ -31,7 +32,7 @@ MAX_NAME_LENGTH = 40
 DICE_MODES = ("server", "manual")
 
 Draw = Callable[[int, int, int], list[int]]
-"""``draw(nonce, count, faces)``: ``count`` dice of ``faces`` faces for draw ``nonce`` (server dice)."""
+"""``draw(nonce, count, faces)``: ``count`` dice of ``faces`` faces for draw ``nonce``."""
 
 
 def format_at(timestamp: datetime) -> str:
@@ -250,9 +251,7 @@ class Game(Aggregate):
 
     # ----------------------------------------------------------------- the hash chain, recorded
     @classmethod
-    def _create(
-        cls, event_class: type[Any], *, id: Any = None, **kwargs: Any
-    ) -> Game:
+    def _create(cls, event_class: type[Any], *, id: Any = None, **kwargs: Any) -> Game:
         timestamp = kwargs.pop("timestamp", None) or event_class.create_timestamp()
         digest = chain_hash(ZERO_HASH, 1, event_class.__name__, format_at(timestamp), kwargs)
         game = super()._create(

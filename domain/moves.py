@@ -1,8 +1,8 @@
 """Legal-move generation: pure functions over plain lists, exactly per the rulings (A turn, 1-7).
 
-Positions are lists indexed by column number (index 0 and 1 unused): ``runners[c]`` is the space of
-the runner in column ``c`` (0 = none), ``own[c]`` the acting player's marker, ``claimed[c]`` the seat
-that claimed the column or -1.
+Positions are lists indexed by column number (index 0 and 1 unused): ``runners[c]`` is the space
+of the runner in column ``c`` (0 = none), ``own[c]`` the acting player's marker, ``claimed[c]``
+the seat that claimed the column or -1.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Verify a transcript: a whole game with the dice written in (contract: Transcripts).
 
-``verify(doc)`` replays every action through the Game aggregate (manual dice) and returns the verdict.
+``verify(doc)`` replays every action through the Game aggregate (manual dice) and returns the
+verdict.
 A document that is not even well formed raises MalformedTranscript (API 422, CLI exit 2).
 """
 
@@ -68,7 +69,7 @@ def check_transcript(doc: Any, *, extra: frozenset[str] = frozenset()) -> None:
 
 
 def apply_action(game: Game, action: Mapping[str, Any]) -> None:
-    """One action, by the player to act (or the asserted ``seat``), in the contract's check order."""
+    """One action by the player to act (or the asserted ``seat``), in the contract's check order."""
     kind = action["type"]
     if kind == "resign":
         game.resign(action["seat"])

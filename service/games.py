@@ -182,10 +182,11 @@ class Games(Application[uuid.UUID]):
         self, game_id: uuid.UUID, after: int = 0, limit: int | None = None
     ) -> list[dict[str, Any]]:
         stored = self.repository.event_store.get(game_id, gt=after or None, limit=limit)
-        events = list(stored)
-        if any(not isinstance(e, Game.Event) for e in events):
-            raise NotFound(f"no game {game_id}")  # another aggregate's id, e.g. a vault's
-        records = [event_record(e) for e in events]
+        records = []
+        for event in stored:
+            if not isinstance(event, Game.Event):
+                raise NotFound(f"no game {game_id}")  # another aggregate's id, e.g. a vault's
+            records.append(event_record(event))
         if not records:
             self.game(game_id)  # 404 for an unknown game; else simply nothing after ``after``
         return records

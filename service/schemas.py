@@ -1,8 +1,8 @@
 """marshmallow schemas for every request body and response of the HTTP API.
 
 Requests are loaded strictly (unknown fields, wrong types → 422 invalid_request). Rule *values*
-(ranges, combinations) and dice are judged by the domain, so that a transcript and an HTTP client get
-the same answer with the same code.
+(ranges, combinations) and dice are judged by the domain, so that a transcript and an HTTP client
+get the same answer with the same code.
 """
 
 from __future__ import annotations
@@ -14,17 +14,17 @@ from marshmallow import Schema, ValidationError, fields, validate, validates_sch
 from domain.game import MAX_NAME_LENGTH
 
 
-def StrictBool(**kw: Any) -> fields.Boolean:  # noqa: N802 (reads like a field class)
+def StrictBool(**kw: Any) -> fields.Boolean:
     """true or false only: no "yes", 1 or "on"."""
     return fields.Boolean(truthy={True}, falsy={False}, **kw)
 
 
-def StrictInt(**kw: Any) -> fields.Integer:  # noqa: N802
+def StrictInt(**kw: Any) -> fields.Integer:
     """An integer only: no "7" and no 7.0."""
     return fields.Integer(strict=True, **kw)
 
 
-def Name(**kw: Any) -> fields.String:  # noqa: N802
+def Name(**kw: Any) -> fields.String:
     return fields.String(validate=validate.Length(min=1, max=MAX_NAME_LENGTH), **kw)
 
 

@@ -5,6 +5,7 @@ Every /v1/ response seen here is validated against openapi.yaml by the ``client`
 
 from __future__ import annotations
 
+import itertools
 import threading
 import uuid
 from typing import Any
@@ -200,7 +201,7 @@ def manual_game(client: FlaskClient) -> tuple[str, list[str]]:
 
 
 def test_a_turn_roll_move_stop(client: FlaskClient, manual_game: tuple[str, list[str]]) -> None:
-    gid, (ann, bob) = manual_game
+    gid, (ann, _bob) = manual_game
     rolled = act(client, gid, ann, type="roll", dice=[1, 5, 4, 6])
     assert rolled.status_code == 200
     body = rolled.get_json()
@@ -249,7 +250,7 @@ def test_tokens_are_checked_first(client: FlaskClient, manual_game: tuple[str, l
         401,
         "unauthorized",
     )
-    other, other_tokens = create(client, players=["X", "Y"], dice="manual")
+    _other, other_tokens = create(client, players=["X", "Y"], dice="manual")
     problem(act(client, gid, other_tokens[0], type="roll", dice=[1, 2, 3, 4]), 401, "unauthorized")
     problem(act(client, gid, bob, type="roll", dice=[1, 2, 3, 4]), 403, "not_your_turn")
     assert state(client, gid)["version"] == 2
@@ -376,9 +377,7 @@ def test_events_are_paged_oldest_first(
     everything = client.get(f"/v1/games/{gid}/events").get_json()["events"]
     assert everything[0]["type"] == "GameCreated"
     assert everything[0]["prev_hash"] == "0" * 64
-    assert all(
-        b["prev_hash"] == a["hash"] for a, b in zip(everything, everything[1:], strict=False)
-    )
+    assert all(b["prev_hash"] == a["hash"] for a, b in itertools.pairwise(everything))
     assert client.get(f"/v1/games/{gid}/events?after=99").get_json() == {
         "events": [],
         "next_after": None,
@@ -500,7 +499,7 @@ def test_transcript_verification_over_http(client: FlaskClient) -> None:
 
 # ------------------------------------------------------------------------------ races
 class RacingGames(Games):
-    """Holds every save at a barrier, so two requests have both read the game before either writes."""
+    """Holds every save at a barrier: both requests have read the game before either writes."""
 
     barrier: threading.Barrier | None = None
 
@@ -552,7 +551,7 @@ def test_two_racing_actions_give_exactly_one_success(settings: Settings) -> None
 def test_state_tokens_and_idempotency_keys_survive_a_restart(settings: Settings) -> None:
     first = create_app(settings, create_tables=True)
     client = first.test_client()
-    game, (ann, bob) = create(client, players=["Ann", "Bob"], dice="manual")
+    game, (ann, _bob) = create(client, players=["Ann", "Bob"], dice="manual")
     key = {"Idempotency-Key": "k"}
     before = act(client, game["id"], ann, headers=key, type="roll", dice=[1, 5, 4, 6]).get_json()
     first.extensions["cantstop"].close()

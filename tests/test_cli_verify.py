@@ -1,4 +1,4 @@
-"""`cantstop verify` as the contract says: verdict JSON, JSON Lines for several files, exit 0/1/2."""
+"""`cantstop verify` per the contract: verdict JSON, JSON Lines for several files, exit 0/1/2."""
 
 from __future__ import annotations
 
