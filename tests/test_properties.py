@@ -1,0 +1,368 @@
+"""Property-based tests: random play never breaks the rules' invariants; the events rebuild it all.
+
+Games are played through the Game aggregate with manual dice drawn by hypothesis, random rules
+(variants, solitaire modes, 6 or 8 faces, 1 to 5 players, lobby or not), and the player to act
+picking at random among ``legal_actions`` (with the odd resignation by anyone still seated).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from eventsourcing.application import Application
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from domain.errors import DomainError, GameOver, IllegalAction, InvalidDice, NotYourTurn
+from domain.game import Game
+from domain.view import game_state
+
+PROPERTY = settings(
+    max_examples=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+MAX_COMMANDS = 200
+ROLL = {"type": "roll"}
+STOP = {"type": "stop"}
+
+Command = Callable[[Game], None]
+
+
+# ------------------------------------------------------------------------------------- setups
+@dataclass(frozen=True)
+class Setup:
+    players: int
+    rules: dict[str, Any]
+    first_player: int
+    lobby: bool
+
+    @property
+    def faces(self) -> int:
+        return int(self.rules["dice_faces"])
+
+
+@st.composite
+def setups(draw: st.DrawFn) -> Setup:
+    players = draw(st.integers(1, 5))
+    rules: dict[str, Any] = {
+        "dice_faces": draw(st.sampled_from([6, 8])),
+        "steep_hill": draw(st.booleans()),
+    }
+    variant = draw(st.sampled_from([None, "jumping", "forced_move"]))  # never both
+    if variant:
+        rules[variant] = True
+    if players == 1:
+        rules["solitaire"] = draw(st.sampled_from(["easy", "advanced"]))
+    else:
+        rules["columns_to_win"] = draw(st.sampled_from([1, 2, 3, "by_players"]))
+    first_player = draw(st.integers(0, players - 1))
+    lobby = players >= 2 and draw(st.booleans())
+    return Setup(players, rules, first_player, lobby)
+
+
+def start(setup: Setup) -> Game:
+    names = [f"P{seat}" for seat in range(setup.players)]
+    if not setup.lobby:
+        return Game.start(
+            uuid.uuid4(),
+            players=names,
+            rules=setup.rules,
+            dice="manual",
+            first_player=setup.first_player,
+        )
+    game = Game.start(
+        uuid.uuid4(),
+        seats=setup.players,
+        rules=setup.rules,
+        dice="manual",
+        first_player=setup.first_player,
+    )
+    for name in names:
+        game.join(name)
+    return game
+
+
+# --------------------------------------------------------------------------------- invariants
+def shares_an_opponents_space(state: dict[str, Any]) -> bool:
+    turn = state["turn"]
+    return any(
+        player["markers"].get(column) == at
+        for column, at in turn["runners"].items()
+        for player in state["players"]
+        if player["seat"] != turn["player"]
+    )
+
+
+def check_invariants(state: dict[str, Any]) -> None:
+    rules = state["rules"]
+    height = {c["column"]: c["height"] for c in state["columns"]}
+    owner = {c["column"]: c["claimed_by"] for c in state["columns"]}
+    players = state["players"]
+
+    for player in players:
+        for column, at in player["markers"].items():
+            assert 1 <= at <= height[int(column)], (player, column)
+            if at == height[int(column)]:  # a marker on the top has claimed its column
+                assert owner[int(column)] == player["seat"]
+        assert player["claimed"] == sorted(c for c, s in owner.items() if s == player["seat"])
+        if player["resigned"]:
+            assert {int(c) for c in player["markers"]} <= set(player["claimed"])
+
+    for column, seat in owner.items():
+        if seat is None:
+            continue
+        assert players[seat]["markers"].get(str(column)) == height[column]
+        others = [p for p in players if p["seat"] != seat and str(column) in p["markers"]]
+        assert others == [], f"column {column} claimed by {seat} still holds {others}"
+
+    if state["status"] == "in_progress":
+        turn = state["turn"]
+        assert turn is not None
+        assert not players[turn["player"]]["resigned"]
+        assert state["legal_actions"], "nothing to do in a game in progress"
+        assert len(turn["runners"]) <= 3
+        for column, at in turn["runners"].items():
+            assert 1 <= at <= height[int(column)]
+            assert owner[int(column)] is None
+        assert (turn["dice"] is not None) == (turn["phase"] == "move")
+        if turn["phase"] == "roll_or_stop":
+            forced = rules["forced_move"] and shares_an_opponents_space(state)
+            assert state["legal_actions"] == ([ROLL] if forced else [ROLL, STOP])
+        for player in players:
+            assert len(player["claimed"]) < rules["columns_to_win"]
+    elif state["status"] == "finished":
+        assert state["turn"] is None
+        assert state["legal_actions"] == []
+        if state["finish_reason"] == "columns":
+            assert len(players[state["winner"]]["claimed"]) >= rules["columns_to_win"]
+        elif state["finish_reason"] == "last_player":
+            assert [p["seat"] for p in players if not p["resigned"]] == [state["winner"]]
+        else:
+            assert state["finish_reason"] == "resigned"
+            assert state["winner"] is None
+            assert state["solitaire"]["rating"] is None
+
+
+# ------------------------------------------------------------------------------- random play
+@dataclass
+class Played:
+    game: Game
+    live: dict[int, dict[str, Any]] = field(default_factory=dict)  # version → state it had
+    commands: list[Command] = field(default_factory=list)
+    after: list[int] = field(default_factory=list)  # the version after each command
+
+
+def roll(seat: int, dice: list[int]) -> Command:
+    return lambda game: game.roll(seat, dice=dice)
+
+
+def move(seat: int, sums: list[int]) -> Command:
+    return lambda game: game.move(seat, sums)
+
+
+def stop(seat: int) -> Command:
+    return lambda game: game.stop(seat)
+
+
+def resign(seat: int) -> Command:
+    return lambda game: game.resign(seat)
+
+
+def legal_command(data: st.DataObject, state: dict[str, Any], faces: int) -> Command:
+    """A command picked among what the game lists as legal (now and then a resignation).
+
+    Few draws per command keep long games fast: one pick, and one number for the four dice.
+    """
+    pick = data.draw(st.integers(0, 2**16 - 1), label="pick")
+    if pick % 200 == 37:  # about one command in 200
+        seated = [p["seat"] for p in state["players"] if not p["resigned"]]
+        return resign(seated[(pick // 200) % len(seated)])
+    seat = state["turn"]["player"]
+    action = state["legal_actions"][(pick // 200) % len(state["legal_actions"])]
+    if action["type"] == "roll":
+        code = data.draw(st.integers(0, faces**4 - 1), label="dice")
+        return roll(seat, [code // faces**i % faces + 1 for i in range(4)])
+    if action["type"] == "move":
+        sums = list(action["sums"])
+        return move(seat, sums[::-1] if pick % 2 else sums)  # sums in any order
+    return stop(seat)
+
+
+def fuzz_command(
+    data: st.DataObject, state: dict[str, Any], faces: int
+) -> tuple[Command, type | None]:
+    """Any command by any seat, and what the rulings and the contract's check order expect of it:
+    None when it must be accepted, else the error it must be refused with."""
+    seats = len(state["players"])
+    seat = data.draw(st.integers(0, seats), label="any seat")  # seat ``seats`` does not exist
+    kind = data.draw(st.sampled_from(["roll", "move", "stop"] * 3 + ["resign"]), label="any kind")
+    in_progress = state["status"] == "in_progress"
+    if not in_progress:
+        expected: type | None = GameOver
+    elif kind == "resign":
+        if seat >= seats:
+            expected = NotYourTurn
+        else:
+            expected = IllegalAction if state["players"][seat]["resigned"] else None
+        return resign(seat), expected
+    elif seat != state["turn"]["player"]:
+        expected = NotYourTurn
+    else:
+        expected = None
+    if kind == "roll":
+        dice = data.draw(st.lists(st.integers(0, faces + 1), min_size=3, max_size=5), label="dice")
+        if expected is None and ROLL not in state["legal_actions"]:
+            expected = IllegalAction
+        elif expected is None and not (len(dice) == 4 and all(1 <= d <= faces for d in dice)):
+            expected = InvalidDice
+        return roll(seat, dice), expected
+    if kind == "move":
+        sums = data.draw(
+            st.lists(st.integers(2, 2 * faces), min_size=1, max_size=2), label="any sums"
+        )
+        legal = [a["sums"] for a in state["legal_actions"] if a["type"] == "move"]
+        if expected is None and sorted(sums) not in legal:
+            expected = IllegalAction
+        return move(seat, sums), expected
+    if kind == "stop" and expected is None and STOP not in state["legal_actions"]:
+        expected = IllegalAction
+    return stop(seat) if kind == "stop" else resign(seat), expected
+
+
+def play(data: st.DataObject, setup: Setup, *, fuzz: bool = False) -> Played:
+    """Play at random, checking the invariants after every command and recording the live state
+    at every version the aggregate goes through (several per command when a roll busts, …)."""
+    game = start(setup)
+    played = Played(game)
+    played.live[game.version] = game_state(game)
+    recorded = Game.trigger_event
+
+    def trigger_and_record(event_class: type[Any], **kwargs: Any) -> None:
+        recorded(game, event_class, **kwargs)
+        played.live[game.version] = game_state(game)
+
+    game.trigger_event = trigger_and_record  # type: ignore[method-assign]
+    try:
+        state = played.live[game.version]
+        turn_number = game.turn_number
+        check_invariants(state)
+        for _ in range(MAX_COMMANDS):
+            if state["status"] == "finished":
+                break
+            expected: type | None = None
+            if fuzz and data.draw(st.booleans(), label="fuzz?"):
+                command, expected = fuzz_command(data, state, setup.faces)
+            else:
+                command = legal_command(data, state, setup.faces)
+            version = game.version
+            try:
+                command(game)
+            except DomainError as error:
+                assert expected is not None, f"refused a command the rules allow: {error}"
+                assert type(error) is expected, (error, expected)
+                assert game.version == version, "a refusal recorded events"
+                assert game_state(game) == state
+                continue
+            assert expected is None, f"accepted a command the rules refuse ({expected.__name__})"
+            assert game.version > version
+            played.commands.append(command)
+            played.after.append(game.version)
+            state = played.live[game.version]
+            check_invariants(state)
+            assert game.turn_number >= turn_number, "the turn number went back"
+            turn_number = game.turn_number
+    finally:
+        del game.trigger_event
+    return played
+
+
+# ------------------------------------------------------------------------------- the properties
+@PROPERTY
+@given(setup=setups(), data=st.data())
+def test_random_legal_play_keeps_every_invariant(setup: Setup, data: st.DataObject) -> None:
+    played = play(data, setup)
+    assert played.game.version == max(played.live)
+
+
+@PROPERTY
+@given(setup=setups(), data=st.data())
+def test_the_engine_accepts_exactly_the_listed_legal_actions(
+    setup: Setup, data: st.DataObject
+) -> None:
+    play(data, setup, fuzz=True)
+
+
+@PROPERTY
+@given(setup=setups(), data=st.data())
+def test_replaying_the_events_gives_the_live_state_at_every_version(
+    setup: Setup, data: st.DataObject
+) -> None:
+    played = play(data, setup)
+    events: list[Any] = list(played.game.pending_events)
+    assert [e.originator_version for e in events] == list(range(1, len(events) + 1))
+    replayed: Game = events[0].mutate(None)
+    for event in events[1:]:
+        replayed = event.mutate(replayed)
+        if event.originator_version in played.live:
+            assert game_state(replayed) == played.live[event.originator_version]
+    assert set(played.live) <= set(range(1, len(events) + 1))
+    assert game_state(replayed) == game_state(played.game)
+    assert replayed.last_hash == events[-1].hash
+
+
+@PROPERTY
+@given(setup=setups(), data=st.data())
+def test_snapshots_and_stored_events_restore_the_state_and_play_on_identically(
+    setup: Setup, data: st.DataObject
+) -> None:
+    played = play(data, setup)
+    game = played.game
+    final = game.version
+    final_state = game_state(game)
+    app: Application[uuid.UUID] = Application(env={"IS_SNAPSHOTTING_ENABLED": "y"})
+    app.save(game)
+
+    # Snapshots at random versions, and always at the last command that left a move to choose
+    # (tuples in the state come back as lists from a snapshot: the move must still be accepted).
+    in_move = [v for v in played.after if played.live[v]["turn"] and played.live[v]["turn"]["dice"]]
+    snapshots = set(
+        data.draw(st.lists(st.integers(1, final), max_size=4, unique=True), label="snapshots")
+    )
+    snapshots.update(in_move[-1:])
+    for version in sorted(snapshots):
+        app.take_snapshot(game.id, version=version)
+
+    checked = set(data.draw(st.lists(st.integers(1, final), max_size=4), label="versions"))
+    checked |= snapshots | {v + 1 for v in snapshots if v < final} | {final}
+    for version in sorted(checked):
+        restored: Game = app.repository.get(game.id, version=version)
+        assert restored.version == version
+        if version in played.live:
+            assert game_state(restored) == played.live[version]
+
+    # A game restored at a command boundary (from a snapshot where one was taken) plays on
+    # exactly like the live one did.
+    boundaries = [i for i, v in enumerate(played.after) if v in snapshots]
+    for index in boundaries:
+        restored = app.repository.get(game.id, version=played.after[index])
+        for command in played.commands[index + 1 :]:
+            command(restored)
+        assert game_state(restored) == final_state
+
+
+@pytest.mark.parametrize("mode", ["easy", "advanced"])
+def test_a_game_restored_from_a_snapshot_in_the_move_phase_accepts_the_move(mode: str) -> None:
+    game = Game.start(uuid.uuid4(), players=["Sol"], rules={"solitaire": mode}, dice="manual")
+    game.roll(0, dice=[1, 5, 4, 6])
+    app: Application[uuid.UUID] = Application(env={"IS_SNAPSHOTTING_ENABLED": "y"})
+    app.save(game)
+    app.take_snapshot(game.id, version=game.version)
+    restored: Game = app.repository.get(game.id)
+    assert game_state(restored) == game_state(game)
+    restored.move(0, [10, 6])
+    assert game_state(restored)["turn"]["runners"] == {"6": 1, "10": 1}
