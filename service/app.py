@@ -13,7 +13,7 @@ from werkzeug.exceptions import HTTPException
 from domain.errors import DomainError, IllegalAction, InvalidRequest
 from service.config import Settings, persistence_env
 from service.games import Games, ServiceError
-from service.index import GameIndex
+from service.index import GameIndex, Leaderboard
 
 log = logging.getLogger("cantstop")
 
@@ -61,6 +61,7 @@ class Runtime:
         env.update(settings.extra_env)
         self.games = Games(env=env)
         self.index = GameIndex()
+        self.leaderboard = Leaderboard()
 
     def close(self) -> None:
         self.games.close()
@@ -96,8 +97,17 @@ def create_app(settings: Settings | None = None, *, create_tables: bool = False)
     app.extensions["cantstop"] = Runtime(settings, create_tables=create_tables)
 
     from service.api import api
+    from service.audit_api import audit_api
 
     app.register_blueprint(api)
+    from service import limits, live
+
+    live.init_app(app)  # GET /v1/games/{id}/stream and this process's hub
+    limits.init_app(app)  # CANTSTOP_RATE_LIMITS
+    app.register_blueprint(audit_api)
+    from service.solitaire_api import solitaire_api
+
+    app.register_blueprint(solitaire_api)
     app.register_blueprint(
         get_swaggerui_blueprint("/docs", "/openapi.yaml", config={"app_name": "Can't Stop API"})
     )

@@ -96,6 +96,16 @@ def cmd_sheet(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """Create the tables (if missing) once, e.g. before several API hosts start."""
+    from service.app import Runtime
+    from service.config import Settings
+
+    Runtime(Settings.from_env(), create_tables=True).close()
+    print("tables ready", file=sys.stderr)
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from gunicorn.app.base import Application  # has load_config_from_file
 
@@ -131,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--workers", type=int, default=None, help="worker processes (default 2)")
     serve.set_defaults(func=cmd_serve)
+
+    migrate = sub.add_parser("migrate", help="create the tables once (before several hosts start)")
+    migrate.set_defaults(func=cmd_migrate)
 
     ver = sub.add_parser("verify", help="check game transcripts offline")
     ver.add_argument("--trace", action="store_true", help="include the state after every action")

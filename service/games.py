@@ -183,10 +183,10 @@ class Games(Application[uuid.UUID]):
     ) -> list[dict[str, Any]]:
         stored = self.repository.event_store.get(game_id, gt=after or None, limit=limit)
         records = []
-        for event in stored:
-            if not isinstance(event, Game.Event):
+        for stored_event in stored:
+            if not isinstance(stored_event, Game.Event):
                 raise NotFound(f"no game {game_id}")  # another aggregate's id, e.g. a vault's
-            records.append(event_record(event))
+            records.append(event_record(stored_event))
         if not records:
             self.game(game_id)  # 404 for an unknown game; else simply nothing after ``after``
         return records

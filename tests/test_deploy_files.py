@@ -1,0 +1,252 @@
+"""The Dockerfile, deploy/docker-compose.yml and deploy/gunicorn.conf.py refer to things that exist.
+
+Docker cannot run here; these checks catch what breaks deployment files silently: a COPY of a file
+that moved, a command that is not installed, a health check on a route that does not exist, an
+environment variable that nothing reads.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib.util
+import json
+import re
+import shlex
+import tomllib
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+from flask import Flask
+
+from service import cli
+from service.app import create_app
+from service.config import Settings, persistence_env
+from service.limits import parse_limits
+from service.live import LiveConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKERFILE = ROOT / "Dockerfile"
+COMPOSE = ROOT / "deploy" / "docker-compose.yml"
+GUNICORN_CONF = ROOT / "deploy" / "gunicorn.conf.py"
+
+
+def instructions() -> list[tuple[str, str]]:
+    """The Dockerfile as (INSTRUCTION, arguments), continuation lines joined, comments dropped."""
+    joined: list[str] = []
+    current = ""
+    for line in DOCKERFILE.read_text(encoding="utf-8").splitlines():
+        if not current and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        if line.rstrip().endswith("\\"):
+            current += line.rstrip()[:-1] + " "
+            continue
+        joined.append(current + line)
+        current = ""
+    result = []
+    for text in joined:
+        keyword, _, rest = text.strip().partition(" ")
+        result.append((keyword.upper(), rest.strip()))
+    return result
+
+
+def exec_form(arguments: str) -> list[str]:
+    value = json.loads(arguments)
+    assert isinstance(value, list) and all(isinstance(v, str) for v in value), arguments
+    return value
+
+
+def dockerignored(path: str) -> bool:
+    patterns = [
+        line.strip()
+        for line in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    return any(fnmatch.fnmatch(path, p) or path.split("/")[0] == p for p in patterns)
+
+
+def project_env_names() -> set[str]:
+    """Every CANTSTOP_* variable the service or the gunicorn settings read."""
+    sources = [*sorted((ROOT / "service").glob("*.py")), GUNICORN_CONF]
+    names: set[str] = set()
+    for source in sources:
+        names |= set(re.findall(r"\"(CANTSTOP_[A-Z0-9_]+)\"", source.read_text(encoding="utf-8")))
+    return names
+
+
+def load_gunicorn_conf() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gunicorn_conf_under_test", GUNICORN_CONF)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def flask_app(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    database = tmp_path_factory.mktemp("deploy") / "routes.sqlite"
+    app = create_app(Settings(database_url=f"sqlite:///{database}"), create_tables=True)
+    yield app
+    app.extensions["cantstop"].close()
+
+
+def route_exists(app: Flask, path: str) -> bool:
+    adapter = app.url_map.bind("localhost")
+    try:
+        adapter.match(path, method="GET")
+    except Exception:
+        return False
+    return True
+
+
+# ------------------------------------------------------------------------------ Dockerfile
+def test_the_image_is_python_3_11_slim_and_runs_as_a_user() -> None:
+    steps = instructions()
+    assert steps[0] == ("FROM", "python:3.11-slim")
+    users = [args for keyword, args in steps if keyword == "USER"]
+    assert users and users[-1] not in ("root", "0")
+    assert any("useradd" in args and users[-1] in args for k, args in steps if k == "RUN")
+
+
+def test_every_copy_source_exists_and_is_not_dockerignored() -> None:
+    copies = [args for keyword, args in instructions() if keyword == "COPY"]
+    assert copies
+    for args in copies:
+        *sources, _destination = shlex.split(args)
+        for source in sources:
+            assert (ROOT / source).exists(), f"COPY {source}: no such file in the project"
+            assert not dockerignored(source), f"COPY {source} is excluded by .dockerignore"
+
+
+def test_the_image_holds_what_the_service_reads_at_run_time() -> None:
+    copied = {
+        source.rstrip("/")
+        for keyword, args in instructions()
+        if keyword == "COPY"
+        for source in shlex.split(args)[:-1]
+    }
+    # service.cli finds the gunicorn settings, service.app the OpenAPI document, next to the code.
+    assert cli.DEPLOY_CONFIG.relative_to(ROOT).as_posix() in copied | {"deploy"}
+    assert "openapi.yaml" in copied
+    assert {"domain", "service", "pyproject.toml"} <= copied
+    readme = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+        "readme"
+    ]
+    assert readme in copied  # setuptools needs it to build
+
+
+def test_the_command_is_the_declared_console_script_serving_on_all_interfaces() -> None:
+    commands = [exec_form(args) for keyword, args in instructions() if keyword == "CMD"]
+    assert len(commands) == 1
+    program, *arguments = commands[0]
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
+        "scripts"
+    ]
+    assert program in scripts and scripts[program] == "service.cli:main"
+    parsed = cli.build_parser().parse_args(arguments)
+    assert parsed.func is cli.cmd_serve
+    assert (parsed.host, parsed.port) == ("0.0.0.0", 8000)
+    exposed = [args for keyword, args in instructions() if keyword == "EXPOSE"]
+    assert exposed == [str(parsed.port)]
+
+
+def test_the_healthcheck_asks_a_real_route_with_the_standard_library(flask_app: Flask) -> None:
+    checks = [args for keyword, args in instructions() if keyword == "HEALTHCHECK"]
+    assert len(checks) == 1
+    _options, _, command = checks[0].partition("CMD ")
+    program, flag, code = exec_form(command)
+    assert (program, flag) == ("python", "-c")
+    compile(code, "<healthcheck>", "exec")
+    assert "urllib.request" in code and "curl" not in code
+    url = urlsplit(re.findall(r"'(http://[^']+)'", code)[0])
+    assert url.port == 8000
+    assert route_exists(flask_app, url.path), url.path
+    assert flask_app.test_client().get(url.path).status_code == 200
+
+
+# ---------------------------------------------------------------------------- gunicorn.conf
+def test_gunicorn_settings_import_and_use_threaded_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CANTSTOP_THREADS", raising=False)
+    monkeypatch.setenv("CANTSTOP_WORKERS", "3")
+    conf = load_gunicorn_conf()
+    assert conf.worker_class == "gthread"
+    assert conf.threads >= 32
+    assert conf.workers == 3
+    assert conf.worker_connections > conf.threads
+    assert conf.preload_app is False  # the Application is built in each worker, after the fork
+    assert conf.wsgi_app == "service.wsgi:app"
+    assert callable(conf.post_fork) and callable(conf.worker_int) and callable(conf.on_starting)
+    assert cli.DEPLOY_CONFIG == GUNICORN_CONF
+    # The stream cap leaves threads for actions.
+    cap = LiveConfig.from_env({"CANTSTOP_WORKER_THREADS": str(conf.threads)}).max_streams
+    assert 0 < cap <= conf.threads - 4
+
+
+def test_gunicorn_start_hook_refuses_a_bad_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
+    conf = load_gunicorn_conf()
+    monkeypatch.setenv("CANTSTOP_RATE_LIMITS", "create=lots")
+    with pytest.raises(ValueError, match="CANTSTOP_RATE_LIMITS"):
+        conf.on_starting(None)
+
+
+# ---------------------------------------------------------------------------------- compose
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    loaded = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def api_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {
+        name: service
+        for name, service in compose["services"].items()
+        if "build" in service and "command" not in service
+    }
+
+
+def test_compose_runs_two_api_hosts_on_postgres_16_and_redis_7(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    assert services["postgres"]["image"] == "postgres:16"
+    assert services["redis"]["image"] == "redis:7"
+    for name in ("postgres", "redis"):
+        assert services[name]["healthcheck"]["test"], name
+    apis = api_services(compose)
+    assert len(apis) >= 2
+    for name, service in apis.items():
+        context = (COMPOSE.parent / service["build"]["context"]).resolve()
+        assert (context / service["build"].get("dockerfile", "Dockerfile")).is_file(), name
+        for needed in ("postgres", "redis"):
+            assert service["depends_on"][needed]["condition"] == "service_healthy", name
+        assert any(str(port).endswith(":8000") for port in service["ports"]), name
+
+
+def test_compose_sets_only_variables_the_project_reads(compose: dict[str, Any]) -> None:
+    known = project_env_names()
+    assert {"CANTSTOP_DATABASE_URL", "CANTSTOP_REDIS_URL"} <= known
+    for name, service in compose["services"].items():
+        names = {key for key in service.get("environment", {}) if key.startswith("CANTSTOP_")}
+        assert names <= known, (name, names - known)
+    for name, service in api_services(compose).items():
+        env = {key: str(value) for key, value in service["environment"].items()}
+        assert {"CANTSTOP_DATABASE_URL", "CANTSTOP_REDIS_URL"} <= env.keys(), name
+        settings = Settings.from_env(env)
+        assert (
+            persistence_env(settings.database_url, create_table=False)["POSTGRES_HOST"]
+            in (compose["services"])
+        )
+        assert urlsplit(settings.redis_url or "").hostname in compose["services"]
+        parse_limits(settings.rate_limits)
+        LiveConfig.from_env(env)
+
+
+def test_compose_creates_the_tables_once_before_the_api_hosts(compose: dict[str, Any]) -> None:
+    migrate = compose["services"]["migrate"]
+    program, *arguments = migrate["command"]
+    assert program in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert cli.build_parser().parse_args(arguments).func is cli.cmd_migrate
+    for service in api_services(compose).values():
+        assert service["depends_on"]["migrate"]["condition"] == "service_completed_successfully"

@@ -1,0 +1,373 @@
+"""The event stream in process: framing, resuming, ending, gaps and duplicates, Redis and polling.
+
+Two Flask apps on one store stand for two worker processes. Whole-server tests are in test_live.py.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from service.app import create_app
+from service.config import ConfigError, Settings
+from service.live import EXTENSION, Envelope, GameStream, Hub, LiveConfig, Mailbox
+
+Json = dict[str, Any]
+Frames = Iterator[bytes]
+
+
+@pytest.fixture(autouse=True)
+def fast_streams(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CANTSTOP_STREAM_KEEPALIVE", "0.2")
+    monkeypatch.setenv("CANTSTOP_STREAM_POLL", "0.05")
+    monkeypatch.setenv("CANTSTOP_STREAM_CHECK", "300")  # only Redis or polling carry events here
+
+
+@pytest.fixture
+def make_app(tmp_path: Path) -> Iterator[Callable[..., Flask]]:
+    apps: list[Flask] = []
+
+    def make(**settings: Any) -> Flask:
+        options: Json = {"database_url": f"sqlite:///{tmp_path / 'live.sqlite'}"} | settings
+        app = create_app(Settings(**options), create_tables=True)
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:
+        hub_of(app).close()
+        app.extensions["cantstop"].close()
+
+
+def hub_of(app: Flask) -> Hub:
+    found = app.extensions[EXTENSION]
+    assert isinstance(found, Hub)
+    return found
+
+
+def create(client: FlaskClient) -> tuple[str, list[str]]:
+    response = client.post("/v1/games", json={"players": ["Ann", "Bob"]})
+    assert response.status_code == 201
+    body = response.get_json()
+    return body["game"]["id"], [seat["token"] for seat in body["seats"]]
+
+
+def play(client: FlaskClient, game_id: str, tokens: list[str], action: Json | None = None) -> Json:
+    game = client.get(f"/v1/games/{game_id}").get_json()
+    if action is None:
+        choice = game["legal_actions"][0]
+        action = {"type": choice["type"]} | ({"sums": choice["sums"]} if "sums" in choice else {})
+    seat = game["turn"]["player"] if action["type"] != "resign" else action.pop("seat")
+    headers = {"Authorization": f"Bearer {tokens[seat]}"}
+    response = client.post(f"/v1/games/{game_id}/actions", json=action, headers=headers)
+    assert response.status_code == 200, response.get_json()
+    result: Json = response.get_json()
+    return result
+
+
+def history(client: FlaskClient, game_id: str) -> list[Json]:
+    events: list[Json] = client.get(f"/v1/games/{game_id}/events?limit=1000").get_json()["events"]
+    return events
+
+
+class Reader:
+    """Reads a stream's frames; each read returns within the keep-alive interval."""
+
+    def __init__(self, frames: Frames) -> None:
+        self.frames = frames
+        self.events: list[tuple[int, str, Json]] = []
+        self.comments: list[str] = []
+        self.ended = False
+
+    def read_until(self, done: Callable[[Reader], bool], timeout: float = 5) -> Reader:
+        deadline = time.monotonic() + timeout
+        while not done(self):
+            assert time.monotonic() < deadline, f"timed out; got {self.events}"
+            try:
+                frame = next(self.frames).decode("utf-8")
+            except StopIteration:
+                self.ended = True
+                return self
+            fields: dict[str, str] = {}
+            for line in frame.splitlines():
+                if line.startswith(":"):
+                    self.comments.append(line)
+                elif line:
+                    name, _, value = line.partition(":")
+                    fields[name] = value.removeprefix(" ")
+            if "data" in fields:
+                self.events.append((int(fields["id"]), fields["event"], json.loads(fields["data"])))
+        return self
+
+    def up_to(self, version: int, timeout: float = 5) -> Reader:
+        return self.read_until(lambda r: bool(r.events) and r.events[-1][0] >= version, timeout)
+
+    def to_the_end(self, timeout: float = 5) -> Reader:
+        return self.read_until(lambda r: r.ended, timeout)
+
+
+def open_stream(client: FlaskClient, game_id: str, **headers: str) -> tuple[Any, Reader]:
+    query = headers.pop("query", "")
+    response = client.get(f"/v1/games/{game_id}/stream{query}", headers=headers, buffered=False)
+    assert response.status_code == 200, response.get_data()
+    assert response.mimetype == "text/event-stream"
+    assert response.headers["Cache-Control"] == "no-cache"
+    reader = Reader(iter(response.response))
+    reader.read_until(lambda r: bool(r.comments))  # the opening comment: the stream is live
+    return response, reader
+
+
+def assert_exactly(reader: Reader, expected: list[Json]) -> None:
+    assert [(v, t) for v, t, _ in reader.events] == [(e["version"], e["type"]) for e in expected]
+    assert [data for _, _, data in reader.events] == expected
+
+
+# ---------------------------------------------------------------------------------- tests
+def test_each_event_is_sent_as_id_event_and_the_data_that_events_serves(
+    make_app: Callable[..., Flask],
+) -> None:
+    client = make_app().test_client()
+    game_id, tokens = create(client)
+    response, reader = open_stream(client, game_id, query="?after=0")
+    for _ in range(4):
+        play(client, game_id, tokens)
+    everything = history(client, game_id)
+    assert_exactly(reader.up_to(everything[-1]["version"]), everything)
+    assert reader.comments[0].startswith(": cantstop game ")
+    reader.read_until(lambda r: ": keep-alive" in r.comments, timeout=2)
+    response.close()
+    assert hub_of(client.application).open_streams == 0
+
+
+def test_without_a_resume_point_the_stream_starts_after_the_current_version(
+    make_app: Callable[..., Flask],
+) -> None:
+    client = make_app().test_client()
+    game_id, tokens = create(client)
+    play(client, game_id, tokens)
+    response, reader = open_stream(client, game_id)
+    play(client, game_id, tokens)
+    everything = history(client, game_id)
+    assert_exactly(reader.up_to(everything[-1]["version"]), everything[3:])
+    response.close()
+
+
+def test_last_event_id_resends_the_missed_events_and_wins_over_after(
+    make_app: Callable[..., Flask],
+) -> None:
+    client = make_app().test_client()
+    game_id, tokens = create(client)
+    for _ in range(3):
+        play(client, game_id, tokens)
+    everything = history(client, game_id)
+    response, reader = open_stream(client, game_id, query="?after=0", **{"Last-Event-ID": "2"})
+    assert_exactly(reader.up_to(everything[-1]["version"]), everything[2:])
+    response.close()
+
+
+def test_the_stream_ends_after_the_final_events_then_answers_204(
+    make_app: Callable[..., Flask],
+) -> None:
+    client = make_app().test_client()
+    game_id, tokens = create(client)
+    response, reader = open_stream(client, game_id)
+    play(client, game_id, tokens)
+    play(client, game_id, tokens, {"type": "resign", "seat": 1})
+    everything = history(client, game_id)
+    assert [e["type"] for e in everything[-2:]] == ["GameFinished", "SeedRevealed"]
+    assert_exactly(reader.to_the_end(), everything[2:])
+    assert reader.comments[-1] == ": game over"
+    response.close()
+    # A client that missed the end gets it, then the stream ends; after that, 204 (stop trying).
+    response, reader = open_stream(client, game_id, **{"Last-Event-ID": "3"})
+    assert_exactly(reader.to_the_end(), everything[3:])
+    response.close()
+    last = str(everything[-1]["version"])
+    assert (
+        client.get(f"/v1/games/{game_id}/stream", headers={"Last-Event-ID": last}).status_code
+        == 204
+    )
+    assert client.get(f"/v1/games/{game_id}/stream").status_code == 204
+
+
+@pytest.mark.parametrize(
+    ("path", "headers", "status"),
+    [
+        (f"/v1/games/{uuid.uuid4()}/stream", {}, 404),
+        ("/v1/games/not-a-game/stream", {}, 404),
+        ("{game}/stream?after=x", {}, 422),
+        ("{game}/stream", {"Last-Event-ID": "-1"}, 422),
+        ("{game}/stream", {"Last-Event-ID": "99"}, 422),
+        ("{game}/stream?after=3", {}, 422),
+    ],
+)
+def test_bad_stream_requests_are_problems(
+    make_app: Callable[..., Flask], path: str, headers: dict[str, str], status: int
+) -> None:
+    client = make_app().test_client()
+    game_id, _ = create(client)
+    response = client.get(path.format(game=f"/v1/games/{game_id}"), headers=headers)
+    assert response.status_code == status
+    assert response.mimetype == "application/problem+json"
+    assert response.get_json()["code"] == {404: "not_found", 422: "invalid_request"}[status]
+
+
+def test_gaps_are_filled_from_the_store_and_duplicates_are_ignored(
+    make_app: Callable[..., Flask],
+) -> None:
+    app = make_app()
+    client = app.test_client()
+    game_id, tokens = create(client)
+    hub = hub_of(app)
+    app.extensions["cantstop"].games.on_recorded = None  # nothing is handed on by itself here
+    box = hub.open(uuid.UUID(game_id))
+    stream = GameStream(hub, box, after=2)
+    reader = Reader(iter(stream))
+    reader.read_until(lambda r: bool(r.comments))
+    for _ in range(3):
+        play(client, game_id, tokens)
+    everything = history(client, game_id)
+    newest = everything[-1]
+    # Only the newest event arrives (the ones before it were "lost"): the rest come from the store.
+    box.put([Envelope.from_record(newest)])
+    assert_exactly(reader.up_to(newest["version"]), everything[2:])
+    # Duplicates (a local hand-off and then Redis, say) are not sent again.
+    box.put([Envelope.from_record(e) for e in everything[1:]])
+    reader.read_until(lambda r: len(r.comments) >= 2, timeout=2)
+    assert reader.comments[-1] == ": keep-alive"
+    assert_exactly(reader, everything[2:])
+    stream.close()
+    assert hub.open_streams == 0
+
+
+def test_a_full_mailbox_makes_the_stream_read_the_store() -> None:
+    box = Mailbox(uuid.uuid4(), limit=2)
+    record = {
+        "version": 1,
+        "type": "GameCreated",
+        "at": "",
+        "data": {},
+        "prev_hash": "",
+        "hash": "",
+    }
+    envelope = Envelope.from_record(record)
+    box.put([envelope, envelope])
+    box.put([envelope])
+    batch = box.take(0)
+    assert batch.resync and batch.envelopes == []
+    assert not box.take(0).resync
+
+
+def test_malformed_redis_messages_are_ignored() -> None:
+    assert Envelope.from_message(b"not json") is None
+    assert Envelope.from_message(b'{"version": "1", "type": "X"}') is None
+    assert Envelope.from_message(b'{"type": "X"}') is None
+    good = Envelope.from_message(b'{"version": 4, "type": "MovePlayed"}')
+    assert good is not None and good.version == 4 and not good.final
+
+
+@pytest.mark.redis
+def test_events_reach_another_process_through_redis(
+    make_app: Callable[..., Flask], redis_url: str
+) -> None:
+    first, second = make_app(redis_url=redis_url), make_app(redis_url=redis_url)
+    game_id, tokens = create(first.test_client())
+    response, reader = open_stream(second.test_client(), game_id)
+    deadline = time.monotonic() + 5
+    while not hub_of(second).live:
+        assert time.monotonic() < deadline, "the subscriber did not connect"
+        time.sleep(0.01)
+    for _ in range(3):
+        play(first.test_client(), game_id, tokens)  # recorded by the other "process"
+    everything = history(first.test_client(), game_id)
+    assert_exactly(reader.up_to(everything[-1]["version"], timeout=3), everything[2:])
+    assert first.test_client().get("/healthz").get_json()["checks"]["redis"] == "ok"
+    response.close()
+
+
+def test_without_redis_another_process_polls_the_store(make_app: Callable[..., Flask]) -> None:
+    first, second = make_app(), make_app()
+    game_id, tokens = create(first.test_client())
+    response, reader = open_stream(second.test_client(), game_id)
+    for _ in range(3):
+        play(first.test_client(), game_id, tokens)
+    everything = history(first.test_client(), game_id)
+    assert_exactly(reader.up_to(everything[-1]["version"], timeout=3), everything[2:])
+    response.close()
+
+
+def test_without_redis_reachable_actions_are_recorded_and_healthz_says_down(
+    make_app: Callable[..., Flask],
+) -> None:
+    app = make_app(redis_url="redis://127.0.0.1:9/0")  # the discard port: nothing listens
+    client = app.test_client()
+    game_id, tokens = create(client)
+    response, reader = open_stream(client, game_id)
+    play(client, game_id, tokens)
+    everything = history(client, game_id)
+    assert_exactly(reader.up_to(everything[-1]["version"]), everything[2:])  # the local hand-off
+    health = client.get("/healthz")
+    assert health.status_code == 200
+    assert health.get_json()["status"] == "degraded"
+    assert health.get_json()["checks"]["redis"].startswith("down")
+    response.close()
+
+
+def test_a_failing_hook_never_fails_a_recorded_action(make_app: Callable[..., Flask]) -> None:
+    app = make_app()
+    client = app.test_client()
+    game_id, tokens = create(client)
+
+    def broken(game_id: uuid.UUID, records: list[Json]) -> None:
+        raise RuntimeError("boom")
+
+    app.extensions["cantstop"].games.on_recorded = broken
+    result = play(client, game_id, tokens)
+    assert history(client, game_id)[-1] == result["events"][-1]
+    hub_of(app).publish(uuid.UUID(game_id), [{"no": "version"}])  # swallowed and logged
+
+
+def test_a_worker_refuses_streams_beyond_its_cap(
+    make_app: Callable[..., Flask], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CANTSTOP_STREAM_MAX", "1")
+    client = make_app().test_client()
+    game_id, _ = create(client)
+    response, _ = open_stream(client, game_id)
+    refused = client.get(f"/v1/games/{game_id}/stream")
+    assert refused.status_code == 503
+    assert refused.get_json()["code"] == "too_many_streams"
+    assert refused.headers["Retry-After"] == "5"
+    response.close()
+    response, _ = open_stream(client, game_id)
+    response.close()
+
+
+def test_stream_settings_come_from_the_environment() -> None:
+    assert LiveConfig.from_env({}).max_streams == 1000
+    config = LiveConfig.from_env(
+        {"CANTSTOP_WORKER_THREADS": "128", "CANTSTOP_STREAM_KEEPALIVE": "2.5"}
+    )
+    assert (config.max_streams, config.keepalive) == (96, 2.5)
+    assert LiveConfig.from_env({"CANTSTOP_WORKER_THREADS": "8"}).max_streams == 4
+    assert LiveConfig.from_env({"CANTSTOP_STREAM_MAX": "7"}).max_streams == 7
+    for bad in ({"CANTSTOP_STREAM_POLL": "soon"}, {"CANTSTOP_STREAM_MAX": "0"}):
+        with pytest.raises(ConfigError):
+            LiveConfig.from_env(bad)
+
+
+def test_stream_answers_other_than_the_stream_match_openapi(client: FlaskClient) -> None:
+    """The ``client`` fixture validates every /v1/ response against openapi.yaml."""
+    game_id, tokens = create(client)
+    assert client.get(f"/v1/games/{uuid.uuid4()}/stream").status_code == 404
+    assert client.get(f"/v1/games/{game_id}/stream?after=99").status_code == 422
+    play(client, game_id, tokens, {"type": "resign", "seat": 0})
+    assert client.get(f"/v1/games/{game_id}/stream").status_code == 204
