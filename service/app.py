@@ -96,18 +96,17 @@ def create_app(settings: Settings | None = None, *, create_tables: bool = False)
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["cantstop"] = Runtime(settings, create_tables=create_tables)
 
+    # Imported here: the blueprints import this module's helpers (runtime, problem).
+    from service import limits, live
     from service.api import api
     from service.audit_api import audit_api
-
-    app.register_blueprint(api)
-    from service import limits, live
-
-    live.init_app(app)  # GET /v1/games/{id}/stream and this process's hub
-    limits.init_app(app)  # CANTSTOP_RATE_LIMITS
-    app.register_blueprint(audit_api)
     from service.solitaire_api import solitaire_api
 
-    app.register_blueprint(solitaire_api)
+    app.register_blueprint(api)  # games, actions, history, transcripts, health
+    live.init_app(app)  # GET /v1/games/{id}/stream and this process's hub
+    limits.init_app(app)  # CANTSTOP_RATE_LIMITS
+    app.register_blueprint(audit_api)  # audit, export, import, board.svg
+    app.register_blueprint(solitaire_api)  # record sheets, leaderboard
     app.register_blueprint(
         get_swaggerui_blueprint("/docs", "/openapi.yaml", config={"app_name": "Can't Stop API"})
     )

@@ -575,3 +575,40 @@ def test_ids_of_other_aggregates_are_not_games(client: FlaskClient) -> None:
     hidden = vault_id(uuid.UUID(game["id"]))
     for path in (f"/v1/games/{hidden}", f"/v1/games/{hidden}/events"):
         problem(client.get(path), 404, "not_found")
+
+
+def test_long_games_are_snapshotted_so_reads_never_replay_from_the_start(
+    app: Flask, client: FlaskClient
+) -> None:
+    game, (ann, bob) = create(client, players=["Ann", "Bob"], dice="manual")
+    tokens = {0: ann, 1: bob}
+    current = game
+    while current["version"] < 130:  # each turn: three runners, then a bust (six events)
+        seat = current["turn"]["player"]
+        for action in (
+            {"type": "roll", "dice": [1, 1, 1, 2]},
+            {"type": "move", "sums": [2, 3]},
+            {"type": "roll", "dice": [6, 6, 6, 6]},
+            {"type": "move", "sums": [12, 12]},
+            {"type": "roll", "dice": [3, 3, 3, 3]},
+        ):
+            response = act(client, game["id"], tokens[seat], **action)
+            assert response.status_code == 200, response.get_json()
+        current = response.get_json()["game"]
+        assert response.get_json()["events"][-1]["type"] == "TurnBusted"
+    games: Games = app.extensions["cantstop"].games
+    snapshots = [s.originator_version for s in games.snapshots.get(uuid.UUID(game["id"]))]
+    assert {50, 100} <= set(snapshots)
+
+    read: list[int] = []
+    original = games.repository.event_store.get
+
+    def counting_get(*args: Any, **kwargs: Any) -> Any:
+        events = list(original(*args, **kwargs))
+        read.append(len(events))
+        return events
+
+    games.repository.event_store.get = counting_get  # type: ignore[method-assign]
+    late = state(client, game["id"], version=120)
+    assert late["version"] == 120
+    assert max(read) <= 50 + 1  # from the snapshot at 100, never the 120 events from the start
