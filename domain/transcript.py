@@ -53,7 +53,7 @@ def check_transcript(doc: Any, *, extra: frozenset[str] = frozenset()) -> None:
         if not isinstance(action, Mapping):
             raise MalformedTranscript(f"{where} is not an object")
         kind = action.get("type")
-        if kind not in ACTION_FIELDS:
+        if not isinstance(kind, str) or kind not in ACTION_FIELDS:
             raise MalformedTranscript(f"{where}.type must be one of roll, move, stop, resign")
         unknown = sorted(set(action) - ACTION_FIELDS[kind])
         if unknown:

@@ -141,7 +141,11 @@ def create_app(settings: Settings | None = None, *, create_tables: bool = False)
             detail = f"the body is larger than {settings.max_body_bytes} bytes"
         else:
             detail = exc.description or exc.name
-        return problem(status, code, detail)
+        response = problem(status, code, detail)
+        for name, value in exc.get_headers():
+            if name.lower() in ("allow", "retry-after"):  # a 405 must say what is allowed
+                response.headers[name] = value
+        return response
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception) -> Response:

@@ -14,9 +14,17 @@ from marshmallow import Schema, ValidationError, fields, validate, validates_sch
 from domain.game import MAX_NAME_LENGTH
 
 
+class _StrictBoolean(fields.Boolean):
+    """true or false only: no "yes", "on", 1 or 0 (1 == True in Python, so sets cannot tell)."""
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        if not isinstance(value, bool):
+            raise self.make_error("invalid", input=value)
+        return value
+
+
 def StrictBool(**kw: Any) -> fields.Boolean:
-    """true or false only: no "yes", 1 or "on"."""
-    return fields.Boolean(truthy={True}, falsy={False}, **kw)
+    return _StrictBoolean(**kw)
 
 
 def StrictInt(**kw: Any) -> fields.Integer:
