@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import json
 import logging
 import secrets
 import uuid
@@ -268,7 +269,8 @@ class Games(Application[uuid.UUID]):
         scoped = fingerprint = None
         if idempotency_key is not None:
             scoped = f"{seat}:{idempotency_key}"
-            fingerprint = hashlib.sha256(repr(sorted(action.items())).encode()).hexdigest()
+            canonical = json.dumps(action, sort_keys=True, separators=(",", ":"))
+            fingerprint = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
             record = vault.recall(scoped, now)
             if record is not None:
                 if record["fingerprint"] != fingerprint:
