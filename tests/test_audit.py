@@ -45,6 +45,21 @@ Records = list[dict[str, Any]]
 
 
 # ------------------------------------------------------------------------------ histories
+def drive(game: Game, draw: Any, limit: int) -> None:
+    """Play ``choose``'s action for the player to act, up to ``limit`` actions or the game's end."""
+    for _ in range(limit):
+        if game.status != "in_progress":
+            return
+        assert game.current is not None
+        action = choose(game_state(game))
+        if action["type"] == "roll":
+            game.roll(game.current, draw=draw)
+        elif action["type"] == "move":
+            game.move(game.current, action["sums"])
+        else:
+            game.stop(game.current)
+
+
 def domain_game(
     players: list[str] | None = None,
     *,
@@ -58,16 +73,7 @@ def domain_game(
     game = Game.start(
         game_id, players=players or ["Ann", "Bob"], rules=rules, server_seed=seed, draw=draw
     )
-    played = 0
-    while game.status == "in_progress" and (actions is None or played < actions):
-        action = choose(game_state(game))
-        if action["type"] == "roll":
-            game.roll(game.current, draw=draw)
-        elif action["type"] == "move":
-            game.move(game.current, action["sums"])
-        else:
-            game.stop(game.current)
-        played += 1
+    drive(game, draw, 100_000 if actions is None else actions)
     if game.status == "finished":
         game.reveal_seed(seed)
     return game, [json.loads(json.dumps(event_record(e))) for e in game.collect_events()]
@@ -242,16 +248,7 @@ def test_lobbies_resignations_and_variants_replay_cleanly() -> None:
         game.join(name, draw=draw)
     game.roll(game.current, draw=draw)
     game.resign((game.current + 1) % 3)
-    for _ in range(3000):
-        if game.status != "in_progress":
-            break
-        action = choose(game_state(game))
-        if action["type"] == "roll":
-            game.roll(game.current, draw=draw)
-        elif action["type"] == "move":
-            game.move(game.current, action["sums"])
-        else:
-            game.stop(game.current)
+    drive(game, draw, 3000)
     game.reveal_seed(SEED)
     records = [json.loads(json.dumps(event_record(e))) for e in game.collect_events()]
     types = {r["type"] for r in records}
