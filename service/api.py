@@ -189,7 +189,7 @@ def join_game(game_id: str) -> Response:
 def act(game_id: str) -> Response:
     gid = parse_game_id(game_id)
     games = runtime().games
-    game, vault, seat = games.authenticate(gid, _bearer())
+    game, seat = games.authenticate(gid, _bearer())
     action = _load(ACTION, _body())
     if game.dice_mode == "server" and "dice" in action:
         raise BadRequest('this game uses server dice: send {"type": "roll"} without dice')
@@ -203,7 +203,7 @@ def act(game_id: str) -> Response:
     if key is not None and not IDEMPOTENCY_KEY.match(key):
         raise BadRequest("Idempotency-Key must be 1 to 200 visible ASCII characters")
     try:
-        result = games.act(game, vault, seat, action, if_match=if_match, idempotency_key=key)
+        result = games.act(game, seat, action, if_match=if_match, idempotency_key=key)
     except IllegalAction as exc:
         return domain_problem(exc, legal_actions=legal_actions(game))
     payload = ACTION_RESULT.dump({"game": result.game, "events": result.events})

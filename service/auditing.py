@@ -69,7 +69,14 @@ def imported_marker_id(game_id: uuid.UUID) -> uuid.UUID:
 
 
 def is_imported(games: Games, game_id: uuid.UUID) -> bool:
-    return bool(games.recorder.select_events(imported_marker_id(game_id), limit=1))
+    """The marker is saved with the imported game's events, so the answer never changes."""
+    known = games.imported_cache.get(game_id)
+    if known is None:
+        known = bool(games.recorder.select_events(imported_marker_id(game_id), limit=1))
+        if len(games.imported_cache) >= games.SECRETS_CACHE:
+            games.imported_cache.clear()
+        games.imported_cache[game_id] = known
+    return known
 
 
 def _reason(exc: Exception) -> str:

@@ -69,6 +69,16 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
+def match_token(token_hashes: Mapping[str, str], token: str) -> int | None:
+    """The seat whose stored hash is the token's; every hash is compared, each in constant time."""
+    digest = token_hash(token)
+    found = None
+    for seat, stored in token_hashes.items():
+        if hmac.compare_digest(digest, stored):
+            found = int(seat)
+    return found
+
+
 def vault_id(game_id: uuid.UUID) -> uuid.UUID:
     return uuid.uuid5(VAULT_NAMESPACE, str(game_id))
 
@@ -96,19 +106,22 @@ class Vault(Aggregate):
         self.keys[scoped_key] = {"fingerprint": fingerprint, "first": first, "last": last, "at": at}
 
     def seat_for(self, token: str) -> int | None:
-        """The seat holding ``token``; every hash is compared, each in constant time."""
-        digest = token_hash(token)
-        found = None
-        for seat, stored in self.token_hashes.items():
-            if hmac.compare_digest(digest, stored):
-                found = int(seat)
-        return found
+        """The seat holding ``token``."""
+        return match_token(self.token_hashes, token)
 
     def recall(self, scoped_key: str, now: datetime) -> dict[str, Any] | None:
         record = self.keys.get(scoped_key)
         if record is None or datetime.fromisoformat(record["at"]) + IDEMPOTENCY_TTL < now:
             return None
         return record
+
+
+@dataclass(frozen=True)
+class Secrets:
+    """What a worker keeps of a game's vault: neither ever changes, tokens are only added."""
+
+    server_seed: str | None
+    token_hashes: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -141,6 +154,15 @@ class Games(Application[uuid.UUID]):
 
     name = "cantstop"
     snapshotting_intervals = {Game: 50, Vault: 50}  # noqa: RUF012 (eventsourcing's own API)
+
+    SECRETS_CACHE = 10_000
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Per worker: each game's seed and token hashes (so most actions never read the vault),
+        # and whether a game was imported (read-only). Both only ever grow.
+        self.secrets_cache: dict[uuid.UUID, Secrets] = {}
+        self.imported_cache: dict[uuid.UUID, bool] = {}
 
     on_recorded: Callable[[uuid.UUID, list[dict[str, Any]]], None] | None = None
     """Called after every successful save with each game's new events as served (service.live)."""
@@ -195,7 +217,17 @@ class Games(Application[uuid.UUID]):
     def _vault(self, game_id: uuid.UUID) -> Vault:
         vault: Aggregate = self.repository.get(vault_id(game_id))
         assert isinstance(vault, Vault)
+        if len(self.secrets_cache) >= self.SECRETS_CACHE:
+            self.secrets_cache.clear()
+        self.secrets_cache[game_id] = Secrets(vault.server_seed, dict(vault.token_hashes))
         return vault
+
+    def _secrets(self, game_id: uuid.UUID) -> Secrets:
+        known = self.secrets_cache.get(game_id)
+        if known is None:
+            self._vault(game_id)
+            known = self.secrets_cache[game_id]
+        return known
 
     # ----------------------------------------------------------------------------- commands
     def create(
@@ -242,22 +274,23 @@ class Games(Application[uuid.UUID]):
         token = secrets.token_urlsafe(TOKEN_BYTES)
         vault.issue(seat, token_hash(token))
         self._save_or_conflict(game, vault)
+        self.secrets_cache.pop(game_id, None)  # a new token: read the vault afresh next time
         return game, Seat(seat, game.names[seat], token)
 
-    def authenticate(self, game_id: uuid.UUID, token: str | None) -> tuple[Game, Vault, int]:
+    def authenticate(self, game_id: uuid.UUID, token: str | None) -> tuple[Game, int]:
         game = self.game(game_id)
         if not token:
             raise Unauthorized("send the seat's token: Authorization: Bearer <token>")
-        vault = self._vault(game_id)
-        seat = vault.seat_for(token)
+        seat = match_token(self._secrets(game_id).token_hashes, token)
+        if seat is None:  # perhaps a seat joined through another worker: ask the vault itself
+            seat = self._vault(game_id).seat_for(token)
         if seat is None:
             raise Unauthorized("unknown token for this game")
-        return game, vault, seat
+        return game, seat
 
     def act(
         self,
         game: Game,
-        vault: Vault,
         seat: int,
         action: Mapping[str, Any],
         *,
@@ -267,7 +300,10 @@ class Games(Application[uuid.UUID]):
         """Apply one action by ``seat`` (already authenticated); record nothing if refused."""
         now = datetime.now(UTC)
         scoped = fingerprint = None
-        if idempotency_key is not None:
+        # The vault is read only when the action carries a key to look up or remember.
+        vault = self._vault(game.id) if idempotency_key is not None else None
+        seed = self._secrets(game.id).server_seed
+        if vault is not None and idempotency_key is not None:
             scoped = f"{seat}:{idempotency_key}"
             canonical = json.dumps(action, sort_keys=True, separators=(",", ":"))
             fingerprint = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
@@ -285,7 +321,7 @@ class Games(Application[uuid.UUID]):
         first = game.version + 1
         kind = action["type"]
         if kind == "roll":
-            draw = _dicer(vault.server_seed, game.client_seed or "") if vault.server_seed else None
+            draw = _dicer(seed, game.client_seed or "") if seed else None
             game.roll(seat, dice=action.get("dice"), draw=draw)
         elif kind == "move":
             game.move(seat, action["sums"])
@@ -293,12 +329,12 @@ class Games(Application[uuid.UUID]):
             game.stop(seat)
         else:
             game.resign(seat)
-        if game.status == "finished" and vault.server_seed and game.server_seed is None:
-            game.reveal_seed(vault.server_seed)
+        if game.status == "finished" and seed and game.server_seed is None:
+            game.reveal_seed(seed)
         new_events = [event_record(cast(Game.Event, e)) for e in game.pending_events]
-        if scoped is not None and fingerprint is not None:
+        if vault is not None and scoped is not None and fingerprint is not None:
             vault.remember(scoped, fingerprint, first, game.version, now.isoformat())
-        self._save_or_conflict(game, vault)
+        self._save_or_conflict(game, *([vault] if vault is not None else []))
         return ActionResult(game_state(game, str(game.id)), new_events)
 
     def _replay(self, game_id: uuid.UUID, first: int, last: int) -> ActionResult:

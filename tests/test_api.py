@@ -612,3 +612,24 @@ def test_long_games_are_snapshotted_so_reads_never_replay_from_the_start(
     late = state(client, game["id"], version=120)
     assert late["version"] == 120
     assert max(read) <= 50 + 1  # from the snapshot at 100, never the 120 events from the start
+
+
+def test_a_seat_joined_through_another_worker_is_recognised(settings: Settings) -> None:
+    first, second = (create_app(settings, create_tables=True) for _ in range(2))
+    try:
+        one, two = first.test_client(), second.test_client()
+        game, _ = create(one, seats=2, dice="manual")
+        ann = one.post(f"/v1/games/{game['id']}/players", json={"name": "Ann"}).get_json()
+        # Worker one now knows the game's secrets with Ann's token only.
+        problem(act(one, game["id"], ann["token"], type="stop"), 409, "illegal_action")
+        bob = two.post(f"/v1/games/{game['id']}/players", json={"name": "Bob"}).get_json()
+        assert bob["game"]["status"] == "in_progress"
+        # Bob's token is unknown to worker one's cache: it must ask the vault, not refuse him.
+        problem(
+            act(one, game["id"], bob["token"], type="roll", dice=[1, 2, 3, 4]), 403, "not_your_turn"
+        )
+        problem(act(one, game["id"], "forged", type="roll", dice=[1, 2, 3, 4]), 401, "unauthorized")
+        assert act(one, game["id"], ann["token"], type="roll", dice=[1, 2, 3, 4]).status_code == 200
+    finally:
+        for flask_app in (first, second):
+            flask_app.extensions["cantstop"].close()
