@@ -450,6 +450,21 @@ class Game(Aggregate):
             self.MovePlayed, seat=seat, sums=list(chosen), runners=_runner_map(runners)
         )
 
+    def act(self, seat: int, action: Mapping[str, Any], draw: Draw | None = None) -> None:
+        """One action of the contract's form (``{"type": "roll"|"move"|"stop"|"resign", …}``)
+        by ``seat``: the HTTP API and the transcript verifier both come through here."""
+        kind = action["type"]
+        if kind == "roll":
+            self.roll(seat, dice=action.get("dice"), draw=draw)
+        elif kind == "move":
+            self.move(seat, action["sums"])
+        elif kind == "stop":
+            self.stop(seat)
+        elif kind == "resign":
+            self.resign(seat)
+        else:
+            raise InvalidRequest(f"unknown action type {kind!r}")
+
     def forced_to_roll(self) -> bool:
         """Forced move variant: a runner shares a space with another player's marker."""
         if not self.rules["forced_move"] or self.current is None:

@@ -70,17 +70,11 @@ def check_transcript(doc: Any, *, extra: frozenset[str] = frozenset()) -> None:
 
 def apply_action(game: Game, action: Mapping[str, Any]) -> None:
     """One action by the player to act (or the asserted ``seat``), in the contract's check order."""
-    kind = action["type"]
-    if kind == "resign":
-        game.resign(action["seat"])
-        return
-    seat = action.get("seat", game.current if game.current is not None else 0)
-    if kind == "roll":
-        game.roll(seat, dice=action.get("dice"))
-    elif kind == "move":
-        game.move(seat, action["sums"])
+    if action["type"] == "resign":
+        seat = action["seat"]
     else:
-        game.stop(seat)
+        seat = action.get("seat", game.current if game.current is not None else 0)
+    game.act(seat, action)
 
 
 def verify(doc: Any, *, trace: bool = False, extra: frozenset[str] = frozenset()) -> dict[str, Any]:

@@ -319,16 +319,7 @@ class Games(Application[uuid.UUID]):
                 f"the game is at version {game.version}, not {if_match}", version=game.version
             )
         first = game.version + 1
-        kind = action["type"]
-        if kind == "roll":
-            draw = _dicer(seed, game.client_seed or "") if seed else None
-            game.roll(seat, dice=action.get("dice"), draw=draw)
-        elif kind == "move":
-            game.move(seat, action["sums"])
-        elif kind == "stop":
-            game.stop(seat)
-        else:
-            game.resign(seat)
+        game.act(seat, action, draw=_dicer(seed, game.client_seed or "") if seed else None)
         if game.status == "finished" and seed and game.server_seed is None:
             game.reveal_seed(seed)
         new_events = [event_record(cast(Game.Event, e)) for e in game.pending_events]
