@@ -11,7 +11,7 @@ from marshmallow import Schema, ValidationError
 
 from domain.errors import IllegalAction
 from domain.transcript import MalformedTranscript, verify
-from domain.view import legal_actions
+from domain.view import game_state, legal_actions
 from service import schemas
 from service.app import domain_problem, openapi_text, runtime
 from service.games import ServiceError, parse_game_id
@@ -134,7 +134,7 @@ def healthz() -> Response:
 def create_game() -> Response:
     data = _load(CREATE_GAME, _body())
     game, seats = runtime().games.create(**data)
-    state = runtime().games.state(game.id)
+    state = game_state(game, str(game.id))  # the aggregate just saved: no need to read it back
     payload = CREATED.dump(
         {
             "game": state,
@@ -177,7 +177,7 @@ def join_game(game_id: str) -> Response:
     gid = parse_game_id(game_id)
     data = _load(JOIN, _body())
     game, seat = runtime().games.join(gid, data["name"])
-    state = runtime().games.state(gid)
+    state = game_state(game, str(gid))
     return _json(
         {"seat": seat.seat, "name": seat.name, "token": seat.token, "game": state},
         201,
