@@ -10,7 +10,7 @@ from flask import Flask, Response, current_app, json, request
 from flask_swagger_ui import get_swaggerui_blueprint
 from werkzeug.exceptions import HTTPException
 
-from domain.errors import DomainError, IllegalAction, InvalidRequest
+from domain.errors import DomainError
 from service.config import Settings, persistence_env
 from service.games import Games, ServiceError
 from service.index import GameIndex, Leaderboard
@@ -114,14 +114,6 @@ def create_app(settings: Settings | None = None, *, create_tables: bool = False)
     @app.errorhandler(ServiceError)
     def _service_error(exc: ServiceError) -> Response:
         return problem(exc.status, exc.code, exc.detail, **exc.extra)
-
-    @app.errorhandler(IllegalAction)
-    def _illegal(exc: IllegalAction) -> Response:
-        return domain_problem(exc)
-
-    @app.errorhandler(InvalidRequest)
-    def _invalid(exc: InvalidRequest) -> Response:
-        return domain_problem(exc)
 
     @app.errorhandler(DomainError)
     def _domain(exc: DomainError) -> Response:

@@ -52,18 +52,28 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return worst
 
 
-def cmd_audit(args: argparse.Namespace) -> int:
-    """Audit a game export offline (no server, no database): the same JSON as ``/audit``."""
-    from domain.audit import MalformedExport, audit_records, parse_export
+def read_export(name: str) -> tuple[dict[str, Any], list[Any]]:
+    """An export file (``-``: standard input) as its header and records, or Unreadable."""
+    from domain.audit import MalformedExport, parse_export
 
     try:
-        data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
-        _, records = parse_export(data)
+        data = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
     except OSError as exc:
-        print(f"{args.file}: cannot read: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        raise Unreadable(f"{name}: cannot read: {exc.strerror or exc}") from None
+    try:
+        return parse_export(data)
     except MalformedExport as exc:
-        print(f"{args.file}: not a game export: {exc}", file=sys.stderr)
+        raise Unreadable(f"{name}: not a game export: {exc}") from None
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    """Audit a game export offline (no server, no database): the same JSON as ``/audit``."""
+    from domain.audit import audit_records
+
+    try:
+        _, records = read_export(args.file)
+    except Unreadable as exc:
+        print(exc, file=sys.stderr)
         return 2
     verdict = audit_records(records)
     print(json.dumps(verdict, indent=2, ensure_ascii=False))
@@ -72,19 +82,17 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 def cmd_sheet(args: argparse.Namespace) -> int:
     """A record sheet from an exported game, offline."""
-    from domain.audit import MalformedExport, parse_export
     from domain.errors import InvalidRequest
     from domain.record_sheet import record_sheet
     from service.sheet_render import render_csv, render_pdf, render_text
 
     try:
-        data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
-        header, records = parse_export(data)
+        header, records = read_export(args.file)
         sheet = record_sheet(records, args.seat, game_id=header.get("game_id"))
-    except OSError as exc:
-        print(f"{args.file}: cannot read: {exc.strerror or exc}", file=sys.stderr)
+    except Unreadable as exc:
+        print(exc, file=sys.stderr)
         return 2
-    except (MalformedExport, InvalidRequest, ValueError, KeyError, TypeError) as exc:
+    except (InvalidRequest, ValueError, KeyError, TypeError) as exc:
         print(f"{args.file}: cannot make a sheet: {exc}", file=sys.stderr)
         return 2
     if args.format == "pdf":

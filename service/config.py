@@ -22,7 +22,6 @@ class Settings:
     redis_url: str | None = None
     rate_limits: str = "off"
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    snapshot_interval: int = 50
     extra_env: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod

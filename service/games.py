@@ -24,7 +24,6 @@ from eventsourcing.domain import Aggregate, event
 from eventsourcing.persistence import IntegrityError
 
 from domain import fairness
-from domain.errors import DomainError
 from domain.game import Draw, Game, event_record
 from domain.view import game_state
 
@@ -299,11 +298,12 @@ class Games(Application[uuid.UUID]):
     ) -> ActionResult:
         """Apply one action by ``seat`` (already authenticated); record nothing if refused."""
         now = datetime.now(UTC)
-        scoped = fingerprint = None
-        # The vault is read only when the action carries a key to look up or remember.
-        vault = self._vault(game.id) if idempotency_key is not None else None
         seed = self._secrets(game.id).server_seed
-        if vault is not None and idempotency_key is not None:
+        # The vault is read only when the action carries a key to look up or remember.
+        vault: Vault | None = None
+        scoped = fingerprint = ""
+        if idempotency_key is not None:
+            vault = self._vault(game.id)
             scoped = f"{seat}:{idempotency_key}"
             canonical = json.dumps(action, sort_keys=True, separators=(",", ":"))
             fingerprint = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
@@ -323,7 +323,7 @@ class Games(Application[uuid.UUID]):
         if game.status == "finished" and seed and game.server_seed is None:
             game.reveal_seed(seed)
         new_events = [event_record(cast(Game.Event, e)) for e in game.pending_events]
-        if vault is not None and scoped is not None and fingerprint is not None:
+        if vault is not None:
             vault.remember(scoped, fingerprint, first, game.version, now.isoformat())
         self._save_or_conflict(game, *([vault] if vault is not None else []))
         return ActionResult(game_state(game, str(game.id)), new_events)
@@ -345,7 +345,6 @@ class Games(Application[uuid.UUID]):
 __all__ = [
     "ActionResult",
     "ConcurrentAction",
-    "DomainError",
     "Games",
     "IdempotencyKeyReused",
     "NotFound",

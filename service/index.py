@@ -9,7 +9,7 @@ catches up before answering.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from eventsourcing.application import Application
@@ -55,7 +55,6 @@ class GameSummary:
     rules: dict[str, Any]
     status: str = "waiting"
     winner: int | None = None
-    resigned: list[int] = field(default_factory=list)
 
     @property
     def open_seats(self) -> int:

@@ -7,7 +7,7 @@ from flask import Blueprint, Response, jsonify, request
 from domain.record_sheet import record_sheet
 from service.api import BadRequest, _int_arg, _version_arg
 from service.app import runtime
-from service.games import NotFound, parse_game_id
+from service.games import ServiceError, parse_game_id
 from service.sheet_render import render_csv, render_json, render_pdf, render_text
 
 solitaire_api = Blueprint("solitaire_api", __name__)
@@ -15,7 +15,7 @@ solitaire_api = Blueprint("solitaire_api", __name__)
 SHEET_TYPES = ["text/plain", "text/csv", "application/json", "application/pdf"]
 
 
-class NotAcceptable(NotFound):
+class NotAcceptable(ServiceError):
     status, code = 406, "not_acceptable"
 
 
