@@ -12,14 +12,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin cantstop
 WORKDIR /app
 
-# The packages are installed in place (editable): the service reads openapi.yaml and
-# deploy/gunicorn.conf.py next to them, so they stay in /app, owned by root and read-only to the
-# user that runs the server.
+# A regular install: the wheel carries what the service reads at run time (openapi.yaml and the
+# gunicorn settings, service/gunicorn_settings.py). var/ holds the default SQLite store.
 COPY pyproject.toml README.md openapi.yaml ./
 COPY domain ./domain
 COPY service ./service
-COPY deploy/gunicorn.conf.py ./deploy/gunicorn.conf.py
-RUN pip install --editable . \
+RUN pip install . \
     && mkdir -p /app/var \
     && chown cantstop:cantstop /app/var
 

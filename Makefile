@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+REDOCLY := @redocly/cli@2.77.0
 
 .PHONY: install run test lint bench clean
 
@@ -14,21 +15,28 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
 run: install
 	mkdir -p var
-	$(BIN)/cantstop serve --host 127.0.0.1 --port 8000
+	$(BIN)/cantstop serve --host $(HOST) --port $(PORT)
 
 test: install
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)  # the browser tests' Chromium
+	$(BIN)/python -m pytest -q -n auto $(PYTEST_ARGS)  # pytest-xdist: one worker per core
 
 lint: install
 	$(BIN)/ruff check domain service tests bench
 	$(BIN)/ruff format --check domain service tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
+	npx --yes $(REDOCLY) lint openapi.yaml
 
 bench: install
 	$(BIN)/python -m bench.engine
 	$(BIN)/python -m bench.http
+	$(BIN)/python -m bench.scaling
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
