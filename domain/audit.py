@@ -26,24 +26,33 @@ import uuid
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, TypeGuard
+from typing import Any
 
-from domain import fairness
+from domain import fairness, jsondoc
+from domain.commands import NewGame, visible_ascii
+from domain.commands import is_int as _is_int
 from domain.errors import DomainError
-from domain.game import ZERO_HASH, Game, chain_hash, event_data, event_type
+from domain.game import ZERO_HASH, Game, chain_hash, event_data, event_type, parse_at
 from domain.view import game_state
 
 EXPORT_FORMAT = "cantstop-game"
 EXPORT_FORMAT_VERSION = 1
-AT_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
-AT_PATTERN = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
 HEX64 = re.compile(r"[0-9a-f]{64}")
 MAX_RECORDS = 100_000
 MAX_DEPTH = 16
 MAX_GAME_ID = 200
 COMMANDS = frozenset(
-    {"SeatJoined", "DiceRolled", "MovePlayed", "TurnStopped", "PlayerResigned", "SeedRevealed"}
+    {
+        "SeatJoined",
+        "SeatLeft",
+        "DiceRolled",
+        "MovePlayed",
+        "TurnStopped",
+        "TurnTimedOut",
+        "PlayerResigned",
+        "GameAbandoned",
+        "SeedRevealed",
+    }
 )
 DERIVED = frozenset({"GameCreated", "TurnOrderDecided", "TurnBusted", "GameFinished"})
 EVENT_TYPES = COMMANDS | DERIVED
@@ -71,10 +80,6 @@ class Check:
 
 
 # ------------------------------------------------------------------------------ helpers
-def _is_int(value: Any) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
@@ -85,31 +90,6 @@ def _short(value: Any, limit: int = 80) -> str:
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def parse_at(at: str) -> datetime:
-    """An event's served time back to a datetime (UTC); ValueError unless in the served form."""
-    if not AT_PATTERN.fullmatch(at):
-        raise ValueError(f"{at!r} is not a time as served (YYYY-MM-DDTHH:MM:SS.ffffffZ)")
-    return datetime.strptime(at, AT_FORMAT).replace(tzinfo=UTC)
-
-
-def _depth(value: Any) -> int:
-    """How deeply ``value`` nests lists and objects (iteratively: no recursion limit to hit)."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, Mapping):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        deepest = max(deepest, level)
-        if deepest > MAX_DEPTH:
-            break
-        stack.extend((child, level + 1) for child in children)
-    return deepest
 
 
 def record_problem(record: Any) -> str | None:
@@ -127,7 +107,7 @@ def record_problem(record: Any) -> str | None:
         return "type is not a string"
     if not isinstance(record["data"], Mapping):
         return "data is not an object"
-    if _depth(record["data"]) > MAX_DEPTH:
+    if jsondoc.depth(record["data"], MAX_DEPTH) > MAX_DEPTH:
         return f"data is nested more than {MAX_DEPTH} levels deep"
     for key in ("prev_hash", "hash"):
         if not isinstance(record[key], str) or not HEX64.fullmatch(record[key]):
@@ -238,6 +218,13 @@ def check_dice(records: Sequence[Any]) -> Check:
         ):
             detail = f"version {version}: draw {nonce} records no dice of 1..{faces}"
             return Check("dice", False, detail, version)
+        entropy = entry.get("entropy")
+        if entropy is not None and not visible_ascii(entropy):
+            detail = (
+                f"version {version}: draw {nonce} records an entropy that is not 1 to 64 "
+                "visible ASCII characters"
+            )
+            return Check("dice", False, detail, version)
     if len(reveals) > 1:
         return Check("dice", False, "the seed is revealed twice", reveals[1]["version"])
     if not reveals:
@@ -255,13 +242,18 @@ def check_dice(records: Sequence[Any]) -> Check:
     if not isinstance(seed, str) or not seed.isascii() or fairness.commitment(seed) != promised:
         detail = f"version {reveal['version']}: the revealed seed does not hash to the commitment"
         return Check("dice", False, detail, reveal["version"])
+    mixed = 0
     for version, entry in draws:
-        nonce, dice = entry["nonce"], entry["dice"]
-        drawn = fairness.draw(seed, client_seed, nonce, len(dice), faces)
+        nonce, dice, entropy = entry["nonce"], entry["dice"], entry.get("entropy")
+        drawn = fairness.draw(seed, client_seed, nonce, len(dice), faces, entropy)
         if drawn != dice:
             detail = f"version {version}: draw {nonce} records {dice}, the seed gives {drawn}"
             return Check("dice", False, detail, version)
-    return Check("dice", True, f"{len(draws)} draws match the revealed seed")
+        mixed += entropy is not None
+    detail = f"{len(draws)} draws match the revealed seed"
+    if mixed:
+        detail += f" ({mixed} with the player's entropy mixed in)"
+    return Check("dice", True, detail)
 
 
 # ------------------------------------------------------------------------------ rules
@@ -285,7 +277,7 @@ class _RecordedDice:
         )
         self.position = 0
 
-    def __call__(self, nonce: int, count: int, faces: int) -> list[int]:
+    def __call__(self, nonce: int, count: int, faces: int, entropy: str | None = None) -> list[int]:
         if not self.queue:
             raise _Refused(self.position, f"the rules call for draw {nonce}; none is recorded")
         position, entry = self.queue.popleft()
@@ -313,11 +305,21 @@ def _perform(game: Game, record: Mapping[str, Any], draw: _RecordedDice) -> None
     kind, data = record["type"], record["data"]
     server = game.dice_mode == "server"
     if kind == "SeatJoined":
-        game.join(data.get("name"), draw=draw if server else None)
+        dice = draw if server else None
+        if game.rematch_of is not None:
+            game.claim(_int_field(data, "seat"), data.get("name"), draw=dice, bot=data.get("bot"))
+        else:
+            game.join(data.get("name"), draw=dice, bot=data.get("bot"))
+    elif kind == "SeatLeft":
+        game.leave(_int_field(data, "seat"))
+    elif kind == "TurnTimedOut":
+        game.time_out(parse_at(record["at"]))  # the deadline is re-derived from the clock
+    elif kind == "GameAbandoned":
+        game.abandon(parse_at(record["at"]), _int_field(data, "after"))
     elif kind == "DiceRolled":
         seat = _int_field(data, "seat")
         if server:
-            game.roll(seat, draw=draw)
+            game.roll(seat, draw=draw, entropy=data.get("entropy"))
         else:
             game.roll(seat, dice=data.get("dice"))
     elif kind == "MovePlayed":
@@ -380,16 +382,29 @@ def _start(records: Sequence[Mapping[str, Any]], draw: _RecordedDice) -> Game:
     promised = setup.get("seed_commitment")
     if server and (not isinstance(promised, str) or not HEX64.fullmatch(promised)):
         raise _Refused(0, "a server-dice game needs a seed commitment of 64 hex digits")
+    players = setup.get("players")
+    bots = setup.get("bots") or {}
+    if isinstance(players, list) and isinstance(bots, Mapping):
+        players = [
+            {"name": name, "bot": bots[str(seat)]} if str(seat) in bots else name
+            for seat, name in enumerate(players)
+        ]
     game = Game.start(
         _REPLAY_ID,
-        players=setup.get("players"),
-        seats=None if setup.get("players") is not None else setup.get("seats"),
-        rules=setup.get("rules"),
-        dice=setup.get("dice"),
-        first_player=setup.get("first_player"),
-        client_seed=setup.get("client_seed"),
+        NewGame(
+            players=players,
+            seats=None if players is not None else setup.get("seats"),
+            rules=setup.get("rules"),
+            dice=setup.get("dice"),
+            first_player=setup.get("first_player"),
+            client_seed=setup.get("client_seed"),
+            clock=setup.get("clock"),
+        ),
         server_seed=_STAND_IN_SEED if server else None,
+        seed_committed_at=setup.get("seed_committed_at"),
+        rematch_of=setup.get("rematch_of"),
         draw=draw if server else None,
+        times=deque(parse_at(r["at"]) for r in records),
     )
     produced = _pairs(game.collect_events())
     if server:
@@ -477,11 +492,13 @@ def audit_records(
     *,
     live_state: Mapping[str, Any] | None = None,
     live_error: str | None = None,
+    extra: Sequence[Check] = (),
 ) -> dict[str, Any]:
     """The verdict of the contract's ``/audit``: valid, the checks, the first version blamed.
 
     ``live_state`` is the live game's state (``game_state``), compared with the replay's end;
-    ``live_error`` says why the live game could not be loaded at all (reported, never raised).
+    ``live_error`` says why the live game could not be loaded at all (reported, never raised);
+    ``extra`` are checks only the server can make (its stored snapshots).
     """
     if len(records) > MAX_RECORDS:
         checks = [Check("chain", False, f"more than {MAX_RECORDS} events", MAX_RECORDS + 1)]
@@ -492,6 +509,7 @@ def audit_records(
             rules,
             check_dice(records),
             _check_final(game, live_state, live_error),
+            *extra,
         ]
     blamed = [c.version for c in checks if c.version is not None]
     return {
@@ -515,8 +533,8 @@ def parse_export(data: bytes) -> tuple[dict[str, Any], list[Any]]:
     if not lines:
         raise MalformedExport("the file is empty")
     try:
-        header = json.loads(lines[0].decode("utf-8"))
-    except (ValueError, RecursionError):
+        header = jsondoc.loads(lines[0])
+    except jsondoc.MalformedJson:
         raise MalformedExport("the first line is not a JSON header") from None
     if (
         not isinstance(header, dict)
@@ -534,9 +552,7 @@ def parse_export(data: bytes) -> tuple[dict[str, Any], list[Any]]:
     records: list[Any] = []
     for number, line in enumerate(lines[1:], start=1):
         try:
-            records.append(json.loads(line.decode("utf-8")))
-        except UnicodeDecodeError:
-            records.append({"version": number, "unreadable": f"line {number + 1} is not UTF-8"})
-        except (ValueError, RecursionError):
-            records.append({"version": number, "unreadable": f"line {number + 1} is not JSON"})
+            records.append(jsondoc.loads(line))
+        except jsondoc.MalformedJson as exc:
+            records.append({"version": number, "unreadable": f"line {number + 1}: {exc}"})
     return header, records

@@ -16,28 +16,62 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
-from typing import Any
+import re
+from collections import deque
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
 
 from eventsourcing.domain import Aggregate
 
+from domain.commands import Command, NewGame, Roll, Stop
+from domain.commands import Move as MoveCommand
 from domain.errors import GameOver, IllegalAction, InvalidDice, InvalidRequest, NotYourTurn
 from domain.fairness import commitment
-from domain.moves import UNCLAIMED, Board, Move
+from domain.moves import UNCLAIMED, Board, Sums
 from domain.rules import SOLITAIRE_TARGETS, Rules, normalize_rules, solitaire_rating
 
 ZERO_HASH = "0" * 64
 MAX_NAME_LENGTH = 40
 DICE_MODES = ("server", "manual")
+CLOCK_RANGE = (5, 604_800)  # a turn's time: 5 seconds to a week
+TIMEOUTS_TO_RESIGN = 3
 
-Draw = Callable[[int, int, int], list[int]]
-"""``draw(nonce, count, faces)``: ``count`` dice of ``faces`` faces for draw ``nonce``."""
+OPTIONAL_FIELDS = frozenset(
+    {"entropy", "seed_committed_at", "clock", "bots", "rematch_of", "bot", "reason"}
+)
+"""Event fields added after 1.0: absent from an event's data (and its hash) when unset, so events
+recorded before they existed read, hash and replay exactly as they were recorded."""
+
+
+class Draw(Protocol):
+    """``draw(nonce, count, faces, entropy)``: ``count`` dice of ``faces`` faces for draw
+    ``nonce``, with a player's ``entropy`` mixed in when given (domain.fairness)."""
+
+    def __call__(
+        self, nonce: int, count: int, faces: int, entropy: str | None = None
+    ) -> list[int]: ...
+
+
+def _present(fields: dict[str, Any]) -> dict[str, Any]:
+    """``fields`` without the optional ones that are unset."""
+    return {k: v for k, v in fields.items() if v is not None or k not in OPTIONAL_FIELDS}
+
+
+AT_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+AT_PATTERN = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
 
 
 def format_at(timestamp: datetime) -> str:
     """An event's time as served: UTC, microseconds, ``Z``."""
-    return timestamp.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return timestamp.astimezone(UTC).strftime(AT_FORMAT)
+
+
+def parse_at(at: str) -> datetime:
+    """An event's served time back to a datetime (UTC); ValueError unless in the served form."""
+    if not AT_PATTERN.fullmatch(at):
+        raise ValueError(f"{at!r} is not a time as served (YYYY-MM-DDTHH:MM:SS.ffffffZ)")
+    return datetime.strptime(at, AT_FORMAT).replace(tzinfo=UTC)
 
 
 def chain_hash(prev_hash: str, version: int, type_: str, at: str, data: Mapping[str, Any]) -> str:
@@ -62,8 +96,37 @@ def check_name(name: Any) -> str:
     return cleaned
 
 
-def _runner_map(runners: Sequence[int]) -> dict[str, int]:
-    return {str(column): at for column, at in enumerate(runners) if at}
+def player_spec(player: Any) -> tuple[str, str | None]:
+    """A player as given at creation: a name, or ``{"name": …, "bot": <id>}``."""
+    if isinstance(player, Mapping):
+        unknown = sorted(set(player) - {"name", "bot"})
+        if unknown:
+            raise InvalidRequest(f"a player has a name and perhaps a bot, not {', '.join(unknown)}")
+        bot = player.get("bot")
+        if bot is not None and (not isinstance(bot, str) or not bot):
+            raise InvalidRequest("a player's bot is the id of a computer player, e.g. expert")
+        return check_name(player.get("name")), bot
+    return check_name(player), None
+
+
+def check_clock(clock: Any, players: int) -> dict[str, int] | None:
+    """``{"turn_seconds": T}`` with T from 5 to 604800, for games of two or more players."""
+    if clock is None:
+        return None
+    low, high = CLOCK_RANGE
+    if not isinstance(clock, Mapping) or set(clock) != {"turn_seconds"}:
+        raise InvalidRequest('clock must be {"turn_seconds": T}')
+    seconds = clock["turn_seconds"]
+    if isinstance(seconds, bool) or not isinstance(seconds, int) or not low <= seconds <= high:
+        raise InvalidRequest(f"clock.turn_seconds must be an integer from {low} to {high}")
+    if players < 2:
+        raise InvalidRequest("clocks are for games of two or more players")
+    return {"turn_seconds": seconds}
+
+
+def position_map(positions: Sequence[int]) -> dict[str, int]:
+    """Column-indexed positions as the contract serves them: ``{"7": 3}``, absent when 0."""
+    return {str(column): at for column, at in enumerate(positions) if at}
 
 
 class Game(Aggregate):
@@ -75,7 +138,10 @@ class Game(Aggregate):
         def apply(self, aggregate: Aggregate) -> None:
             assert isinstance(aggregate, Game)
             aggregate.last_hash = self.hash
+            turn = (getattr(aggregate, "turn_number", 0), getattr(aggregate, "current", None))
             self.update(aggregate)
+            if (aggregate.turn_number, aggregate.current) != turn:
+                aggregate._turn_started_at = self.timestamp  # a turn starts when one ends
 
         def update(self, game: Game) -> None:
             raise NotImplementedError
@@ -88,6 +154,10 @@ class Game(Aggregate):
         first_player: int | None
         client_seed: str | None
         seed_commitment: str | None
+        seed_committed_at: str | None = None  # 1.1: when a pre-drawn seed was committed
+        clock: dict[str, int] | None = None  # 1.1: {"turn_seconds": T}
+        bots: dict[str, str] | None = None  # 1.1: seat (decimal string) -> bot id
+        rematch_of: str | None = None  # 1.1: the finished game this one replays
 
         def update(self, game: Game) -> None:
             faces = self.rules["dice_faces"]
@@ -115,13 +185,30 @@ class Game(Aggregate):
             game.client_seed = self.client_seed
             game.seed_commitment = self.seed_commitment
             game.server_seed = None
+            game._clock = self.clock["turn_seconds"] if self.clock else None
+            game._bots = dict(self.bots or {})
+            game._rematch_of = self.rematch_of
+            game._timeouts = [0] * self.seats
+            game._turn_started_at = None
 
     class SeatJoined(Event):
         seat: int
         name: str
+        bot: str | None = None  # 1.1: the strategy that plays this seat
 
         def update(self, game: Game) -> None:
             game.names[self.seat] = self.name
+            if self.bot is not None:
+                game._bots = {**game.bots, str(self.seat): self.bot}
+
+    class SeatLeft(Event):
+        """A player gave their lobby seat back before the game started (or a bot was removed)."""
+
+        seat: int
+
+        def update(self, game: Game) -> None:
+            game.names[self.seat] = None
+            game._bots = {k: v for k, v in game.bots.items() if k != str(self.seat)}
 
     class TurnOrderDecided(Event):
         first_player: int
@@ -138,6 +225,7 @@ class Game(Aggregate):
         dice: list[int]
         nonce: int | None
         moves: list[list[int]]
+        entropy: str | None = None  # 1.1: the player's text mixed into the draw
 
         def update(self, game: Game) -> None:
             game.dice = list(self.dice)
@@ -177,6 +265,7 @@ class Game(Aggregate):
                 for column in cols:
                     game.markers[int(seat)][column] = 0
             game.turns_completed += 1
+            game._ended_in_time(self.seat)
             game._begin_turn(self.next_player)
 
     class TurnBusted(Event):
@@ -189,12 +278,30 @@ class Game(Aggregate):
             for column in self.wiped:
                 game.markers[self.seat][column] = 0
             game.turns_completed += 1
+            game._ended_in_time(self.seat)
+            game._begin_turn(self.next_player)
+
+    class TurnTimedOut(Event):
+        """The player to act let the turn's deadline pass: the turn ends as a bust would."""
+
+        seat: int
+        deadline: str
+        lost: dict[str, int]
+        in_a_row: int
+        next_player: int
+
+        def update(self, game: Game) -> None:
+            game.turns_completed += 1
+            game._timeouts = [
+                self.in_a_row if s == self.seat else game.timeouts_of(s) for s in range(game.seats)
+            ]
             game._begin_turn(self.next_player)
 
     class PlayerResigned(Event):
         seat: int
         removed: list[int]
         next_player: int | None
+        reason: str | None = None  # 1.1: "inactivity" when timeouts resigned the player
 
         def update(self, game: Game) -> None:
             game.resigned[self.seat] = True
@@ -215,6 +322,15 @@ class Game(Aggregate):
             game.finish_reason = self.reason
             game.rating = self.rating
             game._begin_turn(None)
+
+    class GameAbandoned(Event):
+        """Nothing was recorded for ``after`` seconds since ``idle_since``: the game ends."""
+
+        idle_since: str
+        after: int
+
+        def update(self, game: Game) -> None:
+            pass  # GameFinished follows
 
     class SeedRevealed(Event):
         server_seed: str
@@ -238,7 +354,7 @@ class Game(Aggregate):
         self.turn_number: int
         self.phase: str | None
         self.dice: list[int] | None
-        self.options: list[Move]
+        self.options: list[Sums]
         self.winner: int | None
         self.finish_reason: str | None
         self.rating: str | None
@@ -248,11 +364,60 @@ class Game(Aggregate):
         self.seed_commitment: str | None
         self.server_seed: str | None
         self.last_hash: str
+        # Contract 1.1; read through the properties below, which also answer for games restored
+        # from snapshots taken before these existed.
+        self._clock: int | None
+        self._bots: dict[str, str]
+        self._rematch_of: str | None
+        self._timeouts: list[int]
+        self._turn_started_at: datetime | None
+        self._replay_times: deque[datetime] | None
+
+    @property
+    def clock_seconds(self) -> int | None:
+        """The clock's time per turn, in seconds, or None."""
+        found: int | None = self.__dict__.get("_clock")
+        return found
+
+    @property
+    def bots(self) -> dict[str, str]:
+        """Seat (decimal string) -> the strategy that plays it. Replaced, never changed."""
+        found: dict[str, str] = self.__dict__.get("_bots") or {}
+        return found
+
+    @property
+    def rematch_of(self) -> str | None:
+        found: str | None = self.__dict__.get("_rematch_of")
+        return found
+
+    @property
+    def timeouts(self) -> list[int]:
+        found: list[int] = self.__dict__.get("_timeouts") or []
+        return found
+
+    @property
+    def turn_started_at(self) -> datetime | None:
+        found: datetime | None = self.__dict__.get("_turn_started_at")
+        return found
+
+    @property
+    def replay_times(self) -> deque[datetime] | None:
+        """The audit's replay sets the recorded times here, so replayed events carry them."""
+        found: deque[datetime] | None = self.__dict__.get("_replay_times")
+        return found
 
     # ----------------------------------------------------------------- the hash chain, recorded
+    def _timestamp(self, event_class: type[Any], given: datetime | None) -> datetime:
+        """The recorded time in a replay; else the command's time (``given``), or now."""
+        if self.replay_times:
+            return self.replay_times.popleft()
+        stamp: datetime = given or event_class.create_timestamp()
+        return stamp
+
     @classmethod
     def _create(cls, event_class: type[Any], *, id: Any = None, **kwargs: Any) -> Game:
         timestamp = kwargs.pop("timestamp", None) or event_class.create_timestamp()
+        kwargs = _present(kwargs)
         digest = chain_hash(ZERO_HASH, 1, event_class.__name__, format_at(timestamp), kwargs)
         game = super()._create(
             event_class, id=id, timestamp=timestamp, prev_hash=ZERO_HASH, hash=digest, **kwargs
@@ -261,7 +426,8 @@ class Game(Aggregate):
         return game
 
     def trigger_event(self, event_class: type[Any], **kwargs: Any) -> None:
-        timestamp = kwargs.pop("timestamp", None) or event_class.create_timestamp()
+        timestamp = self._timestamp(event_class, kwargs.pop("timestamp", None))
+        kwargs = _present(kwargs)
         digest = chain_hash(
             self.last_hash, self.version + 1, event_class.__name__, format_at(timestamp), kwargs
         )
@@ -274,27 +440,38 @@ class Game(Aggregate):
     def start(
         cls,
         game_id: Any,
+        setup: NewGame,
         *,
-        players: Sequence[str] | None = None,
-        seats: int | None = None,
-        rules: Mapping[str, Any] | None = None,
-        dice: str = "server",
-        first_player: int | None = None,
-        client_seed: str | None = None,
         server_seed: str | None = None,
         draw: Draw | None = None,
+        seed_committed_at: str | None = None,
+        rematch_of: str | None = None,
+        times: deque[datetime] | None = None,
     ) -> Game:
         """Create a game with named ``players`` (it starts at once) or ``seats`` (a lobby).
 
-        Server dice need ``server_seed`` (only its commitment is recorded) and ``draw`` for the
-        opening roll.
+        A player is a name, or ``{"name": …, "bot": <strategy id>}`` for a computer player
+        (server dice only; the service checks the id). Server dice need ``server_seed`` (only its
+        commitment is recorded) and ``draw`` for the opening roll; ``seed_committed_at`` says when
+        that commitment was published, if it was drawn before the game (contract 1.1). A rematch
+        (``rematch_of``) is a lobby whose seats are kept for the players of the game before.
+        ``times``: the recorded times of a replay (the audit), used for the events in order.
         """
+        players, seats, rules = setup.players, setup.seats, setup.rules
+        dice, first_player, client_seed = setup.dice, setup.first_player, setup.client_seed
         if (players is None) == (seats is None):
             raise InvalidRequest("give either players (their names) or seats (a number)")
+        bots: dict[str, str] = {}
         if players is not None:
             if not isinstance(players, list | tuple):
                 raise InvalidRequest("players must be a list of names")
-            names: list[str] | None = [check_name(p) for p in players]
+            named: list[str] = []
+            for seat, player in enumerate(players):
+                name, bot = player_spec(player)
+                named.append(name)
+                if bot is not None:
+                    bots[str(seat)] = bot
+            names: list[str] | None = named
             n = len(players)
         else:
             if isinstance(seats, bool) or not isinstance(seats, int) or not 2 <= seats <= 8:
@@ -303,6 +480,9 @@ class Game(Aggregate):
         normalized = normalize_rules(rules, n)
         if dice not in DICE_MODES:
             raise InvalidRequest('dice must be "server" or "manual"')
+        if bots and dice != "server":
+            raise InvalidRequest("computer players play server-dice games only")
+        clock = check_clock(setup.clock, n)
         if dice == "server":
             if first_player is not None:
                 raise InvalidRequest("first_player is only for manual dice")
@@ -324,6 +504,7 @@ class Game(Aggregate):
         game = cls._create(
             cls.GameCreated,
             id=game_id,
+            timestamp=times.popleft() if times else None,
             players=names,
             seats=n,
             rules=normalized.to_dict(),
@@ -331,21 +512,57 @@ class Game(Aggregate):
             first_player=first_player,
             client_seed=client_seed,
             seed_commitment=seed_commitment,
+            seed_committed_at=seed_committed_at if dice == "server" else None,
+            clock=clock,
+            bots=bots or None,
+            rematch_of=rematch_of,
         )
+        game._replay_times = times
         if names is not None:
             game._decide_turn_order(draw)
         return game
 
-    def join(self, name: str, draw: Draw | None = None) -> int:
+    def join(self, name: str, draw: Draw | None = None, bot: str | None = None) -> int:
         """Take the first open lobby seat; the game starts when the last seat is taken."""
         name = check_name(name)
         if self.status != "waiting" or None not in self.names:
             raise IllegalAction("this game has no open seat")
-        seat = self.names.index(None)
-        self.trigger_event(self.SeatJoined, seat=seat, name=name)
+        if self.rematch_of is not None:
+            raise IllegalAction(
+                f"the seats of this rematch are kept for the players of game {self.rematch_of}"
+            )
+        return self._seat(self.names.index(None), name, draw, bot)
+
+    def claim(self, seat: int, name: str, draw: Draw | None = None, bot: str | None = None) -> int:
+        """Take seat ``seat`` of a rematch (the service checks who may)."""
+        if self.status != "waiting" or self.rematch_of is None:
+            raise IllegalAction("only the seats of a rematch waiting for its players are claimed")
+        if not 0 <= seat < self.seats or self.names[seat] is not None:
+            raise IllegalAction(f"seat {seat} is not open")
+        return self._seat(seat, check_name(name), draw, bot)
+
+    def _seat(self, seat: int, name: str, draw: Draw | None, bot: str | None) -> int:
+        if bot is not None and self.dice_mode != "server":
+            raise InvalidRequest("computer players play server-dice games only")
+        self.trigger_event(self.SeatJoined, seat=seat, name=name, bot=bot)
         if None not in self.names:
             self._decide_turn_order(draw)
         return seat
+
+    def check_leave(self, seat: int) -> None:
+        """Whether seat ``seat`` can be given back now (IllegalAction if not)."""
+        if self.status != "waiting":
+            raise IllegalAction("the game has started: a player leaves it by resigning")
+        if not isinstance(seat, int) or not 0 <= seat < self.seats or self.names[seat] is None:
+            raise IllegalAction(f"seat {seat} is not taken")
+
+    def leave(self, seat: int) -> None:
+        """Give a lobby seat back before the game starts: it is open again."""
+        self.check_leave(seat)
+        self.trigger_event(self.SeatLeft, seat=seat)
+
+    def is_bot(self, seat: int | None) -> bool:
+        return seat is not None and str(seat) in self.bots
 
     def _decide_turn_order(self, draw: Draw | None) -> None:
         """The opening roll (server dice): all roll two dice; the tied highest roll again."""
@@ -397,8 +614,15 @@ class Game(Aggregate):
             blocked = [{m[c] for m in others if m[c]} for c in range(len(self.claimed))]
         return Board(rules.heights, self.claimed, self.markers[seat], rules.steep_hill, blocked)
 
-    def roll(self, seat: int, dice: Sequence[int] | None = None, draw: Draw | None = None) -> None:
-        """Roll four dice: manual ``dice``, or server dice from ``draw``. No move at all busts."""
+    def roll(
+        self,
+        seat: int,
+        dice: Sequence[int] | None = None,
+        draw: Draw | None = None,
+        entropy: str | None = None,
+    ) -> None:
+        """Roll four dice: manual ``dice``, or server dice from ``draw`` (with the player's
+        ``entropy`` mixed in, when given). No move at all busts."""
         self._check_active(seat)
         if self.phase == "move":
             raise IllegalAction("choose a move for the dice already rolled")
@@ -410,10 +634,15 @@ class Game(Aggregate):
             if draw is None:
                 raise TypeError("server dice need a draw function")
             nonce = self.next_nonce
-            rolled = draw(nonce, 4, faces)
+            rolled = draw(nonce, 4, faces, entropy)
         moves = self.board(seat).legal_moves(rolled, self.runners)
         self.trigger_event(
-            self.DiceRolled, seat=seat, dice=rolled, nonce=nonce, moves=[list(m) for m in moves]
+            self.DiceRolled,
+            seat=seat,
+            dice=rolled,
+            nonce=nonce,
+            moves=[list(m) for m in moves],
+            entropy=entropy,
         )
         if not moves:
             self._bust(seat)
@@ -426,7 +655,7 @@ class Game(Aggregate):
         self.trigger_event(
             self.TurnBusted,
             seat=seat,
-            lost=_runner_map(self.runners),
+            lost=position_map(self.runners),
             wiped=wiped,
             next_player=self._next_seat(seat),
         )
@@ -447,23 +676,28 @@ class Game(Aggregate):
             raise IllegalAction(f"{list(chosen)} is not a legal move for {self.dice}: {legal}")
         runners = self.board(seat).play(chosen, self.runners)
         self.trigger_event(
-            self.MovePlayed, seat=seat, sums=list(chosen), runners=_runner_map(runners)
+            self.MovePlayed, seat=seat, sums=list(chosen), runners=position_map(runners)
         )
 
-    def act(self, seat: int, action: Mapping[str, Any], draw: Draw | None = None) -> None:
-        """One action of the contract's form (``{"type": "roll"|"move"|"stop"|"resign", …}``)
-        by ``seat``: the HTTP API and the transcript verifier both come through here."""
-        kind = action["type"]
-        if kind == "roll":
-            self.roll(seat, dice=action.get("dice"), draw=draw)
-        elif kind == "move":
-            self.move(seat, action["sums"])
-        elif kind == "stop":
+    def act(self, seat: int, command: Command, draw: Draw | None = None) -> None:
+        """One command by ``seat``: the HTTP API, bots and the transcript verifier all come
+        through here."""
+        if isinstance(command, Roll):
+            self._check_roll_form(command)
+            self.roll(seat, dice=command.dice, draw=draw, entropy=command.entropy)
+        elif isinstance(command, MoveCommand):
+            self.move(seat, command.sums)
+        elif isinstance(command, Stop):
             self.stop(seat)
-        elif kind == "resign":
-            self.resign(seat)
         else:
-            raise InvalidRequest(f"unknown action type {kind!r}")
+            self.resign(seat)
+
+    def _check_roll_form(self, command: Roll) -> None:
+        """A roll's fields must fit the game's dice (a bad request, judged before the turn)."""
+        if self.dice_mode == "server" and command.dice is not None:
+            raise InvalidRequest('this game uses server dice: send {"type": "roll"} without dice')
+        if self.dice_mode == "manual" and command.entropy is not None:
+            raise InvalidRequest("entropy is for server dice: a manual roll carries its dice")
 
     def forced_to_roll(self) -> bool:
         """Forced move variant: a runner shares a space with another player's marker."""
@@ -519,6 +753,9 @@ class Game(Aggregate):
         self._check_active(seat, turn=False)
         if self.resigned[seat]:
             raise IllegalAction(f"seat {seat} has already resigned")
+        self._resign(seat)
+
+    def _resign(self, seat: int, reason: str | None = None) -> None:
         own = self.markers[seat]
         removed = [c for c, at in enumerate(own) if at and self.claimed[c] != seat]
         remaining = [s for s in range(self.seats) if s != seat and not self.resigned[s]]
@@ -528,7 +765,9 @@ class Game(Aggregate):
             next_player = self._next_seat(seat)
         else:
             next_player = self.current
-        self.trigger_event(self.PlayerResigned, seat=seat, removed=removed, next_player=next_player)
+        self.trigger_event(
+            self.PlayerResigned, seat=seat, removed=removed, next_player=next_player, reason=reason
+        )
         if not remaining:
             self._finish(None, "resigned")
         elif len(remaining) == 1:
@@ -541,6 +780,71 @@ class Game(Aggregate):
         if commitment(server_seed) != self.seed_commitment:
             raise IllegalAction("that seed does not match the game's commitment")
         self.trigger_event(self.SeedRevealed, server_seed=server_seed)
+
+    # ------------------------------------------------------------------ clocks, abandonment
+    @property
+    def deadline(self) -> datetime | None:
+        """When the turn of the player to act times out: its start plus the clock's time
+        (people only: bots have no clock). None without a clock or a person to act."""
+        if (
+            self.clock_seconds is None
+            or self.status != "in_progress"
+            or self.turn_started_at is None
+            or self.is_bot(self.current)
+        ):
+            return None
+        return self.turn_started_at + timedelta(seconds=self.clock_seconds)
+
+    def timed_out(self, now: datetime) -> bool:
+        deadline = self.deadline
+        return deadline is not None and now >= deadline
+
+    def time_out(self, now: datetime) -> None:
+        """Record that the turn's deadline passed: the turn ends as a bust would (runners lost,
+        a completed turn); a player who times out three turns in a row is resigned."""
+        deadline = self.deadline
+        if deadline is None or now < deadline:
+            raise IllegalAction("no turn has timed out")
+        seat = self.current
+        assert seat is not None
+        in_a_row = self.timeouts_of(seat) + 1
+        self.trigger_event(
+            self.TurnTimedOut,
+            timestamp=now,
+            seat=seat,
+            deadline=format_at(deadline),
+            lost=position_map(self.runners),
+            in_a_row=in_a_row,
+            next_player=self._next_seat(seat),
+        )
+        if in_a_row >= TIMEOUTS_TO_RESIGN:
+            self._resign(seat, reason="inactivity")
+
+    def idle_since(self) -> datetime:
+        """When the last event was recorded."""
+        stamp: datetime = self.modified_on
+        return stamp
+
+    def abandon(self, now: datetime, after: int) -> None:
+        """End a game (or lobby) in which nothing was recorded for ``after`` seconds: no winner."""
+        if self.status == "finished":
+            raise GameOver("the game is finished")
+        idle_since = self.idle_since()
+        if now < idle_since + timedelta(seconds=after):
+            raise IllegalAction(f"the game has not been idle for {after} s")
+        self.trigger_event(
+            self.GameAbandoned, timestamp=now, idle_since=format_at(idle_since), after=after
+        )
+        self._finish(None, "abandoned")
+
+    def _ended_in_time(self, seat: int) -> None:
+        """A turn the player ended themselves (stop or bust): their timeouts start again."""
+        if self.timeouts_of(seat):
+            self._timeouts = [0 if s == seat else self.timeouts_of(s) for s in range(self.seats)]
+
+    def timeouts_of(self, seat: int) -> int:
+        """How many of ``seat``'s turns in a row ended by timing out."""
+        return self.timeouts[seat] if seat < len(self.timeouts) else 0
 
     def _finish(self, winner: int | None, reason: str) -> None:
         mode = self.rules["solitaire"]
@@ -601,7 +905,11 @@ def event_type(event: Game.Event) -> str:
 
 def event_data(event: Game.Event) -> dict[str, Any]:
     """The event's own fields: exactly what was hashed when it was recorded."""
-    return {k: v for k, v in event.__dict__.items() if k not in BASE_FIELDS}
+    return {
+        k: v
+        for k, v in event.__dict__.items()
+        if k not in BASE_FIELDS and (v is not None or k not in OPTIONAL_FIELDS)
+    }
 
 
 def event_record(event: Game.Event) -> dict[str, Any]:

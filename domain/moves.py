@@ -12,7 +12,8 @@ from collections.abc import Container, Sequence
 MAX_RUNNERS = 3
 UNCLAIMED = -1
 
-Move = tuple[int, ...]
+Sums = tuple[int, ...]
+"""A legal move: the sums it plays, ascending (`(6, 10)`, `(7, 7)`, `(9,)`)."""
 
 
 def pairings(dice: Sequence[int]) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
@@ -63,7 +64,7 @@ class Board:
         mine = self.own[column]
         return self._land(column, mine if (self.steep_hill and mine) else mine + 1)
 
-    def legal_moves(self, dice: Sequence[int], runners: Sequence[int]) -> list[Move]:
+    def legal_moves(self, dice: Sequence[int], runners: Sequence[int]) -> list[Sums]:
         """Every legal move of a roll, each a tuple of sums sorted ascending, without duplicates.
 
         For each pairing (a, b): when a is playable and b is still playable after playing a, the
@@ -71,7 +72,7 @@ class Board:
         """
         n = sum(1 for at in runners if at)
         work = list(runners)
-        options: set[Move] = set()
+        options: set[Sums] = set()
         for a, b in pairings(dice):
             first = self.step(a, work, n)
             if first:

@@ -4,26 +4,30 @@ Pure: it reads event dicts as ``/events`` serves them (``version``, ``type``, ``
 the lines of an export file (JSON text or parsed; the ``cantstop-game`` header line gives the game
 id). Only the events given are read: for the sheet at version N, pass the events up to N.
 
-A row is one completed turn of the seat: a ``TurnStopped`` or ``TurnBusted`` of that seat. Its text:
+A row is one completed turn of the seat: a ``TurnStopped``, ``TurnBusted`` or ``TurnTimedOut`` of
+that seat. Its text:
 - a stop: each column that gained, ascending, as ``C×N``, then ``C Cap`` per column the stop
   claimed (``4×2, 8×2, 9×1``; ``6×3, 7×2, 7 Cap``). A column whose marker did not move (steep
   hill) is left out, so a stop that gained nothing has an empty text;
-- a bust: ``S``; a bust that wiped markers (advanced solitaire) lists them: ``S – 4,5``.
+- a bust: ``S``; a bust that wiped markers (advanced solitaire) lists them: ``S – 4,5``;
+- a turn that timed out (a clock): ``T``.
 A resignation is not a completed turn and has no row.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, TypedDict
 
+from domain import jsondoc
 from domain.errors import InvalidRequest
 from domain.rules import SOLITAIRE_TARGETS
 
 TIMES = "\u00d7"  # ×
 EN_DASH = "\u2013"  # –
 EXPORT_FORMAT = "cantstop-game"
+TURN_ENDS = ("TurnStopped", "TurnBusted", "TurnTimedOut")
+TIMEOUT_TEXT = "T"
 
 Event = Mapping[str, Any]
 EventLine = Mapping[str, Any] | str | bytes
@@ -33,7 +37,7 @@ EventLine = Mapping[str, Any] | str | bytes
 class SheetRow(TypedDict):
     turn: int
     """1-based count of this seat's completed turns."""
-    result: Literal["stop", "bust"]
+    result: Literal["stop", "bust", "timeout"]
     progress: dict[str, int]
     """Spaces gained per column (decimal-string keys, ascending); empty for a bust."""
     claimed: list[int]
@@ -98,7 +102,7 @@ def _parse(line: EventLine) -> Event | None:
     if isinstance(line, str | bytes):
         if not line.strip():
             return None
-        parsed = json.loads(line)
+        parsed = jsondoc.loads(line)
         if not isinstance(parsed, Mapping):
             raise ValueError("an event line must be a JSON object")
         return parsed
@@ -136,6 +140,17 @@ def _row(event: Event, turn: int, held: int) -> SheetRow:
             "claimed_total": held + len(claimed),
             "version": int(event["version"]),
         }
+    if event["type"] == "TurnTimedOut":
+        return {
+            "turn": turn,
+            "result": "timeout",
+            "progress": {},
+            "claimed": [],
+            "wiped": [],
+            "text": TIMEOUT_TEXT,
+            "claimed_total": held,
+            "version": int(event["version"]),
+        }
     wiped = sorted(int(c) for c in data.get("wiped") or [])
     return {
         "turn": turn,
@@ -150,11 +165,11 @@ def _row(event: Event, turn: int, held: int) -> SheetRow:
 
 
 def _is_turn_of(event: Event, seat: int) -> bool:
-    return event.get("type") in ("TurnStopped", "TurnBusted") and event["data"]["seat"] == seat
+    return event.get("type") in TURN_ENDS and event["data"]["seat"] == seat
 
 
 def sheet_rows(events: Iterable[EventLine], seat: int = 0) -> list[SheetRow]:
-    """One row per completed turn of ``seat`` (its stops and busts), in the order given."""
+    """One row per completed turn of ``seat`` (stops, busts, timeouts), in the order given."""
     rows: list[SheetRow] = []
     held = 0
     for event in _read(events)[1]:

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from domain.commands import NewGame, parse_action
 from domain.errors import DomainError, InvalidRequest
 from domain.game import Game
 from domain.view import game_state
@@ -74,7 +75,7 @@ def apply_action(game: Game, action: Mapping[str, Any]) -> None:
         seat = action["seat"]
     else:
         seat = action.get("seat", game.current if game.current is not None else 0)
-    game.act(seat, action)
+    game.act(seat, parse_action(action))
 
 
 def verify(doc: Any, *, trace: bool = False, extra: frozenset[str] = frozenset()) -> dict[str, Any]:
@@ -82,10 +83,12 @@ def verify(doc: Any, *, trace: bool = False, extra: frozenset[str] = frozenset()
     try:
         game = Game.start(
             uuid.uuid4(),
-            players=doc["players"],
-            rules=doc.get("rules"),
-            dice="manual",
-            first_player=doc.get("first_player"),
+            NewGame(
+                players=doc["players"],
+                rules=doc.get("rules"),
+                dice="manual",
+                first_player=doc.get("first_player"),
+            ),
         )
     except InvalidRequest as exc:
         raise MalformedTranscript(exc.detail) from None

@@ -4,23 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from domain.game import Game
+from domain.game import Game, format_at, position_map
 from domain.moves import UNCLAIMED
 
 
 def legal_actions(game: Game) -> list[dict[str, Any]]:
     """What the player to act may do now; resigning is always possible and not listed."""
-    if game.status != "in_progress":
-        return []
+    if game.status != "in_progress" or game.current is None:
+        return []  # (also just after the stop that wins, before GameFinished)
     if game.phase == "move":
         return [{"type": "move", "sums": list(m)} for m in game.options]
     if game.phase == "roll_or_stop" and not game.forced_to_roll():
         return [{"type": "roll"}, {"type": "stop"}]
     return [{"type": "roll"}]
-
-
-def _markers(positions: list[int]) -> dict[str, int]:
-    return {str(column): at for column, at in enumerate(positions) if at}
 
 
 def game_state(game: Game, game_id: str | None = None) -> dict[str, Any]:
@@ -33,7 +29,8 @@ def game_state(game: Game, game_id: str | None = None) -> dict[str, Any]:
             "player": game.current,
             "phase": game.phase,
             "dice": list(game.dice) if game.phase == "move" and game.dice else None,
-            "runners": _markers(game.runners),
+            "runners": position_map(game.runners),
+            "deadline": format_at(deadline) if (deadline := game.deadline) else None,
         }
     solitaire = None
     if rules.solitaire:
@@ -61,9 +58,11 @@ def game_state(game: Game, game_id: str | None = None) -> dict[str, Any]:
             {
                 "seat": seat,
                 "name": game.names[seat],
-                "markers": _markers(game.markers[seat]),
+                "markers": position_map(game.markers[seat]),
                 "claimed": [c for c in rules.columns if game.claimed[c] == seat],
                 "resigned": game.resigned[seat],
+                "bot": game.bots.get(str(seat)),
+                "timeouts_in_a_row": game.timeouts_of(seat),
             }
             for seat in range(game.seats)
         ],
@@ -73,6 +72,8 @@ def game_state(game: Game, game_id: str | None = None) -> dict[str, Any]:
         "finish_reason": game.finish_reason,
         "first_player": game.first_player if game.status != "waiting" else None,
         "solitaire": solitaire,
+        "clock": {"turn_seconds": game.clock_seconds} if game.clock_seconds else None,
+        "rematch_of": game.rematch_of,
         "fairness": {
             "seed_commitment": game.seed_commitment,
             "client_seed": game.client_seed,

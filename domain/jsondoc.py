@@ -1,0 +1,61 @@
+"""JSON documents from outside (request bodies, transcripts, export lines): parsed with bounds.
+
+``json.loads`` recurses, so a document nested a thousand levels deep raises RecursionError
+instead of a clean error; every document this service reads is shallow, so anything nested
+more than ``MAX_DEPTH`` levels is refused as malformed before any code walks it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+MAX_DEPTH = 32
+
+
+class MalformedJson(ValueError):
+    """Not JSON, not UTF-8, or nested too deeply: the reason is one line."""
+
+
+def depth(value: Any, stop_after: int = MAX_DEPTH) -> int:
+    """How deeply ``value`` nests lists and objects (iteratively: no recursion limit to hit).
+
+    Counting stops once it passes ``stop_after``."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, level)
+        if deepest > stop_after:
+            break
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def check_depth(value: Any, limit: int = MAX_DEPTH) -> Any:
+    """``value`` itself, or MalformedJson when it nests more than ``limit`` levels."""
+    if depth(value, limit) > limit:
+        raise MalformedJson(f"the document is nested more than {limit} levels deep")
+    return value
+
+
+def loads(data: bytes | str, limit: int = MAX_DEPTH) -> Any:
+    """Parse UTF-8 JSON text (bytes must be UTF-8: no UTF-16 guessing) with a depth bound."""
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise MalformedJson("the document is not UTF-8") from None
+    try:
+        value = json.loads(data)
+    except RecursionError:
+        raise MalformedJson(f"the document is nested more than {limit} levels deep") from None
+    except ValueError as exc:
+        raise MalformedJson(f"not JSON: {exc}") from None
+    return check_depth(value, limit)

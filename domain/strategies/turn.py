@@ -1,0 +1,458 @@
+"""Playing one turn well: expectimax over the distinct rolls, for any valuation of how it ends.
+
+Within a turn the markers stand still and only the runners move, so a turn is a small acyclic
+decision problem. At each "roll or stop" point the player may take what the runners hold now
+(``utility(state)``) or roll: the roll either busts (``bust_utility(state)``) or offers moves,
+of which the player takes the best. A *state* is the runners, as ``((column, space), ...)``
+sorted by column.
+
+``TurnPlanner`` values these points in two ways:
+
+* exactly (``value``) once the runners' columns are settled: three runners out, or no column
+  left to place one in. What remains is a small problem over at most three columns, solved by
+  memoised recursion, with one shortcut: where stopping is worth at least as much as rolling
+  once more and then stopping (the one-step look-ahead), it stops without looking further. That
+  is exact when a point at which it pays to stop is only ever followed by points at which it
+  pays to stop (risk only grows as runners climb), and very nearly so otherwise.
+* by a look-ahead (``estimate``) while runners can still be placed: the next roll exactly, then
+  ``horizon``, which reads one more roll and supposes every later roll alike (the same chance
+  to bust, the same expected gain). The exact values of every column triple a turn could still
+  reach would cost a second of search; the look-ahead costs a few milliseconds (and is worth
+  half a turn over valuing the moves by ``horizon`` alone: 7.06 turns to 3 columns, not 7.50).
+
+The exact search values at most ``EXACT_BUDGET`` points per decision, from scratch each time
+(so a position's answer never depends on what an earlier decision left in memory); past that the
+look-ahead decides.
+
+Rolls are judged by shape: for a *shape* of the table (per column: closed, or holding a runner
+or not, and able to take one more step or two; and how many runners are out), ``roll_groups``
+lists the moves the rolls offer, and for each move the ordered rolls offering it, one bit per
+roll. The expectation of the best move's worth is then taken move by move, best first, each move
+credited with the rolls that offer it and no better one (a popcount). The moves offered are
+exactly ``Board.legal_moves`` (a test compares them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from functools import cache, lru_cache
+from typing import NamedTuple
+
+from domain.moves import MAX_RUNNERS, Board, Sums, pairings
+from domain.odds import distinct_rolls
+
+State = tuple[tuple[int, int], ...]
+"""The runners of a turn: ``((column, space), ...)``, sorted by column."""
+Utility = Callable[[State], float]
+
+# The shape of a column, for the moves a roll offers.
+CLOSED, RUNNER_ONE, RUNNER_MORE, FREE_ONE, FREE_MORE = range(5)
+
+
+NO_STOP = float("-inf")
+LOOK_AHEAD = 1
+"""Rolls looked at one by one before ``horizon`` takes over, while runners can be placed."""
+EXACT_BUDGET = 250
+"""Points the exact search may value for one decision (a few milliseconds); past them, the
+look-ahead decides (measured: no loss in strength against a budget of 600)."""
+
+
+class OverBudget(Exception):
+    """The exact search would take too long for this decision."""
+
+
+@cache
+def pairings_table(faces: int) -> tuple[tuple[int, tuple[tuple[int, int], ...]], ...]:
+    """Distinct rolls grouped by their pairings: (ordered rolls, sorted pairs of sums)."""
+    counts: dict[tuple[tuple[int, int], ...], int] = {}
+    for dice, n in distinct_rolls(faces):
+        pairs = tuple(sorted((min(a, b), max(a, b)) for a, b in pairings(dice)))
+        counts[pairs] = counts.get(pairs, 0) + n
+    return tuple((n, pairs) for pairs, n in sorted(counts.items()))
+
+
+def offered(
+    shape: Sequence[int], runners_out: int, pairs: Sequence[tuple[int, int]], prune: bool = False
+) -> tuple[Sums, ...]:
+    """The moves a roll with these pairings offers in a table of this shape, sorted.
+
+    ``shape[c]`` is the shape of column ``c``. The rule of ``Board.legal_moves``: a pairing
+    (a, b) offers both sums when a is playable and b still is after a, else each playable sum.
+    With ``prune``, a move playing one sum is left out where the roll offers a move playing it
+    and another sum: meant for settled columns, where one more step all but never hurts (it can
+    top a column sooner, closing it to later rolls of the turn); the planner's choices among
+    the legal moves themselves are never pruned.
+    """
+
+    def playable(c: int, out: int) -> bool:
+        s = shape[c]
+        return s in (RUNNER_ONE, RUNNER_MORE) or (s >= FREE_ONE and out < MAX_RUNNERS)
+
+    options: set[Sums] = set()
+    for a, b in pairs:
+        if playable(a, runners_out):
+            if a == b:
+                both = shape[a] in (RUNNER_MORE, FREE_MORE)
+            else:
+                both = playable(b, runners_out + (shape[a] >= FREE_ONE))
+            if both:
+                options.add((a, b) if a <= b else (b, a))
+                continue
+            options.add((a,))
+        if playable(b, runners_out):
+            options.add((b,))
+    if prune:
+        doubles = [m for m in options if len(m) == 2]
+        options = {m for m in options if len(m) == 2 or not any(m[0] in d for d in doubles)}
+    return tuple(sorted(options))
+
+
+@cache
+def _pairings_with_columns(
+    faces: int,
+) -> tuple[tuple[int, tuple[tuple[int, int], ...], tuple[int, ...]], ...]:
+    return tuple(
+        (n, pairs, tuple(sorted({c for pair in pairs for c in pair})))
+        for n, pairs in pairings_table(faces)
+    )
+
+
+@lru_cache(maxsize=1 << 17)
+def _offered(
+    pairs: tuple[tuple[int, int], ...], shapes: tuple[int, ...], runners_out: int, prune: bool
+) -> tuple[Sums, ...]:
+    """``offered``, for the shapes of the columns the pairs name (in ascending order) only:
+    most tables of a game share them, so rolls are judged once per such shape."""
+    columns = sorted({c for pair in pairs for c in pair})
+    shape = [CLOSED] * (columns[-1] + 1)
+    for c, s in zip(columns, shapes, strict=True):
+        shape[c] = s
+    return offered(shape, runners_out, pairs, prune)
+
+
+class Shape(NamedTuple):
+    """How the rolls fall out for one shape of the table.
+
+    Every ordered roll has a bit (the rolls of one row of ``pairings_table`` take consecutive
+    bits), so "how many rolls offer this move and no better one" is a popcount: the expectation
+    over rolls of the best move's worth is taken move by move, best first (``TurnPlanner``),
+    instead of roll by roll.
+    """
+
+    busts: int
+    """Ordered rolls that bust."""
+    moves: tuple[Sums, ...]
+    """Every move some roll offers."""
+    rolls: tuple[int, ...]
+    """Per move, the bits of the ordered rolls that offer it."""
+
+
+@lru_cache(maxsize=16384)
+def roll_groups(faces: int, shape: tuple[int, ...], runners_out: int, prune: bool = False) -> Shape:
+    """Every roll of ``faces``-sided dice in a table of this shape, by the moves it offers."""
+    rolls: dict[Sums, int] = {}
+    busts = offset = 0
+    for n, pairs, columns in _pairings_with_columns(faces):
+        options = _offered(pairs, tuple(shape[c] for c in columns), runners_out, prune)
+        if options:
+            bits = ((1 << n) - 1) << offset
+            for move in options:
+                rolls[move] = rolls.get(move, 0) | bits
+        else:
+            busts += n
+        offset += n
+    moves = tuple(sorted(rolls))
+    return Shape(busts, moves, tuple(rolls[m] for m in moves))
+
+
+SHIFT = 5
+"""Bits per column in a packed state: spaces go up to 17 (column 9 of eight-sided dice)."""
+MASK = (1 << SHIFT) - 1
+
+
+def as_state(runners: Sequence[int]) -> State:
+    """Runners indexed by column (as a ``Position`` has them) → a planner state."""
+    return tuple((c, at) for c, at in enumerate(runners) if at)
+
+
+def pack(state: State) -> int:
+    """A state as one integer (``SHIFT`` bits per column): the planner's key."""
+    key = 0
+    for c, at in state:
+        key |= at << (SHIFT * c)
+    return key
+
+
+Children = tuple[int, tuple[int, ...], tuple[int, ...]]
+"""(busting rolls, the packed point each move leads to, the rolls offering each move)."""
+
+
+class TurnPlanner:
+    """The value of the points of one turn, for a table whose markers stand still.
+
+    ``utility(state)``: what stopping with these runners is worth (higher is better);
+    ``bust_utility(state)``: what busting with them is worth; ``must_roll(state)``: stopping is
+    not allowed (forced move). Inside, points are packed integers (``pack``), remembered.
+    """
+
+    def __init__(
+        self,
+        board: Board,
+        faces: int,
+        utility: Utility,
+        bust_utility: Utility,
+        must_roll: Callable[[State], bool] | None = None,
+    ) -> None:
+        self.faces = faces
+        self.total = faces**4
+        self.utility = utility
+        self.bust_utility = bust_utility
+        self.must_roll = must_roll
+        # one more step never hurts in settled columns, unless it can land beside another
+        # player's marker and force the player on (forced move)
+        self.prune = must_roll is None
+        n_cols = len(board.heights)
+        self.columns = columns = range(2, n_cols)
+        # next_space[c][s]: where one more step in column c takes a runner at s (0: none yet);
+        # 0 when it cannot move (claimed column, topped runner). Jumping and steep hill included.
+        self.next_space: list[list[int]] = [[0] * (h + 1) for h in board.heights]
+        probe = [0] * n_cols
+        for c in columns:
+            for s in range(board.heights[c] + 1):
+                probe[c] = s
+                self.next_space[c][s] = board.step(c, probe, 0)
+            probe[c] = 0
+        # the same step as a change of the packed key
+        self.step_delta = [
+            [(to - at) << (SHIFT * c) if to else 0 for at, to in enumerate(row)]
+            for c, row in enumerate(self.next_space)
+        ]
+        free = [CLOSED] * n_cols
+        for c in columns:
+            placed = self.next_space[c][0]
+            if placed:
+                free[c] = FREE_MORE if self.next_space[c][placed] else FREE_ONE
+        self.free_shape = tuple(free)
+        self.free_columns = [c for c in columns if free[c]]
+        self._shapes: dict[tuple[tuple[int, int], ...], Shape] = {}
+        self._states: dict[int, State] = {}
+        self._children: dict[int, Children] = {}
+        self._stop: dict[int, float] = {}
+        self._worth: dict[int, float] = {}
+        self._bust: dict[int, float] = {}
+        self._look: dict[int, float] = {}
+        self._value: dict[int, float] = {}
+        self._estimate: dict[tuple[int, int], float] = {}
+        self._horizon: dict[int, float] = {}
+        self.budget = EXACT_BUDGET
+
+    # ------------------------------------------------------------------ points and moves
+    def unpack(self, key: int) -> State:
+        found = self._states.get(key)
+        if found is None:
+            found = self._states[key] = tuple(
+                (c, at) for c in self.columns if (at := key >> (SHIFT * c) & MASK)
+            )
+        return found
+
+    def _caps(self, key: int) -> tuple[tuple[int, int], ...]:
+        """Per runner: its column and how many more steps it can take (0, 1, or 2 for more)."""
+        nxt = self.next_space
+        return tuple(
+            (c, (2 if nxt[c][step] else 1) if (step := nxt[c][s]) else 0)
+            for c, s in self.unpack(key)
+        )
+
+    def shape(self, key: int) -> tuple[tuple[int, ...], int]:
+        """The shape of the table at this point (per column), and how many runners are out."""
+        caps = self._caps(key)
+        out = len(caps)
+        shape = list(self.free_shape) if out < MAX_RUNNERS else [CLOSED] * len(self.free_shape)
+        for c, cap in caps:
+            shape[c] = (CLOSED, RUNNER_ONE, RUNNER_MORE)[cap]
+        return tuple(shape), out
+
+    def groups(self, key: int) -> Shape:
+        """The rolls at this point, grouped by the moves they offer."""
+        caps = self._caps(key)
+        found = self._shapes.get(caps)
+        if found is None:
+            shape, out = self.shape(key)
+            prune = self.prune and (out >= MAX_RUNNERS or not any(s >= FREE_ONE for s in shape))
+            found = self._shapes[caps] = roll_groups(self.faces, shape, out, prune)
+        return found
+
+    def settled(self, key: int) -> bool:
+        """No more runners can be placed this turn: the columns are settled."""
+        state = self.unpack(key)
+        if len(state) >= MAX_RUNNERS:
+            return True
+        held = {c for c, _ in state}
+        return all(c in held for c in self.free_columns)
+
+    def after(self, key: int, move: Sums) -> int:
+        """The point reached by playing ``move``."""
+        delta = self.step_delta
+        for c in move:
+            key += delta[c][key >> (SHIFT * c) & MASK]
+        return key
+
+    def children(self, key: int) -> Children:
+        """(busting rolls, the point each move offered leads to, the rolls offering each)."""
+        found = self._children.get(key)
+        if found is None:
+            busts, moves, rolls = self.groups(key)
+            delta = self.step_delta
+            states = self._states
+            held = {c for c, _ in self.unpack(key)}
+            kids = []
+            for move in moves:  # ``after``, inlined: this is the planner's inner loop
+                kid = key
+                for c in move:
+                    kid += delta[c][kid >> (SHIFT * c) & MASK]
+                kids.append(kid)
+                if kid not in states:  # ``unpack``, knowing which columns can hold runners
+                    states[kid] = tuple(
+                        (c, kid >> (SHIFT * c) & MASK) for c in sorted(held.union(move))
+                    )
+            found = self._children[key] = (busts, tuple(kids), rolls)
+        return found
+
+    # ------------------------------------------------------------------ values
+    def _utility(self, key: int) -> float:
+        """``utility``, remembered (whether or not the player may stop there)."""
+        value = self._worth.get(key)
+        if value is None:
+            value = self._worth[key] = self.utility(self.unpack(key))
+        return value
+
+    def _bust_utility(self, key: int) -> float:
+        value = self._bust.get(key)
+        if value is None:
+            value = self._bust[key] = self.bust_utility(self.unpack(key))
+        return value
+
+    def stop_value(self, key: int) -> float:
+        """What stopping now is worth (``NO_STOP`` when the player may not stop)."""
+        value = self._stop.get(key)
+        if value is None:
+            if self.must_roll is not None and self.must_roll(self.unpack(key)):
+                value = NO_STOP
+            else:
+                value = self._utility(key)
+            self._stop[key] = value
+        return value
+
+    def _expect(self, key: int, worth: Callable[[int], float]) -> float:
+        """Rolling now, each roll followed by the move to the point of highest ``worth``.
+
+        Moves are taken best first; each is credited with the rolls that offer it and no
+        better move (``Shape``)."""
+        busts, kids, rolls = self.children(key)
+        total = busts * self._bust_utility(key) if busts else 0.0
+        values = [worth(kid) for kid in kids]
+        covered = 0
+        for i in sorted(range(len(kids)), key=values.__getitem__, reverse=True):
+            fresh = rolls[i] & ~covered
+            if fresh:
+                total += values[i] * fresh.bit_count()
+                covered |= fresh
+        return total / self.total
+
+    def look_ahead(self, key: int) -> float:
+        """Rolling once more, then stopping after the best move."""
+        found = self._look.get(key)
+        if found is None:
+            found = self._look[key] = self._expect(key, self._utility)
+        return found
+
+    def value(self, key: int) -> float:
+        """A "roll or stop" point, played as well as possible from here (see the module).
+
+        Raises ``OverBudget`` once it has valued ``budget`` new points in this search."""
+        found = self._value.get(key)
+        if found is None:
+            self.budget -= 1
+            if self.budget < 0:
+                raise OverBudget
+            stop = self.stop_value(key)
+            if stop != NO_STOP and stop >= self.look_ahead(key):
+                found = stop
+            else:
+                found = max(stop, self._expect(key, self.value))
+            self._value[key] = found
+        return found
+
+    def horizon(self, key: int) -> float:
+        """A settled point valued as if every further roll were like the next one: the same
+        chance to bust, the same expected gain. Rolling ``k`` more times then is worth
+        ``bust + (1 - p)**k * (at_stake + k * gain)``; the best ``k`` is taken (0: stop)."""
+        found = self._horizon.get(key)
+        if found is not None:
+            return found
+        look = self.look_ahead(key)
+        stop = self.stop_value(key)
+        busts = self.children(key)[0]
+        if not busts or busts == self.total or stop == NO_STOP or not self.settled(key):
+            found = self._horizon[key] = max(stop, look)
+            return found
+        bust = self._bust_utility(key)
+        success = self.total - busts
+        gain = (look * self.total - busts * bust) / success - stop
+        at_stake = stop - bust
+        keep = success / self.total
+        found = stop
+        if gain > 0:
+            best = -1 / math.log(keep) - at_stake / gain
+            for k in {1, max(1, math.floor(best)), max(1, math.ceil(best))}:
+                found = max(found, bust + keep**k * (at_stake + k * gain))
+        self._horizon[key] = found
+        return found
+
+    def estimate(self, key: int, depth: int = 1) -> float:
+        """A "roll or stop" point valued by looking ``depth`` rolls ahead, then ``horizon``."""
+        if depth <= 0:
+            return self.horizon(key)
+        memo = (key, depth)
+        found = self._estimate.get(memo)
+        if found is None:
+            deeper = self.horizon if depth == 1 else lambda k: self.estimate(k, depth - 1)
+            found = max(self.stop_value(key), self._expect(key, deeper))
+            self._estimate[memo] = found
+        return found
+
+    # ------------------------------------------------------------------ decisions
+    def move_values(self, runners: Sequence[int], moves: Sequence[Sums]) -> list[float]:
+        """What each move leads to: exact values when every move leaves the same settled
+        columns, else the two-roll look-ahead for all of them (so they compare fairly)."""
+        start = pack(as_state(runners))
+        children = [self.after(start, m) for m in moves]
+        columns = {tuple(c for c, _ in self.unpack(child)) for child in children}
+        if len(columns) == 1 and self.settled(children[0]):
+            # a fresh search each time, so whether it fits the budget depends on the position
+            # alone, never on what an earlier decision left in memory: the same position always
+            # gets the same answer
+            self._value = {}
+            self.budget = EXACT_BUDGET
+            try:
+                return [self.value(child) for child in children]
+            except OverBudget:
+                pass  # too far from the end of the turn yet: the look-ahead, this time
+        return [self.estimate(child, LOOK_AHEAD) for child in children]
+
+    def best_move(self, runners: Sequence[int], moves: Sequence[Sums]) -> Sums:
+        """The move leading to the most valuable point (the first of equals)."""
+        if len(moves) == 1:
+            return moves[0]
+        values = self.move_values(runners, moves)
+        return moves[max(range(len(moves)), key=values.__getitem__)]
+
+    def should_roll(self, runners: Sequence[int]) -> bool:
+        key = pack(as_state(runners))
+        stop = self.stop_value(key)
+        if stop == NO_STOP:
+            return True
+        if self.settled(key):  # the exact choice, by the one-step look-ahead (see ``value``)
+            return self.look_ahead(key) > stop
+        return self.estimate(key, LOOK_AHEAD) > stop
