@@ -3,15 +3,32 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import json
+import signal
+import subprocess
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from domain.transcript import MalformedTranscript, verify
+from gunicorn.app.base import Application  # has load_config_from_file
 
-DEPLOY_CONFIG = Path(__file__).resolve().parent.parent / "deploy" / "gunicorn.conf.py"
+from domain import jsondoc
+from domain.audit import MalformedExport, audit_records, parse_export
+from domain.errors import InvalidRequest
+from domain.record_sheet import record_sheet
+from domain.transcript import MalformedTranscript, verify
+from service import arena_cli
+from service.config import ConfigError, ServerSettings, Settings
+from service.live.hub import LiveConfig
+from service.render.sheet import render_csv, render_pdf, render_text
+from service.runtime import Runtime
+
+GUNICORN_SETTINGS = Path(__file__).resolve().parent / "gunicorn_settings.py"
 
 
 class Unreadable(Exception):
@@ -20,13 +37,13 @@ class Unreadable(Exception):
 
 def read_json(name: str) -> Any:
     try:
-        text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise Unreadable(f"{name}: cannot read: {exc}") from None
+        data = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
+    except OSError as exc:
+        raise Unreadable(f"{name}: cannot read: {exc.strerror or exc}") from None
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise Unreadable(f"{name}: not JSON: {exc}") from None
+        return jsondoc.loads(data)
+    except jsondoc.MalformedJson as exc:
+        raise Unreadable(f"{name}: {exc}") from None
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -54,8 +71,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def read_export(name: str) -> tuple[dict[str, Any], list[Any]]:
     """An export file (``-``: standard input) as its header and records, or Unreadable."""
-    from domain.audit import MalformedExport, parse_export
-
     try:
         data = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
     except OSError as exc:
@@ -68,8 +83,6 @@ def read_export(name: str) -> tuple[dict[str, Any], list[Any]]:
 
 def cmd_audit(args: argparse.Namespace) -> int:
     """Audit a game export offline (no server, no database): the same JSON as ``/audit``."""
-    from domain.audit import audit_records
-
     try:
         _, records = read_export(args.file)
     except Unreadable as exc:
@@ -82,10 +95,6 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 def cmd_sheet(args: argparse.Namespace) -> int:
     """A record sheet from an exported game, offline."""
-    from domain.errors import InvalidRequest
-    from domain.record_sheet import record_sheet
-    from service.sheet_render import render_csv, render_pdf, render_text
-
     try:
         header, records = read_export(args.file)
         sheet = record_sheet(records, args.seat, game_id=header.get("game_id"))
@@ -106,28 +115,102 @@ def cmd_sheet(args: argparse.Namespace) -> int:
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     """Create the tables (if missing) once, e.g. before several API hosts start."""
-    from service.app import Runtime
-    from service.config import Settings
-
     Runtime(Settings.from_env(), create_tables=True).close()
     print("tables ready", file=sys.stderr)
     return 0
 
 
+def cmd_worker(args: argparse.Namespace) -> int:
+    """Record what happens without a request — turns that time out, computer players' turns,
+    abandoned games — until SIGTERM or SIGINT (service/application/scheduler.py)."""
+    runtime = Runtime(Settings.from_env(), create_tables=False)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        runtime.scheduler().run(stop)
+    finally:
+        runtime.close()
+    return 0
+
+
+class ProcessGroup:
+    """``cantstop serve`` with the scheduler on: two children, the HTTP server (gunicorn) and
+    one ``cantstop worker``. A worker that dies is started again; a signal to stop is passed to
+    both; when the HTTP server ends, the worker is stopped and the server's status returned. The
+    children die with this process (Linux ``PR_SET_PDEATHSIG``), even after a ``kill -9``."""
+
+    RESTART_PAUSE = 0.5
+
+    def __init__(self, http: list[str]) -> None:
+        self.http_command = http
+        self.worker_command = [sys.executable, "-m", "service.cli", "worker"]
+        self.stopping = False
+
+    def run(self) -> int:
+        http = self._start(self.http_command)
+        worker = self._start(self.worker_command)
+
+        def stop(signum: int, _frame: Any) -> None:
+            self.stopping = True
+            for child in (http, worker):
+                with contextlib.suppress(ProcessLookupError):
+                    child.send_signal(signum)
+
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, stop)
+        while (code := http.poll()) is None:
+            if worker.poll() is not None and not self.stopping:
+                print(
+                    f"cantstop: the scheduler exited ({worker.returncode}); restarting",
+                    file=sys.stderr,
+                )
+                time.sleep(self.RESTART_PAUSE)
+                worker = self._start(self.worker_command)
+            time.sleep(0.2)
+        if worker.poll() is None:
+            worker.terminate()
+            try:
+                worker.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+        return code
+
+    @staticmethod
+    def _start(command: list[str]) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(command, preexec_fn=_die_with_parent)
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: Linux sends it SIGTERM when its parent dies."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
-    from gunicorn.app.base import Application  # has load_config_from_file
-
-    from service.app import Runtime
-    from service.config import Settings
-
     settings = Settings.from_env()
-    # Create the tables once, here, before any worker starts: workers never race to create them.
-    Runtime(settings, create_tables=True).close()
+    ServerSettings.from_env()  # gunicorn reads these too; refuse a bad one here, in one line
+    LiveConfig.from_env()
+    if not args.http_only:  # (--http-only: started by the process group, which did this)
+        # Create the tables once, before any worker starts: workers never race to create them.
+        Runtime(settings, create_tables=True).close()
+    if settings.scheduler and not args.http_only:  # CANTSTOP_SCHEDULER=off: it runs elsewhere
+        http = [sys.executable, "-m", "service.cli", "serve", "--http-only"]
+        for flag, value in (
+            ("--host", args.host),
+            ("--port", args.port),
+            ("--workers", args.workers),
+        ):
+            if value is not None:
+                http += [flag, str(value)]
+        return ProcessGroup(http).run()
 
     class Server(Application):  # type: ignore[misc]
         def load_config(self) -> None:
-            self.load_config_from_file(str(DEPLOY_CONFIG))
-            self.cfg.set("bind", f"{args.host}:{args.port}")
+            self.load_config_from_file(str(GUNICORN_SETTINGS))
+            if args.host is not None or args.port is not None:  # else CANTSTOP_BIND
+                host, _, port = self.cfg.bind[0].rpartition(":")
+                self.cfg.set("bind", f"{args.host or host}:{args.port or port}")
             if args.workers is not None:
                 self.cfg.set("workers", args.workers)
 
@@ -145,13 +228,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="serve the HTTP API through gunicorn")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
+    serve.add_argument("--host", default=None, help="default: CANTSTOP_BIND or 127.0.0.1:8000")
+    serve.add_argument("--port", type=int, default=None)
     serve.add_argument("--workers", type=int, default=None, help="worker processes (default 2)")
+    serve.add_argument("--http-only", action="store_true", help=argparse.SUPPRESS)
     serve.set_defaults(func=cmd_serve)
 
     migrate = sub.add_parser("migrate", help="create the tables once (before several hosts start)")
     migrate.set_defaults(func=cmd_migrate)
+
+    worker = sub.add_parser(
+        "worker", help="record timeouts, computer players' turns and abandoned games"
+    )
+    worker.set_defaults(func=cmd_worker)
+
+    arena_cli.add_parser(sub)
 
     ver = sub.add_parser("verify", help="check game transcripts offline")
     ver.add_argument("--trace", action="store_true", help="include the state after every action")
@@ -172,7 +263,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    result = args.func(args)
+    try:
+        result = args.func(args)
+    except ConfigError as exc:  # a bad setting: one line, not a traceback
+        print(f"cantstop: {exc}", file=sys.stderr)
+        return 2
     assert isinstance(result, int)
     return result
 

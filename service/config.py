@@ -1,77 +1,229 @@
-"""Configuration from the environment (README: Configuration)."""
+"""Configuration from the environment (README: Configuration), checked in one place.
+
+Every ``CANTSTOP_*`` value is read and validated here; a bad one is a ``ConfigError`` whose message
+is one line naming the variable, which ``cantstop`` prints before exiting with status 2.
+"""
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 DEFAULT_DATABASE_URL = "sqlite:///var/cantstop.sqlite"
 DEFAULT_MAX_BODY_BYTES = 256 * 1024
+SCOPES = ("create", "action")
+UNITS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hour": 3600}
+UNITS |= {"d": 86400, "day": 86400}
+RULE = re.compile(r"^(?P<scope>[a-z_]+)=(?P<count>\d{1,9})/(?P<n>\d{0,6})(?P<unit>[a-z]+)$")
 
 
 class ConfigError(ValueError):
-    pass
+    """A setting that cannot be used; the message is one line naming the variable."""
 
 
+# ------------------------------------------------------------------------------ readers
+def env_number(
+    env: Mapping[str, str],
+    name: str,
+    default: float,
+    *,
+    low: float = 0,
+    high: float = math.inf,
+    integer: bool = False,
+) -> float:
+    """``env[name]`` as a number from ``low`` to ``high`` (``default`` when unset or empty)."""
+    raw = (env.get(name) or "").strip()
+    if not raw:
+        return default
+    kind = "a whole number" if integer else "a number"
+    try:
+        value = int(raw) if integer else float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be {kind}, not {raw!r}") from None
+    if not math.isfinite(value) or not low <= value <= high:
+        bound = f"at least {low:g}" if high == math.inf else f"from {low:g} to {high:g}"
+        raise ConfigError(f"{name} must be {kind} {bound}, not {raw!r}")
+    return value
+
+
+def env_int(
+    env: Mapping[str, str], name: str, default: int, *, low: int = 0, high: float = math.inf
+) -> int:
+    return int(env_number(env, name, default, low=low, high=high, integer=True))
+
+
+def env_choice(env: Mapping[str, str], name: str, default: str, choices: tuple[str, ...]) -> str:
+    raw = (env.get(name) or "").strip().lower() or default
+    if raw not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(choices)}, not {raw!r}")
+    return raw
+
+
+@dataclass(frozen=True)
+class Limit:
+    """``count`` requests per ``period`` seconds, for one scope."""
+
+    scope: str
+    count: int
+    period: int
+
+    def __str__(self) -> str:
+        return f"{self.scope}={self.count}/{self.period}s"
+
+
+def parse_limits(text: str | None) -> dict[str, Limit]:
+    """``CANTSTOP_RATE_LIMITS``: ``create=30/minute,action=120/minute`` → {scope: Limit};
+    ``off`` or empty → {}. Periods: ``[N]second|minute|hour|day`` (or ``s``, ``m``, ``h``,
+    ``d``)."""
+    text = (text or "").strip().lower()
+    if text in ("", "off", "none"):
+        return {}
+    name = "CANTSTOP_RATE_LIMITS"
+    limits: dict[str, Limit] = {}
+    for part in text.split(","):
+        part = part.strip().replace(" ", "")
+        match = RULE.match(part)
+        if match is None:
+            raise ConfigError(
+                f"{name}: {part!r} is not <scope>=<count>/<period>, "
+                "e.g. create=30/minute,action=120/minute (or off)"
+            )
+        scope, unit = match["scope"], match["unit"]
+        if scope not in SCOPES:
+            raise ConfigError(f"{name}: unknown scope {scope!r}; use {' or '.join(SCOPES)}")
+        seconds = UNITS.get(unit) or UNITS.get(unit.removesuffix("s"))
+        if seconds is None:
+            raise ConfigError(
+                f"{name}: unknown period {match['unit']!r}; use second, minute, hour or day"
+            )
+        period = int(match["n"] or 1) * seconds
+        count = int(match["count"])
+        if count < 1 or period < 1:
+            raise ConfigError(f"{name}: {part!r} must allow at least 1 request")
+        if scope in limits:
+            raise ConfigError(f"{name}: {scope!r} is given twice")
+        limits[scope] = Limit(scope, count, period)
+    return limits
+
+
+def check_database_url(url: str) -> str:
+    scheme = urlsplit(url).scheme
+    if scheme == "sqlite":
+        if not url.startswith("sqlite:///") or not url[len("sqlite:///") :]:
+            raise ConfigError(
+                "CANTSTOP_DATABASE_URL: a sqlite URL needs a file path: sqlite:///var/cantstop.sqlite"
+            )
+    elif scheme not in ("postgresql", "postgres"):
+        raise ConfigError(
+            f"CANTSTOP_DATABASE_URL must start with sqlite:/// or postgresql://, not {scheme!r}"
+        )
+    return url
+
+
+def check_redis_url(url: str | None) -> str | None:
+    if url is not None and urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+        raise ConfigError(
+            "CANTSTOP_REDIS_URL must start with redis://, rediss:// or unix://, not "
+            f"{urlsplit(url).scheme!r}"
+        )
+    return url
+
+
+def parse_origins(text: str | None) -> tuple[str, ...]:
+    """``CANTSTOP_CORS_ORIGINS``: ``*`` or a comma-separated list of origins; empty: CORS off."""
+    origins = tuple(o.strip() for o in (text or "").split(",") if o.strip())
+    for origin in origins:
+        if origin != "*" and not re.fullmatch(r"https?://[^/\s]+", origin):
+            raise ConfigError(
+                f"CANTSTOP_CORS_ORIGINS: {origin!r} is not an origin such as "
+                "https://app.example (scheme and host, no path), or *"
+            )
+    return origins
+
+
+# ------------------------------------------------------------------------------ settings
 @dataclass(frozen=True)
 class Settings:
     database_url: str = DEFAULT_DATABASE_URL
     redis_url: str | None = None
     rate_limits: str = "off"
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_uri_bytes: int = 8190
+    max_header_bytes: int = 32 * 1024
+    sqlite_synchronous: str = "normal"
+    pg_pool_size: int = 5
+    pg_max_overflow: int = 10
+    cors_origins: tuple[str, ...] = ()
+    abandon_after: float = 7 * 24 * 3600
+    bot_pause: float = 0.5
+    scheduler: bool = True
     extra_env: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        check_database_url(self.database_url)
+        check_redis_url(self.redis_url)
+        parse_limits(self.rate_limits)
+
+    @property
+    def limits(self) -> dict[str, Limit]:
+        return parse_limits(self.rate_limits)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
         return cls(
-            database_url=env.get("CANTSTOP_DATABASE_URL") or DEFAULT_DATABASE_URL,
-            redis_url=env.get("CANTSTOP_REDIS_URL") or None,
+            database_url=(env.get("CANTSTOP_DATABASE_URL") or "").strip() or DEFAULT_DATABASE_URL,
+            redis_url=(env.get("CANTSTOP_REDIS_URL") or "").strip() or None,
             rate_limits=env.get("CANTSTOP_RATE_LIMITS") or "off",
-            max_body_bytes=int(env.get("CANTSTOP_MAX_BODY_BYTES") or DEFAULT_MAX_BODY_BYTES),
+            max_body_bytes=env_int(
+                env, "CANTSTOP_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES, low=1024, high=2**30
+            ),
+            max_uri_bytes=env_int(env, "CANTSTOP_MAX_URI_BYTES", 8190, low=256, high=2**20),
+            max_header_bytes=env_int(
+                env, "CANTSTOP_MAX_HEADER_BYTES", 32 * 1024, low=1024, high=2**20
+            ),
+            sqlite_synchronous=env_choice(
+                env, "CANTSTOP_SQLITE_SYNCHRONOUS", "normal", ("normal", "full")
+            ),
+            pg_pool_size=env_int(env, "CANTSTOP_PG_POOL_SIZE", 5, low=1, high=1000),
+            pg_max_overflow=env_int(env, "CANTSTOP_PG_MAX_OVERFLOW", 10, low=0, high=1000),
+            cors_origins=parse_origins(env.get("CANTSTOP_CORS_ORIGINS")),
+            abandon_after=env_int(
+                env, "CANTSTOP_ABANDON_AFTER", 7 * 24 * 3600, low=1, high=10 * 365 * 86400
+            ),
+            bot_pause=env_number(env, "CANTSTOP_BOT_PAUSE", 0.5, low=0, high=60),
+            scheduler=env_choice(env, "CANTSTOP_SCHEDULER", "on", ("on", "off")) == "on",
         )
 
 
-def persistence_env(database_url: str, *, create_table: bool) -> dict[str, str]:
-    """The eventsourcing settings for a ``sqlite:///path`` or ``postgresql://…`` URL."""
-    url = urlsplit(database_url)
-    create = "y" if create_table else "n"
-    if url.scheme == "sqlite":
-        # sqlite:///relative/path and sqlite:////absolute/path, as in SQLAlchemy.
-        path = database_url[len("sqlite:///") :]
-        if not path:
-            raise ConfigError("a sqlite URL needs a file path: sqlite:///var/cantstop.sqlite")
-        if path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        return {
-            "PERSISTENCE_MODULE": "eventsourcing.sqlite",
-            "SQLITE_DBNAME": path if path != ":memory:" else "file::memory:?cache=shared",
-            "SQLITE_LOCK_TIMEOUT": "10",
-            "CREATE_TABLE": create,
-        }
-    if url.scheme in ("postgresql", "postgres"):
-        env = {
-            "PERSISTENCE_MODULE": "eventsourcing.postgres",
-            "POSTGRES_DBNAME": unquote(url.path.lstrip("/")) or "postgres",
-            "POSTGRES_HOST": url.hostname or "127.0.0.1",
-            "POSTGRES_PORT": str(url.port or 5432),
-            "POSTGRES_USER": unquote(url.username or "postgres"),
-            "POSTGRES_PASSWORD": unquote(url.password or ""),
-            "POSTGRES_POOL_SIZE": os.environ.get("CANTSTOP_PG_POOL_SIZE", "5"),
-            "POSTGRES_MAX_OVERFLOW": os.environ.get("CANTSTOP_PG_MAX_OVERFLOW", "10"),
-            "POSTGRES_CONNECT_TIMEOUT": "10",
-            "POSTGRES_PRE_PING": "y",
-            "CREATE_TABLE": create,
-        }
-        # A unix-socket directory may be given as ?host=/path (libpq style).
-        for part in url.query.split("&"):
-            key, _, value = part.partition("=")
-            if key == "host" and value:
-                env["POSTGRES_HOST"] = unquote(value)
-        return env
-    raise ConfigError(
-        f"CANTSTOP_DATABASE_URL must start with sqlite:/// or postgresql://, not {url.scheme!r}"
-    )
+@dataclass(frozen=True)
+class ServerSettings:
+    """What gunicorn is told (service/gunicorn_settings.py); read here so that ``cantstop serve``
+    refuses a bad value in one line before gunicorn starts."""
+
+    bind: str
+    workers: int
+    threads: int
+    access_log: str | None
+    log_level: str
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> ServerSettings:
+        env = os.environ if environ is None else environ
+        bind = (env.get("CANTSTOP_BIND") or "").strip() or "127.0.0.1:8000"
+        host, sep, port = bind.rpartition(":")
+        if not (bind.startswith("unix:") or (sep and host and port.isdigit())):
+            raise ConfigError(f"CANTSTOP_BIND must be HOST:PORT or unix:PATH, not {bind!r}")
+        return cls(
+            bind=bind,
+            workers=env_int(env, "CANTSTOP_WORKERS", 2, low=1, high=256),
+            threads=env_int(env, "CANTSTOP_THREADS", 128, low=1, high=4096),
+            access_log=env.get("CANTSTOP_ACCESS_LOG", "-") or None,
+            log_level=env_choice(
+                env, "CANTSTOP_LOG_LEVEL", "info", ("debug", "info", "warning", "error", "critical")
+            ),
+        )

@@ -1,0 +1,123 @@
+"""The service's own aggregates beside ``Game``: a game's secrets (``Vault``) and the marker of an
+imported game (``ImportedGame``). Both are stored with the game's events and never served.
+
+Seat tokens are random (``new_token``); only their SHA-256 is kept, and a token is matched by
+comparing its hash with every seat's, each in constant time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import uuid
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from eventsourcing.domain import Aggregate, event
+from eventsourcing.utils import register_topic
+
+TOKEN_BYTES = 24  # 192 bits
+IDEMPOTENCY_TTL = timedelta(hours=48)
+VAULT_NAMESPACE = uuid.UUID("6f1c9e0e-3a57-4d7b-9f43-2f0f3e1c7a11")
+IMPORT_NAMESPACE = uuid.UUID("0b7d2f4e-5c1a-4e8b-9a36-7c2d1e9f4a58")
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(TOKEN_BYTES)
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def match_token(token_hashes: Mapping[str, str], token: str) -> int | None:
+    """The seat whose stored hash is the token's; every hash is compared, each in constant time."""
+    digest = token_hash(token)
+    found = None
+    for seat, stored in token_hashes.items():
+        if hmac.compare_digest(digest, stored):
+            found = int(seat)
+    return found
+
+
+def vault_id(game_id: uuid.UUID) -> uuid.UUID:
+    return uuid.uuid5(VAULT_NAMESPACE, str(game_id))
+
+
+def imported_marker_id(game_id: uuid.UUID) -> uuid.UUID:
+    return uuid.uuid5(IMPORT_NAMESPACE, str(game_id))
+
+
+class Vault(Aggregate):
+    """A game's secrets. Its events are stored but never served."""
+
+    @staticmethod
+    def create_id(game_id: uuid.UUID) -> uuid.UUID:
+        return vault_id(game_id)
+
+    @event("Opened")
+    def __init__(self, game_id: uuid.UUID, server_seed: str | None) -> None:
+        self.game_id = game_id
+        self.server_seed = server_seed
+        self.token_hashes: dict[str, str] = {}
+        self.keys: dict[str, dict[str, Any]] = {}
+
+    @event("TokenIssued")
+    def issue(self, seat: int, digest: str) -> None:
+        self.token_hashes[str(seat)] = digest
+
+    @event("TokenRevoked")
+    def revoke(self, seat: int) -> None:
+        """The seat was given back (a lobby): its token stops working."""
+        self.token_hashes = {k: v for k, v in self.token_hashes.items() if k != str(seat)}
+
+    @event("Sealed")
+    def seal(self) -> None:
+        """The game has started: its seats, so its tokens, never change again."""
+        self.sealed = True
+
+    @property
+    def is_sealed(self) -> bool:
+        return bool(self.__dict__.get("sealed"))
+
+    @event("KeyUsed")
+    def remember(self, scoped_key: str, fingerprint: str, first: int, last: int, at: str) -> None:
+        self.keys[scoped_key] = {"fingerprint": fingerprint, "first": first, "last": last, "at": at}
+
+    def seat_for(self, token: str) -> int | None:
+        """The seat holding ``token``."""
+        return match_token(self.token_hashes, token)
+
+    def recall(self, scoped_key: str, now: datetime) -> dict[str, Any] | None:
+        record = self.keys.get(scoped_key)
+        if record is None or datetime.fromisoformat(record["at"]) + IDEMPOTENCY_TTL < now:
+            return None
+        return record
+
+
+class ImportedGame(Aggregate):
+    """Marks an imported game: read-only, and where it came from. Never served as a game."""
+
+    @staticmethod
+    def create_id(game_id: uuid.UUID) -> uuid.UUID:
+        return imported_marker_id(game_id)
+
+    @event("Recorded")
+    def __init__(self, game_id: uuid.UUID, source: str, source_game_id: str | None) -> None:
+        self.game_id = game_id
+        self.source = source
+        self.source_game_id = source_game_id
+
+
+# Stored rows name their classes by topic: keep the modules these lived in before resolvable.
+for _old, _cls in {
+    "service.games:Vault": Vault,
+    "service.games:Vault.Opened": Vault.Opened,  # type: ignore[attr-defined]
+    "service.games:Vault.TokenIssued": Vault.TokenIssued,  # type: ignore[attr-defined]
+    "service.games:Vault.KeyUsed": Vault.KeyUsed,  # type: ignore[attr-defined]
+    "service.auditing:ImportedGame": ImportedGame,
+    "service.auditing:ImportedGame.Recorded": ImportedGame.Recorded,  # type: ignore[attr-defined]
+}.items():
+    register_topic(_old, _cls)

@@ -1,0 +1,673 @@
+"""The eventsourcing Application: games and their secrets, persisted in SQLite or PostgreSQL.
+
+Each game is a ``Game`` aggregate; its secrets (the server seed, the seats' token hashes and the
+idempotency keys used) live in a separate ``Vault`` aggregate that is saved in the same transaction
+and never served. Build one ``Games`` per process, after gunicorn forks.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import json
+import logging
+import secrets
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterator, Mapping
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.domain import Aggregate
+from eventsourcing.persistence import IntegrityError
+from eventsourcing.utils import get_topic, strtobool
+
+from domain import fairness, strategies
+from domain.commands import Command, NewGame, to_dict, visible_ascii
+from domain.errors import DomainError, InvalidRequest
+from domain.game import Draw, Game, event_record, format_at
+from domain.view import game_state
+from service.application.aggregates import (
+    ImportedGame,
+    Vault,
+    imported_marker_id,
+    match_token,
+    new_token,
+    token_hash,
+    vault_id,
+)
+from service.application.errors import (
+    ConcurrentAction,
+    IdempotencyKeyReused,
+    NotFound,
+    ReadOnly,
+    TurnTimedOut,
+    Unauthorized,
+    VersionConflict,
+    describe,
+)
+from service.application.store import (
+    CorruptGame,
+    SeedCommitments,
+    SQLiteStore,
+    StoreUnavailable,
+)
+
+log = logging.getLogger("cantstop")
+
+COMMITMENT_TTL = timedelta(minutes=15)  # the contract asks for at least 10
+GAME_EVENT_CLASSES: dict[str, type[Game.Event]] = {
+    cls.__name__: cls
+    for cls in vars(Game).values()
+    if isinstance(cls, type) and issubclass(cls, Game.Event) and cls is not Game.Event
+}
+GAME_TOPICS = frozenset(get_topic(cls) for cls in GAME_EVENT_CLASSES.values())
+
+
+@dataclass(frozen=True)
+class Commitment:
+    seed_commitment: str
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class Secrets:
+    """What a worker keeps of a game's vault. Once the game has started (``sealed``) neither
+    ever changes; before, a seat may be given back, so lobbies always read the vault afresh."""
+
+    server_seed: str | None
+    token_hashes: dict[str, str]
+    sealed: bool
+
+
+@dataclass(frozen=True)
+class Seat:
+    seat: int
+    name: str | None
+    token: str | None
+    """None for a computer player's seat."""
+    bot: str | None = None
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    """The game's state after an action (the contract's view), and the events the action
+    appended (as served)."""
+
+    state: dict[str, Any]
+    events: list[dict[str, Any]]
+    replayed: bool = False
+
+    @property
+    def version(self) -> int:
+        version: int = self.state["version"]
+        return version
+
+
+class Views:
+    """Each game's state view, built once per version (views are never changed once built)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._views: OrderedDict[tuple[uuid.UUID, int], dict[str, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, game_id: uuid.UUID, version: int) -> dict[str, Any] | None:
+        with self._lock:
+            return self._views.get((game_id, version))
+
+    def of(self, game: Game) -> dict[str, Any]:
+        key = (game.id, game.version)
+        with self._lock:
+            found = self._views.get(key)
+            if found is not None:
+                self._views.move_to_end(key)
+                return found
+        view = game_state(game, str(game.id))
+        with self._lock:
+            self._views[key] = view
+            if len(self._views) > self.size:
+                self._views.popitem(last=False)
+        return view
+
+
+def parse_game_id(raw: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(raw)
+    except (ValueError, TypeError):
+        raise NotFound(f"no game {raw!r}") from None
+
+
+def check_bots(players: Any) -> None:
+    """Every computer player named must be one the service has (domain.strategies)."""
+    for player in players:
+        if isinstance(player, Mapping) and player.get("bot") is not None:
+            try:
+                strategies.get(str(player["bot"]))
+            except strategies.UnknownStrategy as exc:
+                known = ", ".join(s.id for s in strategies.list())
+                raise InvalidRequest(f"{exc}; the bots are {known}") from None
+
+
+def _dicer(server_seed: str, client_seed: str) -> Draw:
+    return functools.partial(fairness.draw, server_seed, client_seed)
+
+
+class Games(Application[uuid.UUID]):
+    """Commands and queries on games; the HTTP layer adapts this to the contract."""
+
+    name = "cantstop"
+    # A game's past version is read from the nearest snapshot before it, plus fewer than ten
+    # events: as quick at version 5,000 as at version 10 (docs/performance.md).
+    snapshotting_intervals = {Game: 10, Vault: 50}  # noqa: RUF012 (eventsourcing's own API)
+
+    SECRETS_CACHE = 10_000
+    VIEWS_CACHE = 2_000
+    LOCK_STRIPES = 256
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Per worker: each game's seed and token hashes (so most actions never read the vault),
+        # and whether a game was imported (read-only). Both only ever grow.
+        self.secrets_cache: dict[uuid.UUID, Secrets] = {}
+        self.imported_cache: dict[uuid.UUID, bool] = {}
+        # The latest version of each game this worker holds is one object in the repository's
+        # cache, owned under its game's lock: commands change it in place (no deep copy), and it
+        # is evicted when a change cannot be saved. Readers get views or copies.
+        self._locks = [threading.RLock() for _ in range(self.LOCK_STRIPES)]
+        self.views = Views(self.VIEWS_CACHE)
+        self._saved: dict[uuid.UUID, int] = {}
+        dialect = "sqlite" if isinstance(self.factory, SQLiteStore) else "postgres"
+        datastore = getattr(self.recorder, "datastore", None)
+        self.commitments = SeedCommitments(datastore, dialect) if datastore is not None else None
+        if self.commitments is not None and strtobool(self.env.get("CREATE_TABLE") or "yes"):
+            self.commitments.create_table()
+
+    on_recorded: Callable[[uuid.UUID, list[dict[str, Any]]], None] | None = None
+    """Called after every successful save with each game's new events as served (service.live)."""
+
+    def save(self, *objs: Any, **kwargs: Any) -> Any:
+        recordings = super().save(*objs, **kwargs)
+        if self.on_recorded is not None:
+            new: dict[uuid.UUID, list[dict[str, Any]]] = {}
+            for recording in recordings:
+                if isinstance(recording.domain_event, Game.Event):
+                    game_event = recording.domain_event
+                    new.setdefault(game_event.originator_id, []).append(event_record(game_event))
+            self._tell(new)
+        return recordings
+
+    def _take_snapshots(self, processing_event: Any) -> None:
+        """A snapshot when a saved aggregate passes a multiple of its interval, taken from the
+        object just saved (the library would read the whole aggregate back from the store)."""
+        self._snapshot(processing_event.aggregates, processing_event.events)
+
+    def _snapshot(self, aggregates: Mapping[uuid.UUID, Any], events: list[Any]) -> None:
+        if not self.snapshots:
+            return
+        crossed = set()
+        for event in events:
+            aggregate = aggregates.get(event.originator_id)
+            if aggregate is None:
+                continue
+            interval = self.snapshotting_intervals.get(type(aggregate))
+            if interval and event.originator_version % interval == 0:
+                crossed.add(event.originator_id)
+        for aggregate_id in crossed:
+            aggregate = aggregates[aggregate_id]
+            snapshot_class = getattr(type(aggregate), "Snapshot", type(self).snapshot_class)
+            assert snapshot_class is not None
+            self.snapshots.put([snapshot_class.take(aggregate)])
+
+    def _write(self, *aggregates: Aggregate) -> None:
+        """Store the aggregates' pending events in one transaction: what ``save`` does, without
+        the library's general machinery (a third of an action's cost), for the command path."""
+        events = [event for aggregate in aggregates for event in aggregate.collect_events()]
+        self.recorder.insert_events([self.mapper.to_stored_event(e) for e in events])
+        self._snapshot({a.id: a for a in aggregates}, events)
+
+    def _tell(self, new: dict[uuid.UUID, list[dict[str, Any]]]) -> None:
+        if self.on_recorded is None:
+            return
+        for game_id, records in new.items():
+            try:
+                self.on_recorded(game_id, records)
+            except Exception:  # the events are stored: a failed notice must not undo that
+                log.exception("on_recorded failed for %s", game_id)
+
+    # -------------------------------------------------------------------------------- reads
+    @contextmanager
+    def owned(self, game_id: uuid.UUID, *, fresh: bool = True) -> Iterator[Game]:
+        """The game's latest version, to read or change under its lock; if it was changed and
+        the change is not saved by the end of the block, it is evicted (read afresh next time).
+
+        ``fresh=False`` skips the query for events other workers may have recorded since this
+        one last saw the game: for commands, whose insert fails if the game moved on."""
+        with self._locks[game_id.int % self.LOCK_STRIPES]:
+            game = self._latest(game_id, fresh=fresh)
+            before = game.version
+            try:
+                yield game
+            finally:
+                if game.version != before and self._saved.pop(game_id, None) != game.version:
+                    self._evict(game_id)
+
+    def _save_owned(
+        self, game: Game, *others: Aggregate, served: list[dict[str, Any]] | None = None
+    ) -> None:
+        """Save a game changed under ``owned`` (and its vault, if given). ``served``: its new
+        events as served, when the caller has them already."""
+        if served is None:
+            self.save(game, *others)
+        else:
+            self._write(game, *others)
+            self._tell({game.id: served})
+        self._saved[game.id] = game.version
+
+    def _evict(self, game_id: uuid.UUID) -> None:
+        cache = self.repository.cache
+        if cache is not None:
+            with suppress(KeyError):
+                cache.get(game_id, evict=True)
+
+    def _latest(self, game_id: uuid.UUID, *, fresh: bool = True) -> Game:
+        """The cached object, brought up to date with one query for newer events (unless not
+        ``fresh`` and this worker holds it already)."""
+        cache = self.repository.cache
+        if not fresh and cache is not None:
+            try:
+                cached = cache.get(game_id)
+            except KeyError:
+                pass
+            else:
+                if isinstance(cached, Game):
+                    return cached
+        try:
+            latest: Aggregate = self.repository.get(game_id, deepcopy_from_cache=False)
+        except AggregateNotFoundError:
+            raise NotFound(f"no game {game_id}") from None
+        except (StoreUnavailable, NotFound):
+            raise
+        except Exception as exc:  # a stored row that cannot be decoded or applied
+            latest = self._rebuild(game_id, None, exc)
+        if not isinstance(latest, Game):
+            raise NotFound(f"no game {game_id}")
+        return latest
+
+    def _past(self, game_id: uuid.UUID, version: int, latest: int) -> Game:
+        if not 1 <= version <= latest:
+            raise NotFound(f"game {game_id} has versions 1 to {latest}, not {version}")
+        try:
+            past: Aggregate = self.repository.get(game_id, version=version)
+        except (StoreUnavailable, NotFound):
+            raise
+        except Exception as exc:
+            past = self._rebuild(game_id, version, exc)
+        assert isinstance(past, Game)
+        return past
+
+    def game(self, game_id: uuid.UUID, version: int | None = None) -> Game:
+        """A private copy of the game at ``version`` (default: the latest). An unknown game or
+        version is NotFound; a game whose stored events cannot be read is CorruptGame, naming
+        the first bad version."""
+        with self.owned(game_id) as latest:
+            if version is None or version == latest.version:
+                return copy.deepcopy(latest)
+            current = latest.version
+        return self._past(game_id, version, current)
+
+    def state(self, game_id: uuid.UUID, version: int | None = None) -> dict[str, Any]:
+        """The contract's state view of the game at ``version`` (default: the latest), built
+        once per version. Callers must not change it."""
+        with self.owned(game_id) as latest:
+            if version is None or version == latest.version:
+                return self.views.of(latest)
+            current = latest.version
+        known = self.views.get(game_id, version)
+        if known is not None:
+            return known
+        return self.views.of(self._past(game_id, version, current))
+
+    def _rebuild(self, game_id: uuid.UUID, version: int | None, failure: Exception) -> Game:
+        """Replay the stored events one by one, without snapshots: a damaged snapshot only costs
+        time (the audit reports it); a damaged event is CorruptGame at its version."""
+        game: Any = None
+        at = 0
+        try:
+            for row in self.recorder.select_events(game_id, lte=version):
+                at = row.originator_version
+                stored = self.mapper.to_domain_event(row)
+                if not isinstance(stored, Game.Event):
+                    raise TypeError("not an event of a game")
+                game = stored.mutate(game)
+        except StoreUnavailable:
+            raise
+        except Exception as exc:
+            log.error("game %s: stored event %s cannot be read: %s", game_id, at, describe(exc))
+            raise CorruptGame(
+                f"game {game_id} is damaged: its stored event at version {at} cannot be read "
+                "(see its /audit)",
+                version=at,
+            ) from None
+        if game is None:
+            raise NotFound(f"no game {game_id}")
+        log.warning(
+            "game %s version %s: read without its snapshot (%s)",
+            game_id,
+            version,
+            describe(failure),
+        )
+        assert isinstance(game, Game)
+        return game
+
+    def history(
+        self, game_id: uuid.UUID, after: int = 0, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        try:
+            stored = list(self.repository.event_store.get(game_id, gt=after or None, limit=limit))
+        except StoreUnavailable:
+            raise
+        except Exception as exc:
+            self._rebuild(game_id, None, exc)  # raises CorruptGame at the first bad version
+            raise  # the events decode one by one: the failure was elsewhere
+        records = []
+        for stored_event in stored:
+            if not isinstance(stored_event, Game.Event):
+                raise NotFound(f"no game {game_id}")  # another aggregate's id, e.g. a vault's
+            records.append(event_record(stored_event))
+        if not records:
+            self.game(game_id)  # 404 for an unknown game; else simply nothing after ``after``
+        return records
+
+    def is_imported(self, game_id: uuid.UUID) -> bool:
+        """The marker is saved with the imported game's events, so the answer never changes."""
+        known = self.imported_cache.get(game_id)
+        if known is None:
+            known = bool(self.recorder.select_events(imported_marker_id(game_id), limit=1))
+            if len(self.imported_cache) >= self.SECRETS_CACHE:
+                self.imported_cache.clear()
+            self.imported_cache[game_id] = known
+        return known
+
+    def refuse_imported(self, game_id: uuid.UUID) -> None:
+        if self.is_imported(game_id):
+            raise ReadOnly("this game was imported: it can be read, not played")
+
+    def _vault(self, game_id: uuid.UUID) -> Vault:
+        try:
+            vault: Aggregate = self.repository.get(vault_id(game_id))
+        except (StoreUnavailable, AggregateNotFoundError):
+            raise
+        except Exception as exc:
+            log.error("game %s: its vault cannot be read: %s", game_id, describe(exc))
+            raise CorruptGame(
+                f"game {game_id} is damaged: its stored secrets cannot be read", version=None
+            ) from None
+        assert isinstance(vault, Vault)
+        if len(self.secrets_cache) >= self.SECRETS_CACHE:
+            self.secrets_cache.clear()
+        self.secrets_cache[game_id] = Secrets(
+            vault.server_seed, dict(vault.token_hashes), vault.is_sealed
+        )
+        return vault
+
+    def vault(self, game_id: uuid.UUID) -> Vault:
+        """The game's secrets, read afresh (a private copy: change it, then save it);
+        NotFound for an id that is no game's."""
+        try:
+            return self._vault(game_id)
+        except AggregateNotFoundError:
+            raise NotFound(f"no game {game_id}") from None
+
+    def _secrets(self, game_id: uuid.UUID) -> Secrets:
+        known = self.secrets_cache.get(game_id)
+        if known is None or not known.sealed:
+            self._vault(game_id)
+            known = self.secrets_cache[game_id]
+        return known
+
+    def dicer(self, game: Game) -> Draw | None:
+        """The draw function of ``game``'s server dice, or None for manual dice."""
+        seed = self._secrets(game.id).server_seed
+        return _dicer(seed, game.client_seed or "") if seed else None
+
+    @staticmethod
+    def dicer_for(server_seed: str, client_seed: str) -> Draw:
+        return _dicer(server_seed, client_seed)
+
+    def finish_up(self, game: Game) -> None:
+        """Once a game is finished, its seed is revealed (in the same save)."""
+        seed = self._secrets(game.id).server_seed
+        if game.status == "finished" and seed and game.server_seed is None:
+            game.reveal_seed(seed)
+
+    # ----------------------------------------------------------------------------- commands
+    def commit_seed(self) -> Commitment:
+        """Draw a seed for a future game and publish only its commitment (contract 1.1)."""
+        assert self.commitments is not None
+        now = datetime.now(UTC)
+        seed = secrets.token_hex(32)
+        expires = now + COMMITMENT_TTL
+        self.commitments.purge(now.timestamp())
+        self.commitments.put(fairness.commitment(seed), seed, now.timestamp(), expires.timestamp())
+        return Commitment(fairness.commitment(seed), expires)
+
+    def create(
+        self, setup: NewGame, *, seed_commitment: str | None = None
+    ) -> tuple[dict[str, Any], list[Seat]]:
+        """A new game. With ``seed_commitment`` (server dice only) the game takes the seed drawn
+        for it beforehand, and the client's seed is required: the seed was fixed before the
+        client chose theirs. Computer players are named by known strategy ids."""
+        check_bots(setup.players or ())
+        game_id = uuid.uuid4()
+        committed_at: str | None = None
+        server_seed: str | None
+        if seed_commitment is not None:
+            server_seed, committed_at = self._take_commitment(setup, seed_commitment)
+        else:
+            server_seed = secrets.token_hex(32) if setup.dice == "server" else None
+        draw = None
+        if server_seed is not None:
+            client_seed = str(game_id) if setup.client_seed is None else setup.client_seed
+            draw = _dicer(server_seed, client_seed)
+        game = Game.start(
+            game_id, setup, server_seed=server_seed, draw=draw, seed_committed_at=committed_at
+        )
+        vault = Vault(game_id=game_id, server_seed=server_seed)
+        issued = []
+        if setup.players is not None:
+            for seat, name in enumerate(game.names):
+                bot = game.bots.get(str(seat))
+                token = None if bot is not None else new_token()
+                if token is not None:
+                    vault.issue(seat, token_hash(token))
+                issued.append(Seat(seat, name, token, bot))
+            vault.seal()
+        self.save(game, vault)
+        if self.repository.cache is not None:  # the first action needs no read
+            self.repository.cache.put(game_id, game)
+        return self.views.of(game), issued
+
+    def _take_commitment(self, setup: NewGame, seed_commitment: str) -> tuple[str, str]:
+        if setup.dice != "server":
+            raise InvalidRequest("seed_commitment is for server dice")
+        if not visible_ascii(setup.client_seed):
+            raise InvalidRequest(
+                "a game with a seed_commitment needs a client_seed of 1 to 64 visible ASCII "
+                "characters"
+            )
+        # Judge the rest of the request first: a refused game must not use up the commitment.
+        Game.start(uuid.uuid4(), setup, server_seed="0" * 64, draw=_dicer("0" * 64, "check"))
+        assert self.commitments is not None
+        taken = self.commitments.take(seed_commitment, datetime.now(UTC).timestamp())
+        if taken is None:
+            raise InvalidRequest(
+                "unknown, expired or already used seed_commitment: ask POST /v1/seed-commitments"
+            )
+        seed, created = taken
+        return seed, format_at(datetime.fromtimestamp(created, UTC))
+
+    def authenticate(self, game_id: uuid.UUID, token: str | None) -> int:
+        """The seat that ``token`` holds in the game (imported games refuse first, then an
+        unknown game is NotFound, then a missing or unknown token Unauthorized)."""
+        self.refuse_imported(game_id)
+        try:
+            secrets_ = self._secrets(game_id)
+        except AggregateNotFoundError:
+            raise NotFound(f"no game {game_id}") from None
+        if not token:
+            raise Unauthorized("send the seat's token: Authorization: Bearer <token>")
+        # A lobby's seats may be given back, so its vault is read afresh (Secrets.sealed).
+        seat = match_token(secrets_.token_hashes, token)
+        if seat is None and secrets_.sealed:  # joined through another worker: ask the vault
+            seat = self._vault(game_id).seat_for(token)
+        if seat is None:
+            raise Unauthorized("unknown token for this game")
+        return seat
+
+    def act(
+        self,
+        game_id: uuid.UUID,
+        seat: int,
+        command: Command,
+        *,
+        if_match: Collection[int] | None = None,
+        idempotency_key: str | None = None,
+    ) -> ActionResult:
+        """Apply one command by ``seat`` (already authenticated); record nothing if refused."""
+        now = datetime.now(UTC)
+        # The vault is read only when the action carries a key to look up or remember.
+        vault: Vault | None = None
+        scoped = fingerprint = ""
+        if idempotency_key is not None:
+            vault = self._vault(game_id)
+            scoped = f"{seat}:{idempotency_key}"
+            canonical = json.dumps(to_dict(command), sort_keys=True, separators=(",", ":"))
+            fingerprint = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+            record = vault.recall(scoped, now)
+            if record is not None:
+                if record["fingerprint"] != fingerprint:
+                    raise IdempotencyKeyReused(
+                        "this Idempotency-Key was used for a different action"
+                    )
+                return self._replay(game_id, record["first"], record["last"])
+        # First on the game as this worker last saw it (no query); the store's optimistic
+        # check refuses the insert if another worker recorded something meanwhile. A refusal
+        # or a conflict is judged again on the latest version, read from the store.
+        for fresh in (False, True):
+            with self.owned(game_id, fresh=fresh) as game:
+                try:
+                    if game.timed_out(now):
+                        if not fresh:
+                            continue  # perhaps: judged on the latest version
+                        self._record_timeout(game, now)
+                    new_events = self._apply(game, seat, command, if_match)
+                except (DomainError, VersionConflict, TurnTimedOut):
+                    if not fresh:
+                        continue
+                    # Refused on the latest version: unless the same key was recorded meanwhile
+                    # (a concurrent repeat of this very request), which answers as it did.
+                    if idempotency_key is not None:
+                        replay = self._recalled(game_id, scoped, fingerprint, now)
+                        if replay is not None:
+                            return replay
+                    raise
+                if vault is not None:
+                    vault.remember(
+                        scoped, fingerprint, new_events[0]["version"], game.version, now.isoformat()
+                    )
+                try:
+                    self._save_owned(
+                        game, *([vault] if vault is not None else []), served=new_events
+                    )
+                except IntegrityError:
+                    pass  # judged below, once the changed object is out of the cache
+                else:
+                    return ActionResult(self.views.of(game), new_events)
+            # Lost the race, or our own insert committed but its answer was lost and the retry
+            # found it there. A repeat of the same key answers as the first did.
+            if idempotency_key is not None:
+                replay = self._recalled(game_id, scoped, fingerprint, now)
+                if replay is not None:
+                    return replay
+            if self._stored_as(game_id, new_events):
+                return ActionResult(self.state(game_id, new_events[-1]["version"]), new_events)
+            if vault is not None:  # its pending "key used" was not saved: read it afresh
+                vault = self._vault(game_id)
+        raise ConcurrentAction(
+            "another action on this game was recorded at the same moment; "
+            "fetch the game and try again"
+        )
+
+    def _apply(
+        self,
+        game: Game,
+        seat: int,
+        command: Command,
+        if_match: Collection[int] | None,
+    ) -> list[dict[str, Any]]:
+        """Run the command on ``game``: its new events as served (pending, not yet saved)."""
+        if if_match is not None and game.version not in if_match:
+            wanted = ", ".join(str(v) for v in sorted(if_match)) or "no version (a weak tag?)"
+            raise VersionConflict(
+                f"the game is at version {game.version}, not {wanted}", version=game.version
+            )
+        game.act(seat, command, draw=self.dicer(game))
+        self.finish_up(game)
+        return self.pending_records(game)
+
+    @staticmethod
+    def pending_records(game: Game) -> list[dict[str, Any]]:
+        """The game's pending events as they will be served."""
+        return [event_record(cast(Game.Event, e)) for e in game.pending_events]
+
+    def save_changes(self, game: Game, *others: Aggregate) -> list[dict[str, Any]]:
+        """Save what a command changed in an owned game (raises IntegrityError if the game
+        moved on meanwhile): its new events, as served."""
+        records = self.pending_records(game)
+        self._save_owned(game, *others, served=records)
+        return records
+
+    def _record_timeout(self, game: Game, now: datetime) -> None:
+        """An action came after its turn's deadline: record the timeout, refuse the action."""
+        deadline = game.deadline
+        game.time_out(now)
+        self.finish_up(game)
+        with suppress(IntegrityError):  # the timekeeper recorded it first: late all the same
+            self.save_changes(game)
+        raise TurnTimedOut(
+            f"the turn timed out at {format_at(deadline) if deadline else 'its deadline'}; "
+            "nothing was recorded but the timeout",
+            version=game.version,
+        )
+
+    def _recalled(
+        self, game_id: uuid.UUID, scoped: str, fingerprint: str, now: datetime
+    ) -> ActionResult | None:
+        """The first answer to this key, if it is recorded now (read afresh)."""
+        record = self._vault(game_id).recall(scoped, now)
+        if record is None:
+            return None
+        if record["fingerprint"] != fingerprint:
+            raise IdempotencyKeyReused("this Idempotency-Key was used for a different action")
+        return self._replay(game_id, record["first"], record["last"])
+
+    def _stored_as(self, game_id: uuid.UUID, records: list[dict[str, Any]]) -> bool:
+        """Whether exactly these events (by their hashes) are the ones stored."""
+        if not records:
+            return False
+        first = records[0]["version"]
+        stored = self.history(game_id, after=first - 1, limit=len(records))
+        return [r["hash"] for r in stored] == [r["hash"] for r in records]
+
+    def _replay(self, game_id: uuid.UUID, first: int, last: int) -> ActionResult:
+        events = self.history(game_id, after=first - 1, limit=last - first + 1)
+        return ActionResult(self.state(game_id, last), events, replayed=True)
+
+
+__all__ = ["ActionResult", "Games", "ImportedGame", "Seat", "parse_game_id"]

@@ -1,0 +1,178 @@
+"""The lobby's life cycle: taking a seat (a person, or a computer player), giving one back before
+the game starts, and the rematch of a finished game.
+
+A rematch is one new game per finished game, however many ask at once: its id is derived from the
+old game's, so the store's optimistic check lets only one creation through. It waits as a lobby
+whose seats are kept for the same players: each person claims theirs with the token they held in
+the old game (and gets a fresh one), computer players at once. The new game's creation event names
+the old game (``rematch_of``); nothing is appended to the old game's history.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any
+
+from eventsourcing.persistence import IntegrityError
+
+from domain.commands import NewGame
+from domain.errors import IllegalAction
+from domain.game import Game
+from service.application.aggregates import Vault, match_token, new_token, token_hash
+from service.application.errors import ConcurrentAction, NotFound, NotYourSeat, Unauthorized
+from service.application.games import Games, Seat, check_bots
+
+ATTEMPTS = 8
+REMATCH_NAMESPACE = uuid.UUID("4d0c8f62-9a1e-4f7b-8c35-2b6e1d9a7f40")
+
+
+def rematch_id(game_id: uuid.UUID) -> uuid.UUID:
+    return uuid.uuid5(REMATCH_NAMESPACE, str(game_id))
+
+
+@dataclass(frozen=True)
+class Seated:
+    state: dict[str, Any]
+    seat: Seat
+
+
+class Lobby:
+    def __init__(self, games: Games) -> None:
+        self.games = games
+
+    def _seated_seat(self, game_id: uuid.UUID, token: str | None) -> tuple[Vault, int]:
+        """The vault, read afresh, and the seat ``token`` holds (a lobby's seats change)."""
+        if not token:
+            raise Unauthorized("send a seated player's token: Authorization: Bearer <token>")
+        vault = self.games.vault(game_id)
+        seat = match_token(vault.token_hashes, token)
+        if seat is None:
+            raise Unauthorized("unknown token for this game")
+        return vault, seat
+
+    def join(
+        self, game_id: uuid.UUID, name: str, *, bot: str | None = None, token: str | None = None
+    ) -> Seated:
+        """Take the first open seat: a person gets a token; a computer player (``bot``) is seated
+        by a player already seated, whose ``token`` is given."""
+        games = self.games
+        games.refuse_imported(game_id)
+        if bot is not None:
+            check_bots([{"name": name, "bot": bot}])
+            vault, _ = self._seated_seat(game_id, token)
+        else:
+            vault = games.vault(game_id)
+        with games.owned(game_id) as game:
+            seat = game.join(name, draw=games.dicer(game), bot=bot)
+            issued = self._issue(vault, seat, bot)
+            self._sealed_if_started(game, vault)
+            self._save(game, vault)
+            return Seated(games.views.of(game), Seat(seat, game.names[seat], issued, bot))
+
+    def leave(self, game_id: uuid.UUID, seat: int, token: str | None) -> dict[str, Any]:
+        """Give a seat back before the game starts: with its own token, or (a computer player's
+        seat) with any seated player's. The seat is open again; its token stops working."""
+        games = self.games
+        games.refuse_imported(game_id)
+        vault, holder = self._seated_seat(game_id, token)
+        with games.owned(game_id) as game:
+            game.check_leave(seat)  # the game's rules first (started? taken?), then whose seat
+            if not game.is_bot(seat) and holder != seat:
+                raise NotYourSeat(f"your token holds seat {holder}, not seat {seat}")
+            game.leave(seat)
+            if str(seat) in vault.token_hashes:
+                vault.revoke(seat)
+            self._save(game, vault)
+            return games.views.of(game)
+
+    def rematch(self, game_id: uuid.UUID, token: str | None) -> Seated:
+        """Claim your seat in the one rematch of a finished game (created by the first to ask),
+        with the token you held in it: a fresh token for the new game."""
+        games = self.games
+        games.refuse_imported(game_id)
+        if not token:
+            raise Unauthorized("send your seat's token of the finished game")
+        old = games.game(game_id)
+        if old.status != "finished":
+            raise IllegalAction("a rematch is for a finished game; this one is not finished")
+        if old.seats < 2:
+            raise IllegalAction("a solitaire game has no rematch: start a new one")
+        seat = match_token(games.vault(game_id).token_hashes, token)
+        if seat is None:
+            raise Unauthorized("unknown token for this game")
+        new_id = rematch_id(game_id)
+        for _ in range(ATTEMPTS):  # others create it or claim their seats at the same moment
+            try:
+                return self._claim(new_id, old, seat)
+            except _NoRematchYet:
+                with suppress(IntegrityError):
+                    self._create_rematch(new_id, old)
+            except ConcurrentAction:
+                continue
+        raise ConcurrentAction("the rematch is busy; try again")
+
+    def _create_rematch(self, new_id: uuid.UUID, old: Game) -> None:
+        """The lobby of the rematch, with its computer players seated at once."""
+        server_seed = secrets.token_hex(32) if old.dice_mode == "server" else None
+        setup = NewGame(
+            seats=old.seats,
+            rules=old.rules,
+            dice=old.dice_mode,
+            first_player=old.first_player if old.dice_mode == "manual" else None,
+            clock={"turn_seconds": old.clock_seconds} if old.clock_seconds else None,
+        )
+        game = Game.start(new_id, setup, server_seed=server_seed, rematch_of=str(old.id))
+        vault = Vault(game_id=new_id, server_seed=server_seed)
+        draw = None
+        if server_seed is not None:
+            draw = self.games.dicer_for(server_seed, game.client_seed or "")
+        for seat_key, bot in sorted(old.bots.items()):
+            game.claim(int(seat_key), old.names[int(seat_key)] or bot, draw=draw, bot=bot)
+        self._sealed_if_started(game, vault)
+        self.games.save(game, vault)
+
+    def _claim(self, new_id: uuid.UUID, old: Game, seat: int) -> Seated:
+        games = self.games
+        try:
+            vault = games.vault(new_id)
+        except NotFound:
+            raise _NoRematchYet from None
+        with games.owned(new_id) as game:
+            if game.names[seat] is not None:
+                raise IllegalAction(f"seat {seat} of the rematch is claimed already")
+            game.claim(seat, old.names[seat] or f"Seat {seat}", draw=games.dicer(game))
+            issued = self._issue(vault, seat, None)
+            self._sealed_if_started(game, vault)
+            self._save(game, vault)
+            return Seated(games.views.of(game), Seat(seat, game.names[seat], issued))
+
+    # ------------------------------------------------------------------------------ helpers
+    @staticmethod
+    def _issue(vault: Vault, seat: int, bot: str | None) -> str | None:
+        if bot is not None:
+            return None
+        token = new_token()
+        vault.issue(seat, token_hash(token))
+        return token
+
+    @staticmethod
+    def _sealed_if_started(game: Game, vault: Vault) -> None:
+        if game.status != "waiting" and not vault.is_sealed:
+            vault.seal()
+
+    def _save(self, game: Game, vault: Vault) -> None:
+        try:
+            self.games.save_changes(game, vault)
+        except IntegrityError:
+            raise ConcurrentAction(
+                "the lobby changed at the same moment; fetch the game and try again"
+            ) from None
+        finally:
+            self.games.secrets_cache.pop(game.id, None)
+
+
+class _NoRematchYet(Exception):
+    pass

@@ -1,0 +1,127 @@
+"""Who records what happens without a request (timeouts, computer players' turns, abandonment):
+one loop per scheduling process, following the notification log.
+
+The loop keeps, in memory, when something is next due in every game that is not finished (a
+due-index, rebuilt from the log whenever the process starts, so nothing is lost when one dies):
+each event it reads makes it plan that game again (``Timekeeper.due_at``), and when a time comes
+it asks ``Timekeeper.tick`` to do what is due. Several such processes may run, on several hosts:
+the store lets exactly one of them record each change (the game's next version), so a deadline
+gives one ``TurnTimedOut`` and a bot's turn one action, whoever was first; the others read the
+change in the log and plan again. Redis is not needed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import threading
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from service.application.errors import ApplicationError, describe
+from service.application.games import GAME_TOPICS, Games
+from service.application.store import LogReader
+from service.application.timekeeper import Timekeeper
+
+log = logging.getLogger("cantstop.scheduler")
+
+POLL = 0.25  # seconds between reads of the log
+PAGE = 1000
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        games: Games,
+        timekeeper: Timekeeper,
+        *,
+        poll: float = POLL,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.games = games
+        self.timekeeper = timekeeper
+        self.poll = poll
+        self.clock = clock
+        self.reader = LogReader(games.recorder, tuple(GAME_TOPICS))
+        self._heap: list[tuple[datetime, str]] = []
+        self._planned: dict[uuid.UUID, datetime] = {}
+
+    # ------------------------------------------------------------------------------ planning
+    def refresh(self) -> int:
+        """Read what was recorded since the last read, and plan those games again."""
+        touched: set[uuid.UUID] = set()
+        while True:
+            page = self.reader.read(PAGE)
+            touched.update(uuid.UUID(str(n.originator_id)) for n in page)
+            if len(page) < PAGE:
+                break
+        for game_id in touched:
+            self.plan(game_id)
+        return len(touched)
+
+    def plan(self, game_id: uuid.UUID) -> None:
+        try:
+            with self.games.owned(game_id) as game:
+                due = self.timekeeper.due_at(game)
+        except ApplicationError as exc:  # a damaged or vanished game: nothing to plan
+            log.warning("scheduler: cannot plan game %s: %s", game_id, exc.detail)
+            due = None
+        self._schedule(game_id, due)
+
+    def _schedule(self, game_id: uuid.UUID, due: datetime | None) -> None:
+        if due is None:
+            self._planned.pop(game_id, None)
+            return
+        if self._planned.get(game_id) == due:
+            return
+        self._planned[game_id] = due
+        heapq.heappush(self._heap, (due, str(game_id)))
+
+    @property
+    def next_due(self) -> datetime | None:
+        while self._heap:
+            due, key = self._heap[0]
+            if self._planned.get(uuid.UUID(key)) == due:
+                return due
+            heapq.heappop(self._heap)  # replaced by a later plan
+        return None
+
+    # ------------------------------------------------------------------------------ running
+    def run_due(self) -> int:
+        """Do everything due by now; how many steps were taken."""
+        steps = 0
+        while (due := self.next_due) is not None and due <= self.clock():
+            _, key = heapq.heappop(self._heap)
+            game_id = uuid.UUID(key)
+            del self._planned[game_id]
+            try:
+                after = self.timekeeper.tick(game_id, self.clock())
+            except ApplicationError as exc:
+                log.warning("scheduler: game %s: %s", game_id, exc.detail)
+                after = None
+            except Exception as exc:  # one game's trouble never stops the others
+                log.exception("scheduler: game %s failed: %s", game_id, describe(exc))
+                after = None
+            self._schedule(game_id, after)
+            steps += 1
+        return steps
+
+    def run(self, stop: threading.Event) -> None:
+        """Follow the log and do what is due, until ``stop`` is set."""
+        log.info("scheduler: following the log")
+        while not stop.is_set():
+            try:
+                self.refresh()
+                self.run_due()
+            except ApplicationError as exc:  # e.g. the store is unavailable: try again soon
+                log.warning("scheduler: %s", exc.detail)
+            wait = self.poll
+            due = self.next_due
+            if due is not None:
+                wait = min(wait, max(0.0, (due - self.clock()).total_seconds()))
+            stop.wait(wait)

@@ -1,0 +1,556 @@
+"""The event store: SQLite (the default) or PostgreSQL (production), and how it fails.
+
+``persistence_env`` turns ``CANTSTOP_DATABASE_URL`` into the eventsourcing settings, naming the
+factories below, which adapt the library's own:
+
+- **Bounded waits.** eventsourcing retries a failed PostgreSQL operation ten times, each waiting for
+  the connect timeout: a stopped database held every request for ~100 s. Here each operation is
+  tried at most twice, a connection is waited for at most ``CONNECT_TIMEOUT`` seconds, and a
+  process-wide circuit breaker answers at once (503 ``store_unavailable`` with ``Retry-After``) for
+  ``COOLDOWN`` seconds after a failure, so waiting requests never pile up. The pool reconnects in
+  the background, so service resumes within seconds of the database returning.
+- **Every connection option of the URL** (``?sslmode=require``, ``sslrootcert``,
+  ``application_name``, a socket directory as ``?host=``) reaches libpq, as psycopg parses it.
+- **SQLite**: the file is created readable by its owner only (it holds unrevealed seeds), in WAL
+  mode, with ``synchronous`` = ``NORMAL`` by default (a commit survives the crash of any process;
+  ``CANTSTOP_SQLITE_SYNCHRONOUS=full`` also survives a power cut, at a cost measured in
+  docs/performance.md). A file cannot go down as a server can: its errors answer 503 too, but open
+  no breaker (``cooldown`` 0).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from eventsourcing.persistence import (
+    DatabaseError,
+    IntegrityError,
+    InterfaceError,
+    Notification,
+    OperationalError,
+    PersistenceError,
+)
+from eventsourcing.postgres import (
+    PostgresAggregateRecorder,
+    PostgresApplicationRecorder,
+    PostgresFactory,
+)
+from eventsourcing.sqlite import (
+    SQLiteAggregateRecorder,
+    SQLiteApplicationRecorder,
+    SQLiteConnection,
+    SQLiteConnectionPool,
+    SQLiteFactory,
+)
+from psycopg.conninfo import conninfo_to_dict
+
+from service.application.errors import ApplicationError
+from service.config import ConfigError, Settings
+
+log = logging.getLogger("cantstop.store")
+
+CONNECT_TIMEOUT = 1  # seconds to wait for a pooled PostgreSQL connection (an integer)
+LIBPQ_CONNECT_TIMEOUT = 2  # seconds for libpq to open one (its minimum is 2)
+ATTEMPTS = 2
+RETRY_PAUSE = 0.05
+COOLDOWN = 1.0
+URL_FIELDS = ("dbname", "host", "port", "user", "password")
+
+T = TypeVar("T")
+
+
+class StoreUnavailable(ApplicationError):
+    """The event store cannot be reached (or is busy beyond its lock timeout): try again soon."""
+
+    code = "store_unavailable"
+    retry_after = 2
+
+
+class CorruptGame(ApplicationError):
+    """A game whose stored events cannot be read: reported with the first bad version."""
+
+    code = "corrupt_game"
+
+
+# ------------------------------------------------------------------------------ the breaker
+class Breaker:
+    """Opens for ``cooldown`` seconds after a failed store operation: meanwhile every operation
+    fails at once instead of waiting for a database that just failed."""
+
+    def __init__(self, cooldown: float = COOLDOWN) -> None:
+        self.cooldown = cooldown
+        self._open_until = 0.0
+        self._lock = threading.Lock()
+        self.last_error = ""
+
+    @property
+    def is_open(self) -> bool:
+        return time.monotonic() < self._open_until
+
+    def check(self) -> None:
+        if self.is_open:
+            raise StoreUnavailable(f"the event store is unavailable ({self.last_error}); retry")
+
+    def trip(self, exc: BaseException) -> None:
+        with self._lock:
+            first = not self.last_error
+            self.last_error = type(exc).__name__
+            self._open_until = time.monotonic() + self.cooldown
+        if first:
+            log.warning("event store unavailable: %s: %s", type(exc).__name__, exc)
+
+    def reset(self) -> None:
+        if self.last_error:
+            with self._lock:
+                was, self.last_error = self.last_error, ""
+            if was:
+                log.info("event store available again")
+
+
+BREAKER = Breaker()
+TRANSIENT = (InterfaceError, OperationalError)
+
+
+def guarded(call: Callable[[], T], *, breaker: Breaker = BREAKER) -> T:
+    """Run one store operation: at most ``ATTEMPTS`` tries, then StoreUnavailable (503)."""
+    breaker.check()
+    for attempt in range(ATTEMPTS):
+        try:
+            result = call()
+        except TRANSIENT as exc:
+            if attempt + 1 < ATTEMPTS and not breaker.is_open:
+                time.sleep(RETRY_PAUSE)
+                continue
+            breaker.trip(exc)
+            raise StoreUnavailable(
+                f"the event store is unavailable ({type(exc).__name__}); retry"
+            ) from exc
+        except IntegrityError:
+            raise
+        except (DatabaseError, PersistenceError) as exc:  # e.g. not a database file at all
+            log.error("event store error: %s: %s", type(exc).__name__, exc)
+            raise StoreUnavailable(f"the event store failed ({type(exc).__name__})") from exc
+        breaker.reset()
+        return result
+    raise AssertionError("unreachable")
+
+
+class _Guarded:
+    """Recorder methods through ``guarded``, without eventsourcing's own ten retries."""
+
+    breaker = BREAKER
+
+    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        inherited = getattr(super(), name)
+        raw = getattr(inherited, "__wrapped__", None)  # eventsourcing.utils.retry's wrapper
+        if raw is not None:
+            return guarded(lambda: raw(self, *args, **kwargs), breaker=self.breaker)
+        return guarded(lambda: inherited(*args, **kwargs), breaker=self.breaker)
+
+    def insert_events(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("insert_events", *args, **kwargs)
+
+    def select_events(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("select_events", *args, **kwargs)
+
+
+class _GuardedLog(_Guarded):
+    def select_notifications(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("select_notifications", *args, **kwargs)
+
+    def max_notification_id(self) -> Any:
+        return self._call("max_notification_id")
+
+
+# ------------------------------------------------------------------------------ PostgreSQL
+class GuardedPostgresAggregateRecorder(_Guarded, PostgresAggregateRecorder):
+    pass
+
+
+class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorder):
+    """Writers to different games do not queue behind one another.
+
+    eventsourcing locks the whole events table on every insert (and sends a NOTIFY, which takes
+    a global lock at commit), so that notification ids are committed in order and a reader of
+    the log never passes over an id that commits later. Measured here (docs/performance.md), that
+    lock halved what two workers could write. Instead, every row records the transaction that
+    wrote it (column ``tx``), and ``LogReader`` reads the log by transaction: only rows of
+    transactions that have all finished (below the snapshot's xmin), so none is passed over."""
+
+    def _lock_table(self, curs: Any) -> None:
+        pass
+
+    def _notify_channel(self, curs: Any) -> None:
+        pass  # nobody LISTENs: readers poll through LogReader
+
+    def create_table(self) -> None:
+        super().create_table()
+        table = f'"{self.datastore.schema}"."{self.events_table_name}"'
+        with self.datastore.transaction(commit=True) as curs:
+            curs.execute(
+                f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS tx xid8 NOT NULL "
+                "DEFAULT pg_current_xact_id()"
+            )
+            curs.execute(
+                f'CREATE INDEX IF NOT EXISTS "{self.events_table_name}_tx" ON {table} '
+                "(tx, notification_id)"
+            )
+
+
+class PostgresStore(PostgresFactory):
+    """eventsourcing's PostgreSQL factory with bounded waits and every option of the URL."""
+
+    aggregate_recorder_class = GuardedPostgresAggregateRecorder
+    application_recorder_class = GuardedPostgresApplicationRecorder
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        options = json.loads(self.env.get("CANTSTOP_PG_OPTIONS") or "{}")
+        # The pool has not connected yet: it opens on first use, with these.
+        kwargs = self.datastore.pool.kwargs
+        assert isinstance(kwargs, dict)
+        kwargs.update(options)
+
+
+# ------------------------------------------------------------------------------ SQLite
+class _SQLitePool(SQLiteConnectionPool):
+    """Connections with the chosen ``synchronous``, and writers queued across processes.
+
+    SQLite makes a writer that finds the database locked sleep and retry (1 ms, 2 ms, 5 ms, …):
+    with several gunicorn workers, a commit that takes a tenth of a millisecond could cost the
+    next writer milliseconds of sleep. So the writers of every process on the host queue on an
+    advisory lock on ``<database>.writers`` instead, and each is woken as the one before it
+    finishes; the kernel drops the lock of a process that dies."""
+
+    synchronous = "NORMAL"
+    writers_fd: int | None = None
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.write_lock = threading.Lock()  # this process's writers, one at a time
+        self._writer: sqlite3.Connection | None = None
+
+    def _create_connection(self) -> SQLiteConnection:
+        connection = super()._create_connection()
+        connection.cursor().execute(f"PRAGMA synchronous={self.synchronous}")
+        return connection
+
+    def queue_writers(self, path: str) -> None:
+        self.writers_fd = os.open(f"{path}.writers", os.O_CREAT | os.O_RDWR, 0o600)
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """The right to write: first among this process's threads, then among the processes."""
+        with self.write_lock:
+            if self.writers_fd is not None:
+                fcntl.flock(self.writers_fd, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                if self.writers_fd is not None:
+                    fcntl.flock(self.writers_fd, fcntl.LOCK_UN)
+
+    def get_connection(
+        self, timeout: float | None = None, *, is_writer: bool | None = None
+    ) -> SQLiteConnection:
+        if not is_writer:
+            return super().get_connection(timeout, is_writer=is_writer)
+        self.write_lock.acquire()
+        try:
+            connection = super().get_connection(timeout, is_writer=is_writer)
+        except BaseException:
+            self.write_lock.release()
+            raise
+        if self.writers_fd is not None:
+            fcntl.flock(self.writers_fd, fcntl.LOCK_EX)
+        return connection
+
+    def put_connection(self, conn: SQLiteConnection) -> None:
+        was_writer = conn.is_writer
+        try:
+            super().put_connection(conn)
+        finally:
+            if was_writer:
+                if self.writers_fd is not None:
+                    fcntl.flock(self.writers_fd, fcntl.LOCK_UN)
+                self.write_lock.release()
+
+    def writer(self) -> sqlite3.Connection:
+        """The connection that inserts a command's events (held under ``writing``): the pool's
+        bookkeeping costs more than the insert itself on the hot path."""
+        if self._writer is None:
+            self._writer = sqlite3.connect(
+                self.db_name,
+                uri=True,
+                check_same_thread=False,
+                isolation_level=None,
+                timeout=self.lock_timeout or 10,
+            )
+            self._writer.execute(f"PRAGMA synchronous={self.synchronous}")
+        return self._writer
+
+    def close(self) -> None:
+        super().close()
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        if self.writers_fd is not None:
+            os.close(self.writers_fd)
+            self.writers_fd = None
+
+
+SQLITE_BREAKER = Breaker(cooldown=0)
+
+
+class GuardedSQLiteAggregateRecorder(_Guarded, SQLiteAggregateRecorder):
+    breaker = SQLITE_BREAKER
+
+
+class GuardedSQLiteApplicationRecorder(_GuardedLog, SQLiteApplicationRecorder):
+    breaker = SQLITE_BREAKER
+
+    def insert_events(self, stored_events: Any, **kwargs: Any) -> Any:
+        pool = self.datastore.pool
+        if not isinstance(pool, _SQLitePool) or pool.is_sqlite_memory_mode or kwargs:
+            return super().insert_events(stored_events, **kwargs)
+        return guarded(lambda: self._insert(pool, stored_events), breaker=self.breaker)
+
+    def _insert(self, pool: _SQLitePool, stored_events: Any) -> list[int]:
+        """The library's insert, on the writer connection: one transaction, the new ids."""
+        ids: list[int] = []
+        with pool.writing():
+            db = pool.writer()
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                for event in stored_events:
+                    cursor = db.execute(
+                        self.insert_events_statement,
+                        (
+                            event.originator_id.hex
+                            if isinstance(event.originator_id, uuid.UUID)
+                            else event.originator_id,
+                            event.originator_version,
+                            event.topic,
+                            event.state,
+                        ),
+                    )
+                    ids.append(cursor.lastrowid or 0)
+                db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.IntegrityError):
+                    raise IntegrityError(exc) from exc
+                if isinstance(exc, sqlite3.OperationalError):
+                    raise OperationalError(exc) from exc
+                raise DatabaseError(exc) from exc
+        return ids
+
+
+class SQLiteStore(SQLiteFactory):
+    """eventsourcing's SQLite factory: an owner-only file, WAL, the chosen ``synchronous``."""
+
+    aggregate_recorder_class = GuardedSQLiteAggregateRecorder
+    application_recorder_class = GuardedSQLiteApplicationRecorder
+
+    def __init__(self, env: Any) -> None:
+        super().__init__(env)
+        # The library's pool has not connected yet: replace it with one that sets the pragma.
+        library_pool = self.datastore.pool
+        pool = _SQLitePool(db_name=library_pool.db_name, lock_timeout=library_pool.lock_timeout)
+        pool.synchronous = (self.env.get("CANTSTOP_SQLITE_SYNCHRONOUS") or "normal").upper()
+        if not pool.is_sqlite_memory_mode:
+            pool.queue_writers(library_pool.db_name)
+        library_pool.close()
+        self.datastore.pool = pool
+
+
+def _owner_only(path: str) -> None:
+    """Create the SQLite file readable and writable by its owner only (it holds secrets)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    os.close(fd)
+    os.chmod(path, 0o600)
+
+
+def persistence_env(settings: Settings, *, create_table: bool) -> dict[str, str]:
+    """The eventsourcing settings for ``settings.database_url``."""
+    url = settings.database_url
+    create = "y" if create_table else "n"
+    if url.startswith("sqlite:///"):
+        # sqlite:///relative/path and sqlite:////absolute/path, as in SQLAlchemy.
+        path = url[len("sqlite:///") :]
+        if path != ":memory:":
+            _owner_only(path)
+        return {
+            "PERSISTENCE_MODULE": f"{SQLiteStore.__module__}:{SQLiteStore.__qualname__}",
+            "SQLITE_DBNAME": path if path != ":memory:" else "file::memory:?cache=shared",
+            "SQLITE_LOCK_TIMEOUT": "10",
+            "CANTSTOP_SQLITE_SYNCHRONOUS": settings.sqlite_synchronous,
+            "CREATE_TABLE": create,
+        }
+    try:
+        conninfo = conninfo_to_dict(url)
+    except Exception as exc:  # psycopg's ProgrammingError: a URL libpq cannot parse
+        raise ConfigError(
+            f"CANTSTOP_DATABASE_URL is not a PostgreSQL URL libpq accepts: {exc}"
+        ) from None
+    options = {k: v for k, v in conninfo.items() if k not in URL_FIELDS}
+    options.setdefault("connect_timeout", str(LIBPQ_CONNECT_TIMEOUT))
+    return {
+        "PERSISTENCE_MODULE": f"{PostgresStore.__module__}:{PostgresStore.__qualname__}",
+        "POSTGRES_DBNAME": str(conninfo.get("dbname") or "postgres"),
+        "POSTGRES_HOST": str(conninfo.get("host") or "127.0.0.1"),
+        "POSTGRES_PORT": str(conninfo.get("port") or 5432),
+        "POSTGRES_USER": str(conninfo.get("user") or "postgres"),
+        "POSTGRES_PASSWORD": str(conninfo.get("password") or ""),
+        "POSTGRES_POOL_SIZE": str(settings.pg_pool_size),
+        "POSTGRES_MAX_OVERFLOW": str(settings.pg_max_overflow),
+        "POSTGRES_CONNECT_TIMEOUT": str(CONNECT_TIMEOUT),
+        "POSTGRES_PRE_PING": "n",  # a dead pooled connection fails once; guarded() retries
+        "CANTSTOP_PG_OPTIONS": json.dumps(options),
+        "CREATE_TABLE": create,
+    }
+
+
+# ------------------------------------------------------------------------------ commitments
+class SeedCommitments:
+    """Seeds drawn before a game exists, known to clients only by their commitment (contract 1.1:
+    Fairness that no one can grind). Kept in a table of their own beside the events: a row is
+    deleted when a game takes it (atomically: ``DELETE … RETURNING``, so two games can never share
+    one) or once it has expired, and the seed moves into the game's vault."""
+
+    TABLE = "cantstop_seed_commitments"
+
+    def __init__(self, datastore: Any, dialect: str) -> None:
+        self.datastore = datastore
+        self.mark = "?" if dialect == "sqlite" else "%s"
+
+    def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
+        def run() -> Any:
+            try:
+                with self.datastore.transaction(commit=True) as cursor:
+                    cursor.execute(sql.replace("?", self.mark), params)
+                    return cursor.fetchone() if "RETURNING" in sql else None
+            except (PersistenceError, IntegrityError):
+                raise
+            except Exception as exc:  # sqlite3 / psycopg errors, as the recorders map them
+                raise OperationalError(str(exc)) from exc
+
+        return guarded(run, breaker=SQLITE_BREAKER if self.mark == "?" else BREAKER)
+
+    def create_table(self) -> None:
+        self._execute(
+            f"CREATE TABLE IF NOT EXISTS {self.TABLE} "
+            "(commitment CHAR(64) PRIMARY KEY, seed CHAR(64) NOT NULL, "
+            "created_at DOUBLE PRECISION NOT NULL, expires_at DOUBLE PRECISION NOT NULL)"
+        )
+
+    def put(self, commitment: str, seed: str, created_at: float, expires_at: float) -> None:
+        self._execute(
+            f"INSERT INTO {self.TABLE} (commitment, seed, created_at, expires_at) "
+            "VALUES (?, ?, ?, ?)",
+            (commitment, seed, created_at, expires_at),
+        )
+
+    def take(self, commitment: str, now: float) -> tuple[str, float] | None:
+        """The seed and the time it was committed, removed; None if unknown, used or expired."""
+        row = self._execute(
+            f"DELETE FROM {self.TABLE} WHERE commitment = ? AND expires_at > ? "
+            "RETURNING seed, created_at",
+            (commitment, now),
+        )
+        if row is None:
+            return None
+        return str(row["seed"]), float(row["created_at"])
+
+    def purge(self, now: float) -> None:
+        self._execute(f"DELETE FROM {self.TABLE} WHERE expires_at <= ?", (now,))
+
+
+# ------------------------------------------------------------------------------ the log
+class LogReader:
+    """Follows the application's notification log (every event of every game) in commit order,
+    so that a projection sees every event exactly once.
+
+    SQLite writes one transaction at a time, so notification ids are committed in order and the
+    position is simply the last id read. PostgreSQL commits concurrent inserts in any order, so
+    there the reader moves through windows of *finished* transactions: it reads the rows written
+    by transactions from its watermark up to the current snapshot's xmin (every transaction below
+    it has committed or aborted, so no row can still appear there), then moves the watermark."""
+
+    def __init__(self, recorder: Any, topics: tuple[str, ...] = ()) -> None:
+        self.recorder = recorder
+        self.topics = list(topics)
+        self.postgres = isinstance(recorder, PostgresApplicationRecorder)
+        self.position = 0  # SQLite: the last id read; PostgreSQL: the transaction watermark
+        self._window: int | None = None  # PostgreSQL: the xmin of the window being read
+        self._after = 0  # PostgreSQL: the last id read inside the window
+
+    def read(self, limit: int) -> list[Notification]:
+        """The next notifications (at most ``limit``); fewer means the log is read to its end."""
+        if not self.postgres:
+            found = self.recorder.select_notifications(
+                start=self.position + 1, limit=limit, topics=self.topics
+            )
+            if found:
+                self.position = found[-1].id
+            return list(found)
+        return guarded(lambda: self._read_postgres(limit))
+
+    def _read_postgres(self, limit: int) -> list[Notification]:
+        table = f'"{self.recorder.datastore.schema}"."{self.recorder.events_table_name}"'
+        with self.recorder.datastore.transaction(commit=False) as curs:
+            if self._window is None:
+                curs.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS x")
+                self._window, self._after = int(curs.fetchone()["x"]), 0
+            query = (
+                f"SELECT notification_id, originator_id, originator_version, topic, state "
+                f"FROM {table} WHERE tx >= %s::text::xid8 AND tx < %s::text::xid8 "
+                "AND notification_id > %s"
+            )
+            params: list[Any] = [self.position, self._window, self._after]
+            if self.topics:
+                query += " AND topic = ANY(%s)"
+                params.append(self.topics)
+            curs.execute(query + " ORDER BY notification_id LIMIT %s", [*params, limit])
+            rows = curs.fetchall()
+        found = [
+            Notification(
+                id=row["notification_id"],
+                originator_id=row["originator_id"],
+                originator_version=row["originator_version"],
+                topic=row["topic"],
+                state=bytes(row["state"]),
+            )
+            for row in rows
+        ]
+        if len(found) < limit:  # the window is read: the next read starts a new one
+            self.position, self._window = self._window, None
+        else:
+            self._after = found[-1].id
+        return found
+
+    def skip_to_end(self) -> None:
+        """From now on, only what is recorded from here on."""
+        if not self.postgres:
+            self.position = self.recorder.max_notification_id() or 0
+            return
+
+        def xmin() -> int:
+            with self.recorder.datastore.transaction(commit=False) as curs:
+                curs.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS x")
+                return int(curs.fetchone()["x"])
+
+        self.position, self._window = guarded(xmin), None

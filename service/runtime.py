@@ -1,0 +1,55 @@
+"""What one worker process holds: the application, its projections and the live hub.
+
+Built once per process, after gunicorn forks (never shared across processes); the HTTP app
+factory and the command line both build their process's ``Runtime`` here.
+"""
+
+from __future__ import annotations
+
+from service.application.advisor import Advisor
+from service.application.games import Games
+from service.application.lobby import Lobby
+from service.application.projections import GameIndex, Leaderboard
+from service.application.scheduler import Scheduler
+from service.application.store import persistence_env
+from service.application.timekeeper import Timekeeper
+from service.config import Settings
+from service.live.hub import Hub, LiveConfig
+from service.live.redis_link import RedisLink
+
+
+class Runtime:
+    def __init__(self, settings: Settings, *, create_tables: bool) -> None:
+        self.settings = settings
+        env = persistence_env(settings, create_table=create_tables)
+        env.update(
+            {
+                "IS_SNAPSHOTTING_ENABLED": "y",
+                "AGGREGATE_CACHE_MAXSIZE": "500",
+                "AGGREGATE_CACHE_FASTFORWARD": "y",
+            }
+        )
+        env.update(settings.extra_env)
+        self.games = Games(env=env)
+        self.lobby = Lobby(self.games)
+        self.advisor = Advisor(self.games)
+        self.timekeeper = Timekeeper(
+            self.games, abandon_after=settings.abandon_after, bot_pause=settings.bot_pause
+        )
+        self.index = GameIndex()
+        self.leaderboard = Leaderboard()
+        self.link = RedisLink(settings.redis_url) if settings.redis_url else None
+        self.hub = Hub(self.games, self.link, LiveConfig.from_env())
+        self.games.on_recorded = self.hub.publish
+
+    def scheduler(self) -> Scheduler:
+        """A loop that records what is due without a request (``cantstop worker`` runs one)."""
+        return Scheduler(self.games, self.timekeeper)
+
+    def redis_status(self) -> str:
+        """For /healthz: ``ok``, ``down: <reason>`` or ``not configured``."""
+        return "not configured" if self.link is None else self.link.status()
+
+    def close(self) -> None:
+        self.hub.close()
+        self.games.close()
