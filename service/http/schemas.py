@@ -54,13 +54,38 @@ class RulesSchema(Schema):
     dice_faces = StrictInt(allow_none=True)
 
 
+class PlayerField(fields.Field):  # type: ignore[type-arg]
+    """A player at creation: a name, or {"name": …, "bot": <computer player id>}."""
+
+    NAME = validate.Length(min=1, max=MAX_NAME_LENGTH)
+
+    def _deserialize(self, value: Any, attr: str | None, data: Any, **kwargs: Any) -> Any:
+        if isinstance(value, str):
+            self.NAME(value)
+            return value
+        if isinstance(value, dict) and set(value) <= {"name", "bot"} and "name" in value:
+            if not isinstance(value["name"], str):
+                raise ValidationError("a player's name is a string")
+            self.NAME(value["name"])
+            if "bot" in value and not isinstance(value["bot"], str):
+                raise ValidationError("a bot is named by its id, e.g. expert")
+            return dict(value)
+        raise ValidationError('a name, or {"name": "Robo", "bot": "expert"}')
+
+
+class ClockSchema(Schema):
+    turn_seconds = StrictInt(required=True, validate=validate.Range(min=5, max=604_800))
+
+
 class CreateGameSchema(Schema):
-    players = fields.List(Name(), validate=validate.Length(min=1, max=8))
+    players = fields.List(PlayerField(), validate=validate.Length(min=1, max=8))
     seats = StrictInt(validate=validate.Range(min=2, max=8))
     rules = fields.Nested(RulesSchema, allow_none=True)
     dice = fields.String(load_default="server", validate=validate.OneOf(["server", "manual"]))
     first_player = StrictInt(allow_none=True)
     client_seed = fields.String(allow_none=True, validate=validate.Length(min=1, max=200))
+    seed_commitment = fields.String(validate=validate.Regexp(r"^[0-9a-f]{64}$"))
+    clock = fields.Nested(ClockSchema, allow_none=True)
 
     @validates_schema
     def _players_or_seats(self, data: dict[str, Any], **_: Any) -> None:
@@ -70,12 +95,14 @@ class CreateGameSchema(Schema):
 
 class JoinSchema(Schema):
     name = Name(required=True)
+    bot = fields.String(validate=validate.Length(min=1, max=40))
 
 
 class ActionSchema(Schema):
     type = fields.String(required=True, validate=validate.OneOf(["roll", "move", "stop", "resign"]))
     # The dice are judged by the rules (invalid_dice), after the turn checks, as the contract says.
     dice = fields.Raw()
+    entropy = fields.String(validate=validate.Regexp(r"^[\x21-\x7e]{1,64}$"))
     sums = fields.List(StrictInt(), validate=validate.Length(min=1, max=2))
 
     @validates_schema
@@ -83,6 +110,8 @@ class ActionSchema(Schema):
         kind = data.get("type")
         if "dice" in data and kind != "roll":
             raise ValidationError("only a roll carries dice", "dice")
+        if "entropy" in data and kind != "roll":
+            raise ValidationError("only a roll carries entropy", "entropy")
         if kind == "move" and "sums" not in data:
             raise ValidationError("a move needs its sums, e.g. [6, 10]", "sums")
         if "sums" in data and kind != "move":
@@ -203,6 +232,11 @@ class GameSummarySchema(Schema):
     dice = fields.String()
     rules = fields.Nested(RulesOutSchema)
     winner = fields.Integer(allow_none=True)
+
+
+class CommitmentSchema(Schema):
+    seed_commitment = fields.String()
+    expires_at = fields.String()
 
 
 class GameListSchema(Schema):

@@ -1,0 +1,71 @@
+"""The Flask app factory: one ``Runtime`` per process, the blueprints, every error as problem+json.
+
+The top of the HTTP layer: it imports the blueprints, which import ``service.http.core`` and the
+application below them.
+"""
+
+from __future__ import annotations
+
+from flask import Flask
+from flask_cors import CORS
+
+from service.config import Settings
+from service.http import limits, meta
+from service.http.audit import audit_api
+from service.http.bots import bots_api
+from service.http.core import install_error_handlers, install_request_limits
+from service.http.games import games_api
+from service.http.pages import pages
+from service.http.sheets import sheets_api
+from service.http.stream import stream_api
+from service.http.transcripts import transcripts_api
+from service.runtime import Runtime
+
+CORS_ALLOW_HEADERS = [
+    "Authorization",
+    "Content-Type",
+    "If-Match",
+    "If-None-Match",
+    "Idempotency-Key",
+    "Last-Event-ID",
+]
+CORS_EXPOSE_HEADERS = [
+    "ETag",
+    "Location",
+    "Retry-After",
+    "Idempotent-Replayed",
+    "X-RateLimit-Limit",
+    "X-RateLimit-Remaining",
+    "X-RateLimit-Reset",
+]
+
+
+def create_app(settings: Settings | None = None, *, create_tables: bool = False) -> Flask:
+    settings = settings or Settings.from_env()
+    app = Flask("cantstop")
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.extensions["cantstop"] = Runtime(settings, create_tables=create_tables)
+
+    install_request_limits(
+        app, max_line=settings.max_uri_bytes, max_headers=settings.max_header_bytes
+    )
+    meta.register(app)  # /healthz, /openapi.yaml, /docs
+    app.register_blueprint(pages)  # /: the lobby or the JSON index; game, replay pages
+    app.register_blueprint(games_api)  # seed commitments, games, players, actions, history
+    app.register_blueprint(transcripts_api)  # transcripts
+    app.register_blueprint(stream_api)  # live events
+    app.register_blueprint(audit_api)  # audit, export, import, board.svg
+    app.register_blueprint(sheets_api)  # record sheets, leaderboard
+    app.register_blueprint(bots_api)  # computer players, advice
+    limits.init_app(app, settings)  # CANTSTOP_RATE_LIMITS, on the routes registered above
+    if settings.cors_origins:  # CANTSTOP_CORS_ORIGINS: off unless asked for
+        CORS(
+            app,
+            resources={r"/v1/*": {"origins": list(settings.cors_origins)}},
+            allow_headers=CORS_ALLOW_HEADERS,
+            expose_headers=CORS_EXPOSE_HEADERS,
+            max_age=600,
+        )
+    install_error_handlers(app)
+    return app

@@ -1,0 +1,92 @@
+"""Routes for auditors: audit, export, import, and the board as a picture (contract: Auditing).
+
+Imported games are read-only: the application refuses every action on one, and every join, with
+409 ``read_only`` before anything else is checked (no seat of an imported game holds a token).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response, request
+from marshmallow import Schema, fields
+
+from service.application.auditing import audit, export_lines, import_export, import_transcript
+from service.application.games import parse_game_id
+from service.http import schemas
+from service.http.core import (
+    BadRequest,
+    UnsupportedMediaType,
+    is_json,
+    json_body,
+    json_response,
+    load,
+    runtime,
+    version_arg,
+)
+from service.render.board_svg import render_board
+
+audit_api = Blueprint("audit", __name__)
+
+NDJSON = "application/x-ndjson"
+IMPORT_MAX_BYTES = 2 * 1024 * 1024  # a long game exports to well under 1 MiB
+
+
+class ImportTranscriptSchema(Schema):
+    transcript = fields.Nested(schemas.TranscriptSchema, required=True)
+
+
+IMPORT_TRANSCRIPT = ImportTranscriptSchema()
+
+
+@audit_api.get("/v1/games/<game_id>/audit")
+def audit_game(game_id: str) -> Response:
+    return json_response(audit(runtime().games, parse_game_id(game_id)))
+
+
+@audit_api.get("/v1/games/<game_id>/export")
+def export_game(game_id: str) -> Response:
+    gid = parse_game_id(game_id)
+    text = export_lines(runtime().games, gid)
+    return Response(
+        text,
+        mimetype=NDJSON,
+        headers={"Content-Disposition": f'attachment; filename="cantstop-{gid}.ndjson"'},
+    )
+
+
+@audit_api.post("/v1/games/import")
+def import_game() -> Response:
+    request.max_content_length = max(IMPORT_MAX_BYTES, request.max_content_length or 0)
+    games = runtime().games
+    source: str | None = None
+    if request.mimetype == NDJSON:
+        game_id, source = import_export(games, request.get_data(cache=False))
+        kind = "export"
+    elif is_json(request.mimetype):
+        body: Any = json_body()
+        if not isinstance(body, dict):
+            raise BadRequest('the body must be a JSON object: {"transcript": {...}}')
+        load(IMPORT_TRANSCRIPT, body)
+        game_id = import_transcript(games, body["transcript"])
+        kind = "transcript"
+    else:
+        raise UnsupportedMediaType(
+            f"send an export as {NDJSON}, or a transcript as application/json"
+        )
+    state = games.state(game_id)
+    payload = {
+        "game": state,
+        "read_only": True,
+        "source": {"kind": kind, "game_id": source},
+    }
+    headers = {"Location": f"/v1/games/{game_id}", "ETag": f'"{state["version"]}"'}
+    return json_response(payload, 201, headers)
+
+
+@audit_api.get("/v1/games/<game_id>/board.svg")
+def board_svg(game_id: str) -> Response:
+    state = runtime().games.state(parse_game_id(game_id), version_arg())
+    return Response(
+        render_board(state), mimetype="image/svg+xml", headers={"ETag": f'"{state["version"]}"'}
+    )

@@ -1,0 +1,313 @@
+"""The bottom of the HTTP layer: problem+json answers, the map from error codes to statuses, and
+request parsing shared by every blueprint (bodies, query arguments, the bearer token).
+
+Blueprints import this module and the application, never each other.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from flask import Flask, Response, current_app, render_template, request
+from marshmallow import Schema, ValidationError
+from werkzeug.exceptions import HTTPException
+
+from domain import jsondoc
+from domain.errors import DomainError
+from service.application.errors import ApplicationError
+from service.runtime import Runtime
+
+log = logging.getLogger("cantstop")
+
+PROBLEM_TYPES = "urn:cantstop:problem:"
+TITLES = {
+    "invalid_request": "Invalid request",
+    "unauthorized": "Unauthorized",
+    "not_your_turn": "Not your turn",
+    "not_found": "Not found",
+    "illegal_action": "Illegal action",
+    "game_over": "Game over",
+    "version_conflict": "Version conflict",
+    "invalid_dice": "Invalid dice",
+    "concurrent_action": "Concurrent action",
+    "idempotency_key_reused": "Idempotency key reused",
+    "not_acceptable": "Not acceptable",
+    "method_not_allowed": "Method not allowed",
+    "payload_too_large": "Payload too large",
+    "unsupported_media_type": "Unsupported media type",
+    "uri_too_long": "URI too long",
+    "headers_too_large": "Request header fields too large",
+    "internal_error": "Internal error",
+    "store_unavailable": "Store unavailable",
+    "corrupt_game": "Corrupt game",
+    "rate_limited": "Too many requests",
+}
+STATUS = {
+    # domain
+    "invalid_request": 422,
+    "illegal_action": 409,
+    "game_over": 409,
+    "not_your_turn": 403,
+    "invalid_dice": 422,
+    # application
+    "store_unavailable": 503,
+    "corrupt_game": 409,
+    "not_found": 404,
+    "unauthorized": 401,
+    "version_conflict": 412,
+    "concurrent_action": 409,
+    "idempotency_key_reused": 422,
+    "read_only": 409,
+    "import_invalid": 422,
+    "too_many_streams": 503,
+    "turn_timed_out": 409,
+    "not_your_seat": 403,
+    "shutting_down": 503,
+    # HTTP
+    "not_acceptable": 406,
+    "method_not_allowed": 405,
+    "payload_too_large": 413,
+    "unsupported_media_type": 415,
+}
+HTTP_CODES = {
+    404: "not_found",
+    405: "method_not_allowed",
+    406: "not_acceptable",
+    413: "payload_too_large",
+    414: "uri_too_long",
+    429: "rate_limited",
+    415: "unsupported_media_type",
+    431: "headers_too_large",
+}
+DIGITS = re.compile(r"\d{1,12}")
+
+
+class HttpProblem(ApplicationError):
+    """A refusal that only the HTTP layer can see (a query argument, a header, a media type)."""
+
+
+class BadRequest(HttpProblem):
+    code = "invalid_request"
+
+
+class NotAcceptable(HttpProblem):
+    code = "not_acceptable"
+
+
+def runtime() -> Runtime:
+    rt = current_app.extensions["cantstop"]
+    assert isinstance(rt, Runtime)
+    return rt
+
+
+# ------------------------------------------------------------------------------ answers
+def wants_page() -> bool:
+    """A browser asking for a page, not the API: it prefers text/html to JSON (``*/*`` and no
+    ``Accept`` mean JSON), and the path is not under ``/v1``."""
+    accept = request.accept_mimetypes
+    if request.path.startswith("/v1/") or not accept:
+        return False
+    return accept.best_match(["application/json", "text/html"]) == "text/html"
+
+
+def problem(status: int, code: str, detail: str, **extra: Any) -> Response:
+    title = TITLES.get(code, code.replace("_", " ").capitalize())
+    if wants_page():  # the pages' errors are pages (service/http/pages/templates)
+        html = render_template("pages/error.html", status=status, title=title, detail=detail)
+        return Response(html, status, mimetype="text/html")
+    body = {
+        "type": PROBLEM_TYPES + code,
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "code": code,
+        **extra,
+    }
+    return Response(
+        orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS),
+        status,
+        mimetype="application/problem+json",
+    )
+
+
+def error_problem(exc: DomainError | ApplicationError, **extra: Any) -> Response:
+    """The answer to a refusal, by its code."""
+    more = getattr(exc, "extra", {})
+    status = STATUS.get(exc.code, 409)
+    response = problem(status, exc.code, exc.detail, **more, **extra)
+    retry_after = getattr(exc, "retry_after", None)
+    if retry_after is not None:
+        response.headers["Retry-After"] = str(retry_after)
+    if status == 401:  # RFC 6750: say which scheme, and whether the token sent was refused
+        sent = bearer_token() is not None
+        response.headers["WWW-Authenticate"] = 'Bearer realm="cantstop"' + (
+            ', error="invalid_token"' if sent else ""
+        )
+    return response
+
+
+def json_response(
+    payload: Any, status: int = 200, headers: Mapping[str, str] | None = None
+) -> Response:
+    """``payload`` as JSON (orjson: UTF-8, keys in the order built)."""
+    return Response(
+        orjson.dumps(payload, option=orjson.OPT_NON_STR_KEYS),
+        status,
+        headers,
+        mimetype="application/json",
+    )
+
+
+def install_request_limits(app: Flask, *, max_line: int, max_headers: int) -> None:
+    """gunicorn's own limits are raised (service/gunicorn_settings.py) so that the app answers an
+    over-long request line (414) or header block (431) itself, as problem+json."""
+
+    @app.before_request
+    def _sizes() -> Response | None:
+        environ = request.environ
+        uri = environ.get("RAW_URI") or environ.get("REQUEST_URI") or request.full_path
+        if len(uri) > max_line:
+            return problem(
+                414, "uri_too_long", f"the request target is longer than {max_line} bytes"
+            )
+        size = sum(len(k) + len(v) for k, v in environ.items() if k.startswith("HTTP_"))
+        if size > max_headers:
+            return problem(
+                431,
+                "headers_too_large",
+                f"the request's header fields are larger than {max_headers} bytes in all",
+            )
+        return None
+
+
+def install_error_handlers(app: Flask) -> None:
+    """Every error, whatever its cause, is problem+json with a stable code (an HTML page to a
+    browser asking for a page: ``wants_page``)."""
+
+    @app.errorhandler(ApplicationError)
+    def _application(exc: ApplicationError) -> Response:
+        return error_problem(exc)
+
+    @app.errorhandler(DomainError)
+    def _domain(exc: DomainError) -> Response:
+        return error_problem(exc)
+
+    @app.errorhandler(HTTPException)
+    def _http(exc: HTTPException) -> Response:
+        status = exc.code or 500
+        code = HTTP_CODES.get(status, "invalid_request")
+        if status == 413:
+            detail = f"the body is larger than {app.config['MAX_CONTENT_LENGTH']} bytes"
+        elif status == 429:
+            detail = f"too many requests from this client ({exc.description}); retry later"
+        else:
+            detail = exc.description or exc.name
+        response = problem(status, code, detail)
+        for name, value in exc.get_headers():
+            if name.lower() in ("allow", "retry-after"):  # a 405 must say what is allowed
+                response.headers[name] = value
+        return response
+
+    @app.errorhandler(Exception)
+    def _unexpected(exc: Exception) -> Response:
+        log.exception("unexpected error on %s %s", request.method, request.path)
+        return problem(500, "internal_error", "an unexpected error; it has been logged")
+
+
+# ------------------------------------------------------------------------------ requests
+class UnsupportedMediaType(HttpProblem):
+    code = "unsupported_media_type"
+
+
+def is_json(mimetype: str) -> bool:
+    return mimetype == "application/json" or (
+        mimetype.startswith("application/") and mimetype.endswith("+json")
+    )
+
+
+def json_body() -> Any:
+    """The request's JSON body: ``Content-Type: application/json`` (UTF-8), at most
+    ``jsondoc.MAX_DEPTH`` levels deep; 413 when too large, 415 for another media type, 422 for a
+    bad document."""
+    data = request.get_data(cache=True)  # 413 first: the size is wrong whatever the type
+    if not is_json(request.mimetype):
+        raise UnsupportedMediaType(
+            "send the body as JSON (Content-Type: application/json), "
+            f"not {request.mimetype or 'without a Content-Type'}"
+        )
+    charset = request.mimetype_params.get("charset", "utf-8").lower()
+    if charset not in ("utf-8", "utf8"):
+        raise UnsupportedMediaType(f"JSON bodies are UTF-8, not {charset}")
+    try:
+        return jsondoc.check_depth(orjson.loads(data))
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"the body is not JSON (UTF-8): {exc}") from None
+    except jsondoc.MalformedJson as exc:
+        raise BadRequest(f"the body is not accepted: {exc}") from None
+
+
+def load(schema: Schema, data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise BadRequest("the body must be a JSON object")
+    try:
+        loaded = schema.load(data)
+    except ValidationError as exc:
+        raise BadRequest("the body does not fit the schema", errors=exc.messages) from None
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def int_arg(name: str, default: int, low: int, high: int | None = None) -> int:
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    if not DIGITS.fullmatch(raw):
+        raise BadRequest(f"{name} must be a non-negative integer")
+    value = int(raw)
+    if value < low or (high is not None and value > high):
+        bound = f"from {low} to {high}" if high is not None else f"at least {low}"
+        raise BadRequest(f"{name} must be {bound}")
+    return value
+
+
+def version_arg() -> int | None:
+    raw = request.args.get("version")
+    if raw is None:
+        return None
+    if not DIGITS.fullmatch(raw):
+        raise BadRequest("version must be a positive integer")
+    return int(raw)
+
+
+def bearer_token() -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+# ------------------------------------------------------------------------------ conditionals
+def not_modified(version_tag: str) -> bool:
+    """RFC 9110 If-None-Match on a read: weak comparison, lists and ``*``."""
+    if "If-None-Match" not in request.headers:
+        return False
+    return request.if_none_match.contains_weak(version_tag)
+
+
+def required_versions() -> frozenset[int] | None:
+    """RFC 9110 If-Match on an action: None when absent or ``*`` (the game exists, so ``*``
+    always matches); else the versions its strong tags name. A weak tag never matches (If-Match
+    compares strongly), so a list of weak tags only is an empty set: 412."""
+    if "If-Match" not in request.headers:
+        return None
+    tags = request.if_match
+    if tags.star_tag:
+        return None
+    # An empty tag ("") is a valid entity tag that werkzeug reads as None: it names no version.
+    strong = (tag for tag in tags.as_set() if tag and DIGITS.fullmatch(tag))
+    return frozenset(int(tag) for tag in strong)

@@ -1,0 +1,159 @@
+"""Games: create, list, read (any version), join, act, and the history (contract: Games)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from flask import Blueprint, Response, request
+
+from domain.commands import NewGame, parse_action
+from domain.errors import IllegalAction
+from domain.game import format_at
+from service.application.games import Seat, parse_game_id
+from service.http import schemas
+from service.http.core import (
+    DIGITS,
+    BadRequest,
+    bearer_token,
+    error_problem,
+    int_arg,
+    json_body,
+    json_response,
+    load,
+    not_modified,
+    required_versions,
+    runtime,
+    version_arg,
+)
+
+games_api = Blueprint("games", __name__)
+
+MAX_EVENTS_PAGE = 1000
+MAX_GAMES_PAGE = 200
+# Request schemas are stateless once built: build each once, not per request. Responses are the
+# application's views, encoded as they are (openapi.yaml describes them; the tests check it).
+ACTION = schemas.ActionSchema()
+CREATE_GAME = schemas.CreateGameSchema()
+JOIN = schemas.JoinSchema()
+IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
+
+
+def etag(version: int) -> dict[str, str]:
+    return {"ETag": f'"{version}"'}
+
+
+def seat_json(seat: Seat) -> dict[str, Any]:
+    return {"seat": seat.seat, "name": seat.name, "token": seat.token, "bot": seat.bot}
+
+
+def seated(state: dict[str, Any], seat: Seat) -> Response:
+    """The answer to taking a seat: the seat (its token shown this once) and the game."""
+    return json_response(
+        {**seat_json(seat), "game": state},
+        201,
+        {"Location": f"/v1/games/{state['id']}", **etag(state["version"])},
+    )
+
+
+@games_api.post("/v1/seed-commitments")
+def commit_seed() -> Response:
+    """A seed drawn before the game that will use it: only its commitment is answered."""
+    made = runtime().games.commit_seed()
+    payload = {"seed_commitment": made.seed_commitment, "expires_at": format_at(made.expires_at)}
+    return json_response(payload, 201)
+
+
+@games_api.post("/v1/games")
+def create_game() -> Response:
+    fields = load(CREATE_GAME, json_body())
+    commitment = fields.pop("seed_commitment", None)
+    state, seats = runtime().games.create(NewGame(**fields), seed_commitment=commitment)
+    payload = {"game": state, "seats": [seat_json(s) for s in seats]}
+    headers = {"Location": f"/v1/games/{state['id']}", **etag(state["version"])}
+    return json_response(payload, 201, headers)
+
+
+@games_api.get("/v1/games")
+def list_games() -> Response:
+    status = request.args.get("status")
+    if status is not None and status not in ("waiting", "in_progress", "finished"):
+        raise BadRequest("status must be waiting, in_progress or finished")
+    open_raw = request.args.get("open", "false")
+    if open_raw not in ("true", "false"):
+        raise BadRequest("open must be true or false")
+    limit = int_arg("limit", 50, 1, MAX_GAMES_PAGE)
+    offset = int_arg("offset", 0, 0)
+    rt = runtime()
+    rt.index.catch_up(rt.games)
+    rows = rt.index.query(status=status, open_only=open_raw == "true")
+    page = rows[offset : offset + limit]
+    next_offset = offset + limit if offset + limit < len(rows) else None
+    return json_response({"games": page, "total": len(rows), "next_offset": next_offset})
+
+
+@games_api.get("/v1/games/<game_id>")
+def get_game(game_id: str) -> Response:
+    state = runtime().games.state(parse_game_id(game_id), version_arg())
+    if not_modified(str(state["version"])):
+        return Response(status=304, headers=etag(state["version"]))
+    return json_response(state, headers=etag(state["version"]))
+
+
+@games_api.post("/v1/games/<game_id>/players")
+def join_game(game_id: str) -> Response:
+    """A person takes a seat; or a seated player seats a computer player (``bot``)."""
+    gid = parse_game_id(game_id)
+    data = load(JOIN, json_body())
+    done = runtime().lobby.join(gid, data["name"], bot=data.get("bot"), token=bearer_token())
+    return seated(done.state, done.seat)
+
+
+@games_api.delete("/v1/games/<game_id>/players/<seat>")
+def leave_game(game_id: str, seat: str) -> Response:
+    """Give a lobby seat back before the game starts (a bot's seat: any seated player)."""
+    gid = parse_game_id(game_id)
+    if not DIGITS.fullmatch(seat) or int(seat) > 7:
+        raise BadRequest("seat must be a seat number from 0 to 7")
+    state = runtime().lobby.leave(gid, int(seat), bearer_token())
+    return json_response(state, headers=etag(state["version"]))
+
+
+@games_api.post("/v1/games/<game_id>/rematch")
+def rematch(game_id: str) -> Response:
+    """Claim your seat in the one rematch of a finished game, with your token of it."""
+    done = runtime().lobby.rematch(parse_game_id(game_id), bearer_token())
+    return seated(done.state, done.seat)
+
+
+@games_api.post("/v1/games/<game_id>/actions")
+def act(game_id: str) -> Response:
+    gid = parse_game_id(game_id)
+    games = runtime().games
+    seat = games.authenticate(gid, bearer_token())
+    command = parse_action(load(ACTION, json_body()))
+    if_match = required_versions()
+    key = request.headers.get("Idempotency-Key")
+    if key is not None and not IDEMPOTENCY_KEY.match(key):
+        raise BadRequest("Idempotency-Key must be 1 to 200 visible ASCII characters")
+    try:
+        result = games.act(gid, seat, command, if_match=if_match, idempotency_key=key)
+    except IllegalAction as exc:
+        return error_problem(exc, legal_actions=games.state(gid)["legal_actions"])
+    headers = etag(result.version)
+    if result.replayed:
+        headers["Idempotent-Replayed"] = "true"
+    return json_response({"game": result.state, "events": result.events}, headers=headers)
+
+
+@games_api.get("/v1/games/<game_id>/events")
+def events(game_id: str) -> Response:
+    gid = parse_game_id(game_id)
+    after = int_arg("after", 0, 0)
+    limit = int_arg("limit", 100, 1, MAX_EVENTS_PAGE)
+    records = runtime().games.history(gid, after=after, limit=limit + 1)
+    next_after = None
+    if len(records) > limit:
+        records = records[:limit]
+        next_after = records[-1]["version"]
+    return json_response({"events": records, "next_after": next_after})

@@ -1,0 +1,77 @@
+"""Request rate limits (``CANTSTOP_RATE_LIMITS``, parsed by ``service.config.parse_limits``),
+enforced by Flask-Limiter with fixed windows.
+
+- ``create`` covers ``POST /v1/games``, ``POST /v1/games/import`` and ``POST /v1/seed-commitments``,
+  counted per client address; ``action`` covers ``POST /v1/games/{id}/actions``, counted per seat
+  token (by its SHA-256; per address when no token is sent).
+- With Redis the counters live there, shared by every worker and host; without it, or while it is
+  unreachable, each process counts in its own memory (the effective limit is then the configured
+  one times the number of processes). Counting never touches the event store.
+- Every limited answer carries the ``X-RateLimit-*`` headers; over the limit the answer is 429
+  ``rate_limited`` (problem+json, through the app's error handlers) with ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from flask import Flask, request
+from flask_limiter import Limiter
+
+from service.application.aggregates import token_hash
+from service.config import Settings
+from service.http.core import bearer_token
+
+KEY_PREFIX = "cantstop:rl"
+SCOPES: dict[str, tuple[str, ...]] = {
+    "create": ("games.create_game", "games.commit_seed", "audit.import_game"),
+    "action": ("games.act",),
+}
+
+
+def client_address() -> str:
+    return f"a:{request.remote_addr or 'unknown'}"
+
+
+def seat_or_address() -> str:
+    token = bearer_token()
+    return f"t:{token_hash(token)[:32]}" if token is not None else client_address()
+
+
+KEYS: dict[str, Callable[[], str]] = {"create": client_address, "action": seat_or_address}
+
+
+def storage_uri(redis_url: str | None) -> str:
+    if redis_url is None:
+        return "memory://"
+    if redis_url.startswith("unix://"):
+        return "redis+unix://" + redis_url[len("unix://") :]
+    return redis_url
+
+
+def init_app(app: Flask, settings: Settings) -> Limiter | None:
+    """Limit the scoped endpoints (call after the blueprints are registered); None when off."""
+    limits = settings.limits
+    if not limits:
+        return None
+    limiter = Limiter(
+        key_func=client_address,
+        app=app,
+        storage_uri=storage_uri(settings.redis_url),
+        storage_options={"socket_timeout": 1, "socket_connect_timeout": 1},
+        strategy="fixed-window",
+        headers_enabled=True,
+        swallow_errors=True,  # Redis down: count in memory, never fail the request
+        in_memory_fallback_enabled=True,
+        key_prefix=KEY_PREFIX,
+    )
+    for scope, limit in limits.items():
+        shared = limiter.shared_limit(
+            f"{limit.count} per {limit.period} second",
+            scope=scope,
+            key_func=KEYS[scope],
+            methods=["POST"],
+        )
+        for endpoint in SCOPES[scope]:
+            app.view_functions[endpoint] = shared(app.view_functions[endpoint])  # type: ignore[assignment]
+    return limiter

@@ -1,0 +1,49 @@
+"""The service's own routes: health, and the OpenAPI document with its viewer (the index, ``/``,
+is negotiated with the lobby page: service/http/pages)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flask import Blueprint, Flask, Response
+from flask_swagger_ui import get_swaggerui_blueprint
+
+from service.http.core import json_response, runtime
+
+meta_api = Blueprint("meta", __name__)
+
+# A link to the top-level openapi.yaml in the source tree; the file itself in a built wheel.
+OPENAPI_PATH = Path(__file__).parent / "openapi.yaml"
+
+
+def openapi_text() -> str:
+    return OPENAPI_PATH.read_text(encoding="utf-8")
+
+
+@meta_api.get("/openapi.yaml")
+def openapi() -> Response:
+    return Response(openapi_text(), mimetype="application/yaml")
+
+
+@meta_api.get("/healthz")
+def healthz() -> Response:
+    rt = runtime()
+    checks: dict[str, str] = {}
+    status = 200
+    try:
+        rt.games.recorder.max_notification_id()
+        checks["database"] = "ok"
+    except Exception as exc:  # any failure of the store is reported, not raised
+        checks["database"] = f"down: {type(exc).__name__}"
+        status = 503
+    checks["redis"] = rt.redis_status()  # down: still 200; actions are recorded, streams poll
+    healthy = status == 200 and not checks["redis"].startswith("down")
+    body = {"status": "ok" if healthy else "degraded", "checks": checks}
+    return json_response(body, status)
+
+
+def register(app: Flask) -> None:
+    app.register_blueprint(meta_api)
+    app.register_blueprint(
+        get_swaggerui_blueprint("/docs", "/openapi.yaml", config={"app_name": "Can't Stop API"})
+    )

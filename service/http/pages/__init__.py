@@ -1,0 +1,128 @@
+"""The web pages (contract 1.1, Web pages): the lobby at ``/``, a game at ``/games/{id}``, its
+replay and audit at ``/games/{id}/replay``, and printable record sheets behind plain links.
+
+The pages are Jinja templates (autoescaped: every name is escaped on the server) and a few small
+ES modules under ``static/`` that talk to the JSON API (``/v1``) like any other client: no build
+step, no asset from outside the machine. A seat's token travels only in the ``Authorization``
+header of the API calls those modules make; no page route reads or takes a token.
+
+``/`` is negotiated: the lobby page to a browser (``Accept`` preferring ``text/html``), the JSON
+index to everyone else, with ``Vary: Accept``. Every HTML answer (pages, and the error pages that
+``service.http.core`` renders for browsers) carries a Content-Security-Policy without
+``unsafe-inline``, except the API viewer at ``/docs``, which keeps its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response, render_template, request
+
+from domain.record_sheet import record_sheet
+from service.application.games import parse_game_id
+from service.http.core import BadRequest, int_arg, json_response, runtime, wants_page
+from service.render.sheet import render_csv, render_pdf, render_text
+
+pages = Blueprint(
+    "pages",
+    __name__,
+    template_folder="templates",
+    static_folder="static",
+    static_url_path="/assets",
+)
+
+CSP = "; ".join(
+    [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self' data:",
+        "connect-src 'self'",
+        "font-src 'self'",
+        "object-src 'none'",
+        "base-uri 'none'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ]
+)
+OWN_POLICY = ("/docs",)  # the API viewer (flask-swagger-ui) keeps its own
+SHEETS = {
+    "txt": ("text/plain", "inline"),
+    "csv": ("text/csv", "attachment"),
+    "pdf": ("application/pdf", "attachment"),
+}
+INDEX = {
+    "name": "Can't Stop game service",
+    "api": "/v1",
+    "docs": "/docs",
+    "openapi": "/openapi.yaml",
+    "health": "/healthz",
+}
+
+
+@pages.after_app_request
+def _page_headers(response: Response) -> Response:
+    """Every HTML answer of the app, pages and error pages alike: a strict policy."""
+    if response.mimetype == "text/html" and not request.path.startswith(OWN_POLICY):
+        response.headers.setdefault("Content-Security-Policy", CSP)
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        response.headers.setdefault("Referrer-Policy", "same-origin")
+    if response.status_code >= 400 and not request.path.startswith("/v1/"):
+        response.vary.add("Accept")  # an error outside the API: a page or problem+json
+    return response
+
+
+@pages.get("/")
+def root() -> Response:
+    """The lobby to a browser; the JSON index (as before) to an API client."""
+    if wants_page():
+        response = Response(render_template("pages/lobby.html"), mimetype="text/html")
+    else:
+        response = json_response(INDEX)
+    response.vary.add("Accept")
+    return response
+
+
+def _page(template: str, game_id: str, **extra: Any) -> Response:
+    state = runtime().games.state(parse_game_id(game_id))  # 404, as an HTML page, when unknown
+    names = [p["name"] or f"open seat {p['seat']}" for p in state["players"]]
+    html = render_template(template, state=state, names=names, **extra)
+    return Response(html, mimetype="text/html", headers={"Cache-Control": "no-cache"})
+
+
+@pages.get("/games/<game_id>")
+def game_page(game_id: str) -> Response:
+    return _page("pages/game.html", game_id)
+
+
+@pages.get("/games/<game_id>/replay")
+def replay_page(game_id: str) -> Response:
+    return _page("pages/replay.html", game_id)
+
+
+@pages.get("/games/<game_id>/record-sheet.<kind>")
+def record_sheet_file(game_id: str, kind: str) -> Response:
+    """A record sheet behind a plain link (``/v1/…/record-sheet`` picks its format by
+    ``Accept``, which a link cannot set): ``.txt``, ``.csv`` or ``.pdf``, ``?seat=S``."""
+    if kind not in SHEETS:
+        raise BadRequest("a record sheet is .txt, .csv or .pdf")
+    gid = parse_game_id(game_id)
+    games = runtime().games
+    state = games.state(gid)
+    seat = int_arg("seat", 0, 0, len(state["players"]) - 1)
+    events = games.history(gid, after=0, limit=state["version"])
+    sheet = record_sheet(events, seat, game_id=str(gid))
+    mimetype, disposition = SHEETS[kind]
+    body: str | bytes
+    if kind == "pdf":
+        body = render_pdf(sheet)
+    elif kind == "csv":
+        body = render_csv(sheet)
+    else:
+        body = render_text(sheet)
+    filename = f"cantstop-{gid}-seat{seat}-v{state['version']}.{kind}"
+    return Response(
+        body,
+        mimetype=mimetype,
+        headers={"Content-Disposition": f'{disposition}; filename="{filename}"'},
+    )

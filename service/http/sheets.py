@@ -1,0 +1,88 @@
+"""Record sheets (any game, any version, any seat) and the solitaire leaderboard."""
+
+from __future__ import annotations
+
+from flask import Blueprint, Response, request
+
+from domain.record_sheet import record_sheet
+from service.application.games import parse_game_id
+from service.application.projections import RuleSet
+from service.http.core import (
+    BadRequest,
+    NotAcceptable,
+    int_arg,
+    json_response,
+    runtime,
+    version_arg,
+)
+from service.render.sheet import render_csv, render_json, render_pdf, render_text
+
+sheets_api = Blueprint("sheets", __name__)
+
+SHEET_TYPES = ["text/plain", "text/csv", "application/json", "application/pdf"]
+
+
+@sheets_api.get("/v1/games/<game_id>/record-sheet")
+def sheet(game_id: str) -> Response:
+    gid = parse_game_id(game_id)
+    accept = request.accept_mimetypes
+    chosen = accept.best_match(SHEET_TYPES) if accept else "text/plain"
+    if chosen is None:
+        raise NotAcceptable(f"the record sheet is served as {', '.join(SHEET_TYPES)}")
+    version = version_arg()
+    games = runtime().games
+    state = games.state(gid, version)  # 404 for an unknown game or version
+    seats = len(state["players"])
+    seat = request.args.get("seat")
+    if seat is None:
+        if seats > 1:
+            raise BadRequest("a multiplayer game has one sheet per player: add ?seat=S")
+        seat_no = 0
+    else:
+        seat_no = int_arg("seat", 0, 0, seats - 1)
+    events = games.history(gid, after=0, limit=state["version"])
+    data = record_sheet(events, seat_no, game_id=str(gid))
+    filename = f"cantstop-{gid}-seat{seat_no}-v{state['version']}"
+    if chosen == "application/json":
+        return json_response(render_json(data))
+    if chosen == "application/pdf":
+        return Response(
+            render_pdf(data),
+            mimetype="application/pdf",
+            headers={"Content-Disposition": f'inline; filename="{filename}.pdf"'},
+        )
+    if chosen == "text/csv":
+        return Response(
+            render_csv(data),
+            mimetype="text/csv",
+            headers={"Content-Disposition": f'attachment; filename="{filename}.csv"'},
+        )
+    return Response(render_text(data), mimetype="text/plain")
+
+
+def _choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    value = request.args.get(name, default)
+    if value not in choices:
+        raise BadRequest(f"{name} must be {' or '.join(choices)}")
+    return value
+
+
+@sheets_api.get("/v1/solitaire/leaderboard")
+def leaderboard() -> Response:
+    """The best results within one rule set (contract 1.1: Honest leaderboard)."""
+    rules = RuleSet(
+        mode=_choice("mode", "easy", ("easy", "advanced")),
+        dice_faces=int(_choice("dice_faces", "6", ("6", "8"))),
+        steep_hill=_choice("steep_hill", "false", ("true", "false")) == "true",
+    )
+    limit = int_arg("limit", 20, 1, 100)
+    rt = runtime()
+    rt.leaderboard.catch_up(rt.games)
+    return json_response(
+        {
+            "mode": rules.mode,
+            "dice_faces": rules.dice_faces,
+            "steep_hill": rules.steep_hill,
+            "results": rt.leaderboard.best(rules, limit),
+        }
+    )
