@@ -22,8 +22,8 @@ from openapi_core import Config, OpenAPI
 from openapi_core.testing import MockRequest, MockResponse
 from werkzeug.exceptions import HTTPException
 
-from service.app import create_app
 from service.config import Settings
+from service.http.app import create_app
 
 ROOT = Path(__file__).resolve().parent.parent
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
@@ -106,6 +106,7 @@ def openapi_spec() -> OpenAPI:
         extra_media_type_deserializers={
             "application/problem+json": json.loads,
             "text/csv": lambda data: data.decode("utf-8"),
+            "text/event-stream": lambda data: data.decode("utf-8"),
         }
     )
     return OpenAPI.from_file_path(str(ROOT / "openapi.yaml"), config=config)

@@ -15,9 +15,12 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from domain import fairness
-from service.app import create_app
+from service.application.games import Games
 from service.config import Settings
-from service.games import Games
+from service.http.app import create_app
+
+# A game id no store holds (fixed, so parallel test workers collect the same test ids).
+UNKNOWN = "5d4a4c1e-0000-4000-8000-00000000dead"
 
 Json = dict[str, Any]
 
@@ -65,7 +68,14 @@ def test_create_game_with_named_players_starts_it(client: FlaskClient) -> None:
     assert response.headers["ETag"] == '"2"'
     assert game["status"] == "in_progress"
     assert game["version"] == 2
-    assert game["turn"] == {"number": 1, "player": 0, "phase": "roll", "dice": None, "runners": {}}
+    assert game["turn"] == {
+        "number": 1,
+        "player": 0,
+        "phase": "roll",
+        "dice": None,
+        "runners": {},
+        "deadline": None,  # no clock
+    }
     assert game["legal_actions"] == [{"type": "roll"}]
     assert [c["height"] for c in game["columns"]] == [3, 5, 7, 9, 11, 13, 11, 9, 7, 5, 3]
     assert [s["seat"] for s in body["seats"]] == [0, 1]
@@ -127,13 +137,15 @@ def test_malformed_bodies_are_422_never_500(client: FlaskClient, raw: bytes) -> 
 
 
 def test_oversized_body_is_413(client: FlaskClient) -> None:
-    response = client.post("/v1/games", data=b"[" + b"1," * 200_000 + b"1]")
+    response = client.post(
+        "/v1/games", data=b"[" + b"1," * 200_000 + b"1]", content_type="application/json"
+    )
     problem(response, 413, "payload_too_large")
 
 
 @pytest.mark.parametrize(
     "path",
-    ["/v1/games/not-a-uuid", f"/v1/games/{uuid.uuid4()}", f"/v1/games/{uuid.uuid4()}/events"],
+    ["/v1/games/not-a-uuid", f"/v1/games/{UNKNOWN}", f"/v1/games/{UNKNOWN}/events"],
 )
 def test_unknown_games_are_404(client: FlaskClient, path: str) -> None:
     problem(client.get(path), 404, "not_found")
@@ -395,8 +407,9 @@ def test_if_match_on_an_old_version_is_412(
     assert body["version"] == 2
     fresh = act(client, gid, ann, headers={"If-Match": '"2"'}, type="roll", dice=[1, 2, 3, 4])
     assert fresh.status_code == 200
+    # A tag that names no version can never match (RFC 9110: If-Match compares strongly).
     problem(
-        act(client, gid, ann, headers={"If-Match": "soon"}, type="stop"), 422, "invalid_request"
+        act(client, gid, ann, headers={"If-Match": "soon"}, type="stop"), 412, "version_conflict"
     )
 
 
@@ -499,14 +512,16 @@ def test_transcript_verification_over_http(client: FlaskClient) -> None:
 
 # ------------------------------------------------------------------------------ races
 class RacingGames(Games):
-    """Holds every save at a barrier: both requests have read the game before either writes."""
+    """Holds every command's write at a barrier: both requests have judged the action on the
+    same version before either writes."""
 
     barrier: threading.Barrier | None = None
 
-    def save(self, *objs: Any, **kwargs: Any) -> Any:
+    def _write(self, *aggregates: Any) -> None:
         if self.barrier is not None:
-            self.barrier.wait(timeout=10)
-        return super().save(*objs, **kwargs)
+            barrier, self.barrier = self.barrier, None  # once: the loser is judged again
+            barrier.wait(timeout=10)
+        super()._write(*aggregates)
 
 
 def test_two_racing_actions_give_exactly_one_success(settings: Settings) -> None:
@@ -535,8 +550,10 @@ def test_two_racing_actions_give_exactly_one_success(settings: Settings) -> None
         thread.join(timeout=30)
     statuses = sorted(r.status_code for r in results)
     assert statuses == [200, 409]
+    # The loser's insert is refused by the store; judged again on the version the winner
+    # recorded, a second roll is not allowed now (phase move).
     loser = next(r for r in results if r.status_code == 409)
-    assert loser.get_json()["code"] == "concurrent_action"
+    assert loser.get_json()["code"] == "illegal_action"
     for flask_app in apps:
         flask_app.extensions["cantstop"].games.barrier = None
     events = apps[1].test_client().get(f"/v1/games/{game['id']}/events").get_json()["events"]
@@ -569,7 +586,7 @@ def test_state_tokens_and_idempotency_keys_survive_a_restart(settings: Settings)
 
 
 def test_ids_of_other_aggregates_are_not_games(client: FlaskClient) -> None:
-    from service.games import vault_id
+    from service.application.aggregates import vault_id
 
     game, _ = create(client, players=["Ann", "Bob"])
     hidden = vault_id(uuid.UUID(game["id"]))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-DOMAIN_FILES = sorted((ROOT / "domain").glob("*.py"))
+DOMAIN_FILES = sorted((ROOT / "domain").rglob("*.py"))
 
 
 def imported_modules(path: Path) -> set[str]:

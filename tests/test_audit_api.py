@@ -9,9 +9,9 @@ from typing import Any
 
 from flask.testing import FlaskClient
 
-from service.app import create_app
+from service.application.aggregates import vault_id
 from service.config import Settings
-from service.games import vault_id
+from service.http.app import create_app
 from tests.test_audit_helpers import (
     MANUAL_ROLLS,
     bearer,

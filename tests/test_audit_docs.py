@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 
 from domain import fairness
+from domain.commands import NewGame
 from domain.game import ZERO_HASH, Game, chain_hash, event_record
 from domain.transcript import apply_action
 
@@ -64,10 +65,18 @@ def test_the_worked_examples_compute() -> None:
     assert f"gives `hash = {digest}`" in DOC
 
 
+def test_the_entropy_worked_example_computes() -> None:
+    message = b"example-game:6:0:ann-says-7731"
+    digest = hmac.new(EXAMPLE_SEED.encode(), message, hashlib.sha256).hexdigest()
+    assert f"= {digest}" in DOC
+    dice = fairness.draw(EXAMPLE_SEED, "example-game", 6, 4, 6, "ann-says-7731")
+    assert dice == [4, 2, 2, 4] and "so the roll is `[4, 2, 2, 4]`" in DOC
+
+
 def test_the_script_checks_a_manual_game_chain_and_refuses_what_is_not_an_export(
     tmp_path: Path,
 ) -> None:
-    game = Game.start(uuid.uuid4(), players=["Ann", "Bob"], dice="manual")
+    game = Game.start(uuid.uuid4(), NewGame(players=["Ann", "Bob"], dice="manual"))
     for action in (
         {"type": "roll", "dice": [3, 4, 2, 6]},
         {"type": "move", "sums": [7, 8]},

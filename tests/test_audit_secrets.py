@@ -18,7 +18,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from service.games import token_hash, vault_id
+from service.application.aggregates import token_hash, vault_id
 from tests.test_audit_helpers import bearer, choose, ok
 
 

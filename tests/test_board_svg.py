@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
+from domain.commands import NewGame
 from domain.game import Game
 from domain.rules import column_height
 from domain.view import game_state
-from service.board_svg import PALETTE, SVG_NS, colour_of, render_board
+from service.render.board_svg import PALETTE, SVG_NS, colour_of, render_board
 
 TAG = "{" + SVG_NS + "}"
 
@@ -21,10 +22,7 @@ TAG = "{" + SVG_NS + "}"
 def new_game(players: list[str] | None = None, **kwargs: Any) -> Game:
     return Game.start(
         uuid.uuid4(),
-        players=players or ["Ann", "Bob", "Cy"],
-        dice="manual",
-        first_player=0,
-        **kwargs,
+        NewGame(players=players or ["Ann", "Bob", "Cy"], dice="manual", first_player=0, **kwargs),
     )
 
 
@@ -337,7 +335,7 @@ def test_finished_game_shows_the_winner_and_no_turn(claimed_game: Game) -> None:
 
 
 def test_a_lobby_game_renders_with_open_seats() -> None:
-    game = Game.start(uuid.uuid4(), seats=3, dice="manual")
+    game = Game.start(uuid.uuid4(), NewGame(seats=3, dice="manual"))
     root = svg_of(game)
     assert root.get("data-status") == "waiting"
     assert "3 open seats" in text_of(one(root, "header-status"))

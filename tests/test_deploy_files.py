@@ -1,4 +1,4 @@
-"""The Dockerfile, deploy/docker-compose.yml and deploy/gunicorn.conf.py refer to things that exist.
+"""The Dockerfile, deploy/docker-compose.yml and the gunicorn settings refer to things that exist.
 
 Docker cannot run here; these checks catch what breaks deployment files silently: a COPY of a file
 that moved, a command that is not installed, a health check on a route that does not exist, an
@@ -23,15 +23,15 @@ import yaml
 from flask import Flask
 
 from service import cli
-from service.app import create_app
-from service.config import Settings, persistence_env
-from service.limits import parse_limits
-from service.live import LiveConfig
+from service.application.store import persistence_env
+from service.config import Settings
+from service.http.app import create_app
+from service.live.hub import LiveConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
 COMPOSE = ROOT / "deploy" / "docker-compose.yml"
-GUNICORN_CONF = ROOT / "deploy" / "gunicorn.conf.py"
+GUNICORN_CONF = ROOT / "service" / "gunicorn_settings.py"
 
 
 def instructions() -> list[tuple[str, str]]:
@@ -70,7 +70,7 @@ def dockerignored(path: str) -> bool:
 
 def project_env_names() -> set[str]:
     """Every CANTSTOP_* variable the service or the gunicorn settings read."""
-    sources = [*sorted((ROOT / "service").glob("*.py")), GUNICORN_CONF]
+    sources = sorted((ROOT / "service").rglob("*.py"))
     names: set[str] = set()
     for source in sources:
         names |= set(re.findall(r"\"(CANTSTOP_[A-Z0-9_]+)\"", source.read_text(encoding="utf-8")))
@@ -128,8 +128,9 @@ def test_the_image_holds_what_the_service_reads_at_run_time() -> None:
         if keyword == "COPY"
         for source in shlex.split(args)[:-1]
     }
-    # service.cli finds the gunicorn settings, service.app the OpenAPI document, next to the code.
-    assert cli.DEPLOY_CONFIG.relative_to(ROOT).as_posix() in copied | {"deploy"}
+    # The gunicorn settings are part of the service package; openapi.yaml goes into the wheel
+    # through the link service/http/openapi.yaml, which needs the file beside pyproject.toml.
+    assert cli.GUNICORN_SETTINGS.is_relative_to(ROOT / "service")
     assert "openapi.yaml" in copied
     assert {"domain", "service", "pyproject.toml"} <= copied
     readme = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
@@ -179,7 +180,7 @@ def test_gunicorn_settings_import_and_use_threaded_workers(monkeypatch: pytest.M
     assert conf.preload_app is False  # the Application is built in each worker, after the fork
     assert conf.wsgi_app == "service.wsgi:app"
     assert callable(conf.post_fork) and callable(conf.worker_int) and callable(conf.on_starting)
-    assert cli.DEPLOY_CONFIG == GUNICORN_CONF
+    assert cli.GUNICORN_SETTINGS == GUNICORN_CONF
     # The stream cap leaves threads for actions.
     cap = LiveConfig.from_env({"CANTSTOP_WORKER_THREADS": str(conf.threads)}).max_streams
     assert 0 < cap <= conf.threads - 4
@@ -235,11 +236,9 @@ def test_compose_sets_only_variables_the_project_reads(compose: dict[str, Any]) 
         assert {"CANTSTOP_DATABASE_URL", "CANTSTOP_REDIS_URL"} <= env.keys(), name
         settings = Settings.from_env(env)
         assert (
-            persistence_env(settings.database_url, create_table=False)["POSTGRES_HOST"]
-            in (compose["services"])
+            persistence_env(settings, create_table=False)["POSTGRES_HOST"] in (compose["services"])
         )
         assert urlsplit(settings.redis_url or "").hostname in compose["services"]
-        parse_limits(settings.rate_limits)
         LiveConfig.from_env(env)
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -11,10 +9,8 @@ import redis
 from flask import Flask
 from flask.testing import FlaskClient
 
-from service.app import create_app
-from service.config import Settings
-from service.limits import KEY_PREFIX, Limit, Limiter, RateLimitError, parse_limits
-from service.live import EXTENSION, RedisLink
+from service.config import ConfigError, Settings, parse_limits
+from service.http.app import create_app
 
 LIMITS = "create=2/minute, action=3/10s"
 
@@ -23,21 +19,6 @@ LIMITS = "create=2/minute, action=3/10s"
 def settings(database_url: str) -> Settings:
     """The conftest ``app`` and ``client`` (checked against openapi.yaml), with limits on."""
     return Settings(database_url=database_url, rate_limits=LIMITS)
-
-
-@pytest.fixture
-def link(redis_url: str) -> Iterator[RedisLink]:
-    found = RedisLink(redis_url)
-    yield found
-    found.close()
-
-
-class Clock:
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 # ---------------------------------------------------------------------------------- syntax
@@ -72,44 +53,10 @@ def test_rate_limit_syntax(text: str | None, expected: dict[str, tuple[int, int]
     ],
 )
 def test_bad_rate_limits_are_refused_at_start(text: str) -> None:
-    with pytest.raises(RateLimitError, match="CANTSTOP_RATE_LIMITS"):
+    with pytest.raises(ConfigError, match="CANTSTOP_RATE_LIMITS"):
         parse_limits(text)
-
-
-# --------------------------------------------------------------------------------- windows
-def test_a_fixed_window_counts_then_resets_in_memory() -> None:
-    clock = Clock(1_000_000.0)
-    limiter = Limiter({"action": Limit("action", 2, 60)}, None, clock=clock)
-    assert [limiter.check("action", "a").allowed for _ in range(3)] == [True, True, False]
-    assert limiter.check("action", "b").allowed  # each client has its own count
-    assert limiter.check("action", "a").retry_after == 20  # the window ends at 1_000_020
-    assert limiter.check("create", "a").allowed  # no limit on that scope
-    clock.now += 20
-    assert limiter.check("action", "a").allowed
-
-
-@pytest.mark.redis
-def test_redis_counts_are_shared_by_every_process_and_expire(link: RedisLink) -> None:
-    limit = {"action": Limit("action", 3, 60)}
-    client = f"t:{uuid.uuid4().hex}"
-    clock = Clock(2_000_000.0)
-    one, two = Limiter(limit, link, clock=clock), Limiter(limit, link, clock=clock)
-    verdicts = [limiter.check("action", client).allowed for limiter in (one, two, one, two)]
-    assert verdicts == [True, True, True, False]
-    key = f"{KEY_PREFIX}action:{client}:{1_999_980}"
-    assert link.client.get(key) == b"4"
-    assert 0 < link.client.ttl(key) <= 61
-
-
-def test_without_reachable_redis_each_process_counts_in_memory() -> None:
-    down = RedisLink("redis://127.0.0.1:9/0", timeout=0.2)
-    try:
-        limiter = Limiter({"create": Limit("create", 1, 60)}, down)
-        assert limiter.check("create", "a").allowed
-        assert not limiter.check("create", "a").allowed
-        assert not down.available()  # the breaker is open: no round trip per request meanwhile
-    finally:
-        down.close()
+    with pytest.raises(ConfigError, match="CANTSTOP_RATE_LIMITS"):
+        Settings.from_env({"CANTSTOP_RATE_LIMITS": text})
 
 
 # ------------------------------------------------------------------------------------ HTTP
@@ -125,9 +72,22 @@ def test_creation_over_the_limit_is_429_with_retry_after(client: FlaskClient) ->
     body = refused.get_json()
     assert body["code"] == "rate_limited" and body["status"] == 429
     assert 1 <= int(refused.headers["Retry-After"]) <= 60
+    assert refused.headers["X-RateLimit-Limit"] == "2"
+    assert refused.headers["X-RateLimit-Remaining"] == "0"
     # An import creates a game too: the same count (checked before the body is even read).
     imported = client.post("/v1/games/import", data=b"{}", content_type="application/json")
     assert imported.status_code == 429
+    assert client.post("/v1/seed-commitments").status_code == 429
+
+
+def test_limited_answers_say_how_many_requests_are_left(client: FlaskClient) -> None:
+    first = create(client)
+    assert first.status_code == 201
+    assert (first.headers["X-RateLimit-Limit"], first.headers["X-RateLimit-Remaining"]) == (
+        "2",
+        "1",
+    )
+    assert "X-RateLimit-Limit" not in client.get("/v1/games").headers  # reads are not limited
 
 
 def test_actions_are_counted_per_seat_token(client: FlaskClient) -> None:
@@ -164,15 +124,30 @@ def test_limits_use_redis_when_configured(redis_url: str, tmp_path: Any) -> None
         assert create(second).status_code == 429
     finally:
         for app in apps:
-            app.extensions[EXTENSION].close()
             app.extensions["cantstop"].close()
 
 
+def test_without_reachable_redis_each_process_counts_in_memory(tmp_path: Any) -> None:
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 'limits.sqlite'}",
+        redis_url="redis://127.0.0.1:9/0",  # nothing listens there
+        rate_limits="create=1/hour",
+    )
+    app = create_app(settings, create_tables=True)
+    try:
+        client = app.test_client()
+        assert create(client).status_code == 201
+        assert create(client).status_code == 429
+    finally:
+        app.extensions["cantstop"].close()
+
+
 def test_limits_off_by_default(app: Flask) -> None:
-    assert "cantstop.limits" in app.extensions  # this module's settings turn them on
+    assert "limiter" in app.extensions  # this module's settings turn them on
     plain = create_app(Settings(database_url=app.extensions["cantstop"].settings.database_url))
     try:
-        assert "cantstop.limits" not in plain.extensions
+        assert "limiter" not in plain.extensions
+        response = create(plain.test_client())
+        assert response.status_code == 201 and "X-RateLimit-Limit" not in response.headers
     finally:
-        plain.extensions[EXTENSION].close()
         plain.extensions["cantstop"].close()

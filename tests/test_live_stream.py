@@ -16,9 +16,9 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from service.app import create_app
 from service.config import ConfigError, Settings
-from service.live import EXTENSION, Envelope, GameStream, Hub, LiveConfig, Mailbox
+from service.http.app import create_app
+from service.live.hub import Envelope, GameStream, Hub, LiveConfig, Mailbox
 
 Json = dict[str, Any]
 Frames = Iterator[bytes]
@@ -48,7 +48,7 @@ def make_app(tmp_path: Path) -> Iterator[Callable[..., Flask]]:
 
 
 def hub_of(app: Flask) -> Hub:
-    found = app.extensions[EXTENSION]
+    found = app.extensions["cantstop"].hub
     assert isinstance(found, Hub)
     return found
 
@@ -201,7 +201,7 @@ def test_the_stream_ends_after_the_final_events_then_answers_204(
 @pytest.mark.parametrize(
     ("path", "headers", "status"),
     [
-        (f"/v1/games/{uuid.uuid4()}/stream", {}, 404),
+        ("/v1/games/5d4a4c1e-0000-4000-8000-000000000001/stream", {}, 404),
         ("/v1/games/not-a-game/stream", {}, 404),
         ("{game}/stream?after=x", {}, 422),
         ("{game}/stream", {"Last-Event-ID": "-1"}, 422),

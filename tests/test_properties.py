@@ -17,6 +17,7 @@ from eventsourcing.application import Application
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from domain.commands import NewGame
 from domain.errors import DomainError, GameOver, IllegalAction, InvalidDice, NotYourTurn
 from domain.game import Game
 from domain.view import game_state
@@ -70,17 +71,15 @@ def start(setup: Setup) -> Game:
     if not setup.lobby:
         return Game.start(
             uuid.uuid4(),
-            players=names,
-            rules=setup.rules,
-            dice="manual",
-            first_player=setup.first_player,
+            NewGame(
+                players=names, rules=setup.rules, dice="manual", first_player=setup.first_player
+            ),
         )
     game = Game.start(
         uuid.uuid4(),
-        seats=setup.players,
-        rules=setup.rules,
-        dice="manual",
-        first_player=setup.first_player,
+        NewGame(
+            seats=setup.players, rules=setup.rules, dice="manual", first_player=setup.first_player
+        ),
     )
     for name in names:
         game.join(name)
@@ -357,7 +356,9 @@ def test_snapshots_and_stored_events_restore_the_state_and_play_on_identically(
 
 @pytest.mark.parametrize("mode", ["easy", "advanced"])
 def test_a_game_restored_from_a_snapshot_in_the_move_phase_accepts_the_move(mode: str) -> None:
-    game = Game.start(uuid.uuid4(), players=["Sol"], rules={"solitaire": mode}, dice="manual")
+    game = Game.start(
+        uuid.uuid4(), NewGame(players=["Sol"], rules={"solitaire": mode}, dice="manual")
+    )
     game.roll(0, dice=[1, 5, 4, 6])
     app: Application[uuid.UUID] = Application(env={"IS_SNAPSHOTTING_ENABLED": "y"})
     app.save(game)

@@ -15,10 +15,11 @@ from uuid import uuid4
 import pytest
 from pypdf import PdfReader
 
+from domain.commands import NewGame
 from domain.errors import InvalidRequest
 from domain.game import Game, event_record
 from domain.record_sheet import record_sheet, sheet_rows
-from service.sheet_render import render_csv, render_json, render_pdf, render_text
+from service.render.sheet import render_csv, render_json, render_pdf, render_text
 
 HEIGHTS = {c: 2 * (6 - abs(c - 7)) + 1 for c in range(2, 13)}
 Play = tuple[Sequence[int], Sequence[int]]
@@ -31,7 +32,7 @@ ALL_TWELVES = [6, 6, 6, 6]
 
 # ----------------------------------------------------------------------------------- helpers
 def solitaire(rules: dict[str, Any] | None = None, name: str = "Sol") -> Game:
-    return Game.start(uuid4(), players=[name], rules=rules, dice="manual")
+    return Game.start(uuid4(), NewGame(players=[name], rules=rules, dice="manual"))
 
 
 def served(game: Game) -> list[dict[str, Any]]:
@@ -349,7 +350,7 @@ def test_solitaire_sheet_has_only_seat_zero(seat: int) -> None:
 # ----------------------------------------------------------------------------- multiplayer
 def multiplayer() -> Game:
     """Ann and Bob: Bob claims 2 (removing Ann's marker there), Ann busts, then Ann resigns."""
-    game = Game.start(uuid4(), players=["Ann", "Bob"], dice="manual")
+    game = Game.start(uuid4(), NewGame(players=["Ann", "Bob"], dice="manual"))
     stop_turn(game, ([1, 1, 1, 2], [2, 3]), seat=0)
     stop_turn(game, ([1, 1, 1, 1], [2, 2]), ([1, 1, 1, 1], [2]), seat=1)
     bust_turn(game, ([1, 3, 2, 3], [4, 5]), ([1, 5, 1, 1], [6]), bust=ALL_TWELVES, seat=0)
@@ -406,7 +407,7 @@ def test_multiplayer_sheet_of_the_other_seat() -> None:
 
 
 def test_lobby_seat_names_come_from_seat_joined() -> None:
-    game = Game.start(uuid4(), seats=2, dice="manual")
+    game = Game.start(uuid4(), NewGame(seats=2, dice="manual"))
     game.join("Cy")
 
     sheet = record_sheet(served(game), seat=1)

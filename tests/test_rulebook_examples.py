@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from domain.commands import NewGame
 from domain.errors import IllegalAction
 from domain.game import Game
 from domain.moves import UNCLAIMED, Board, bust_probability_table, pairings
@@ -225,7 +226,7 @@ def test_runners_on_6_7_8_bust_on_exactly_104_of_1296_rolls() -> None:
 
 # ----------------------------------------------------------------- through the Game aggregate
 def new_game() -> Game:
-    return Game.start(uuid.uuid4(), players=["Ann", "Bob"], dice="manual", first_player=0)
+    return Game.start(uuid.uuid4(), NewGame(players=["Ann", "Bob"], dice="manual", first_player=0))
 
 
 def move_sums(game: Game) -> list[list[int]]:

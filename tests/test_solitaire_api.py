@@ -6,12 +6,8 @@ import csv
 import io
 from typing import Any
 
-import pytest
-from flask import Flask
 from flask.testing import FlaskClient
 from pypdf import PdfReader
-
-from service.index import Leaderboard
 
 Json = dict[str, Any]
 
@@ -136,38 +132,3 @@ def test_advanced_sheet_lists_wiped_markers(client: FlaskClient) -> None:
     game.act(type="roll", dice=[6, 6, 6, 6])  # bust: the markers on 2 and 3 are wiped
     lines = game.sheet("text/plain").get_data(as_text=True).splitlines()
     assert lines[1:] == ["1. 2×1, 3×1", "2. S – 2,3"]
-
-
-@pytest.mark.parametrize("mode", ["easy", "advanced"])
-def test_leaderboard_ranks_fewest_turns_then_earliest(
-    app: Flask, client: FlaskClient, mode: str
-) -> None:
-    def finish(name: str, busts: int) -> str:
-        game = Player(client, [name], {"solitaire": mode})
-        for _ in range(busts):
-            game.bust()
-        for column in range(2, 13):
-            game.claim(column)
-        return game.id
-
-    slow = finish("Slow", 2)
-    first = finish("First", 0)
-    second = finish("Second", 0)
-    unfinished = Player(client, ["Quitter"], {"solitaire": mode})
-    unfinished.act(type="resign")
-    board = client.get(f"/v1/solitaire/leaderboard?mode={mode}").get_json()
-    assert [(r["player"], r["turns"], r["rank"]) for r in board["results"]] == [
-        ("First", 11, 1),
-        ("Second", 11, 2),
-        ("Slow", 13, 3),
-    ]
-    assert [r["game_id"] for r in board["results"]] == [first, second, slow]
-    expected = "Target met" if mode == "easy" else "Outstanding"
-    assert {r["rating"] for r in board["results"]} == {expected}
-    other = "advanced" if mode == "easy" else "easy"
-    assert client.get(f"/v1/solitaire/leaderboard?mode={other}").get_json()["results"] == []
-
-    rebuilt = Leaderboard()
-    rebuilt.catch_up(app.extensions["cantstop"].games)
-    assert rebuilt.best(mode, 20) == board["results"]
-    assert client.get("/v1/solitaire/leaderboard?mode=hard").status_code == 422

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from domain.commands import NewGame
 from domain.errors import (
     DomainError,
     GameOver,
@@ -34,7 +35,8 @@ def new_game(
     players: Sequence[str] = ("Ann", "Bob"), *, first_player: int = 0, **rules: Any
 ) -> Game:
     return Game.start(
-        uuid.uuid4(), players=list(players), rules=rules, dice="manual", first_player=first_player
+        uuid.uuid4(),
+        NewGame(players=list(players), rules=rules, dice="manual", first_player=first_player),
     )
 
 
@@ -318,7 +320,8 @@ def test_jumping_together_with_forced_move_is_a_bad_request() -> None:
     assert info.value.code == "invalid_request"
     with pytest.raises(InvalidRequest):
         Game.start(
-            uuid.uuid4(), seats=3, rules={"jumping": True, "forced_move": True}, dice="manual"
+            uuid.uuid4(),
+            NewGame(seats=3, rules={"jumping": True, "forced_move": True}, dice="manual"),
         )
 
 
@@ -531,6 +534,7 @@ def test_resigning_on_ones_own_turn_removes_the_runners_and_passes_the_turn() ->
         "phase": "roll",
         "dice": None,
         "runners": {},
+        "deadline": None,
     }
     assert markers(game, 0) == {}
 
@@ -593,7 +597,7 @@ def test_a_resigned_player_cannot_resign_again() -> None:
 def scripted_draw(script: Mapping[int, list[int]], calls: list[tuple[int, int, int]]) -> Any:
     """A server-dice ``draw(nonce, count, faces)`` that returns the scripted dice of each nonce."""
 
-    def draw(nonce: int, count: int, faces: int) -> list[int]:
+    def draw(nonce: int, count: int, faces: int, entropy: str | None = None) -> list[int]:
         calls.append((nonce, count, faces))
         return list(script[nonce])
 
@@ -628,7 +632,9 @@ def test_opening_roll_rerolls_only_among_the_tied_highest(
 ) -> None:
     calls: list[tuple[int, int, int]] = []
     draw = scripted_draw({**script, len(script): [1, 2, 3, 4]}, calls)
-    game = Game.start(uuid.uuid4(), players=["Ann", "Bob", "Cy"], server_seed="ab" * 32, draw=draw)
+    game = Game.start(
+        uuid.uuid4(), NewGame(players=["Ann", "Bob", "Cy"]), server_seed="ab" * 32, draw=draw
+    )
     decided = last_event(game)
     assert type(decided).__name__ == "TurnOrderDecided"
     by_round: list[list[int]] = []
@@ -652,7 +658,7 @@ def test_opening_roll_rerolls_only_among_the_tied_highest(
 
 
 def test_lobby_game_waits_for_its_seats_then_starts() -> None:
-    game = Game.start(uuid.uuid4(), seats=3, dice="manual")
+    game = Game.start(uuid.uuid4(), NewGame(seats=3, dice="manual"))
     assert game_state(game)["status"] == "waiting"
     assert [game.join("Ann"), game.join("Bob")] == [0, 1]
     refused(game, IllegalAction, "illegal_action", game.roll, 0, dice=[1, 2, 3, 4])

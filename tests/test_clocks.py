@@ -1,0 +1,451 @@
+"""Clocks and abandoned games (contract 1.1): the rules in the domain, with the time passed in,
+then through the API with a real scheduler and real waits (polled with a bound, never slept)."""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from domain import fairness
+from domain.audit import audit_records
+from domain.commands import NewGame
+from domain.errors import GameOver, IllegalAction, InvalidRequest
+from domain.game import Game, chain_hash, event_record, format_at, parse_at
+from domain.record_sheet import record_sheet
+from service.config import Settings
+from service.http.app import create_app
+from tests.test_server_edges import free_port, send, serving, wait_until
+
+Json = dict[str, Any]
+T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+
+
+def clocked(seconds: int = 30, players: int = 2) -> Game:
+    setup = NewGame(
+        players=[f"P{i}" for i in range(players)], dice="manual", clock={"turn_seconds": seconds}
+    )
+    return Game.start(uuid.uuid4(), setup)
+
+
+# ------------------------------------------------------------------------------ the domain
+def test_the_deadline_is_the_turns_start_plus_the_clock() -> None:
+    game = clocked(30)
+    started = game.turn_started_at
+    assert started is not None
+    assert game.deadline == started + timedelta(seconds=30)
+    game.roll(0, dice=[1, 2, 3, 4])  # acting within a turn does not move its deadline
+    assert game.deadline == started + timedelta(seconds=30)
+    game.move(0, [3, 7])
+    game.stop(0)  # the next turn starts when this one ends
+    assert game.turn_started_at is not None and game.turn_started_at > started
+    assert game.deadline == game.turn_started_at + timedelta(seconds=30)
+
+
+def test_a_timeout_ends_the_turn_as_a_bust_would() -> None:
+    game = clocked(30)
+    game.roll(0, dice=[1, 2, 3, 4])
+    game.move(0, [3, 7])
+    deadline = game.deadline
+    assert deadline is not None
+    with pytest.raises(IllegalAction):
+        game.time_out(deadline - timedelta(microseconds=1))  # not yet
+    before = game.turns_completed
+    game.time_out(deadline)
+    timed_out = game.pending_events[-1]
+    assert type(timed_out).__name__ == "TurnTimedOut"
+    assert event_record(timed_out)["data"] == {
+        "seat": 0,
+        "deadline": format_at(deadline),
+        "lost": {"3": 1, "7": 1},
+        "in_a_row": 1,
+        "next_player": 1,
+    }
+    assert game.current == 1 and game.phase == "roll" and not any(game.runners)
+    assert game.turns_completed == before + 1
+    assert game.markers[0][3] == 0  # the runners were lost, not kept
+
+
+def test_three_timeouts_in_a_row_resign_the_player_for_inactivity() -> None:
+    game = clocked(5, players=3)
+    now = T0
+    for _ in range(2):  # seats 0, 1, 2 time out twice each
+        for _seat in range(3):
+            now = max(now, game.deadline or now)
+            game.time_out(now)
+    assert game.timeouts == [2, 2, 2]
+    # Seat 0 plays a turn itself this time: its count starts again.
+    game.roll(0, dice=[1, 2, 3, 4])
+    game.move(0, [3, 7])
+    game.stop(0)
+    assert game.timeouts == [0, 2, 2]
+    game.time_out(max(now, game.deadline or now))  # seat 1's third in a row
+    types = [type(e).__name__ for e in game.pending_events[-2:]]
+    assert types == ["TurnTimedOut", "PlayerResigned"]
+    assert event_record(game.pending_events[-1])["data"]["reason"] == "inactivity"
+    assert game.resigned == [False, True, False] and game.current == 2
+
+
+def test_a_timeout_that_leaves_one_player_finishes_the_game() -> None:
+    game = clocked(5)
+    now = T0
+    for _ in range(5):  # 0, 1, 0, 1, 0: seat 0 times out a third time
+        now = max(now, game.deadline or now)
+        game.time_out(now)
+    assert game.status == "finished" and game.winner == 1 and game.finish_reason == "last_player"
+
+
+def test_clocks_are_for_people_and_for_two_or_more_players() -> None:
+    setup = NewGame(players=["Ann", {"name": "Robo", "bot": "random"}], clock={"turn_seconds": 5})
+    seed = "ab" * 32
+    game = Game.start(
+        uuid.uuid4(), setup, server_seed=seed, draw=functools.partial(fairness.draw, seed, "c")
+    )
+    if game.current == 1:  # the bot's turn has no deadline
+        assert game.deadline is None
+    else:
+        assert game.deadline is not None
+    for bad, why in (
+        ({"turn_seconds": 4}, "from 5 to 604800"),
+        ({"turn_seconds": 604_801}, "from 5 to 604800"),
+        ({"turn_seconds": "30"}, "integer"),
+        ({"seconds": 30}, "turn_seconds"),
+    ):
+        with pytest.raises(InvalidRequest, match=why):
+            Game.start(uuid.uuid4(), NewGame(players=["A", "B"], dice="manual", clock=bad))
+    with pytest.raises(InvalidRequest, match="two or more"):
+        Game.start(uuid.uuid4(), NewGame(players=["Sol"], dice="manual", clock={"turn_seconds": 9}))
+
+
+def test_a_game_idle_long_enough_is_abandoned_without_a_winner() -> None:
+    game = clocked(30)
+    idle = game.idle_since()
+    with pytest.raises(IllegalAction):
+        game.abandon(idle + timedelta(seconds=59), after=60)
+    game.abandon(idle + timedelta(seconds=60), after=60)
+    kinds = [type(e).__name__ for e in game.pending_events[-2:]]
+    assert kinds == ["GameAbandoned", "GameFinished"]
+    assert game.status == "finished" and game.winner is None
+    assert game.finish_reason == "abandoned"
+    with pytest.raises(GameOver):
+        game.abandon(idle + timedelta(days=1), after=60)
+
+
+def test_a_timed_out_turn_is_a_T_on_the_record_sheet() -> None:
+    game = clocked(5)
+    game.time_out(game.deadline or T0)
+    records = [event_record(e) for e in game.pending_events]
+    sheet = record_sheet(records, 0)
+    assert [(r["result"], r["text"]) for r in sheet["rows"]] == [("timeout", "T")]
+
+
+def test_the_audit_rederives_timeouts_from_the_recorded_times() -> None:
+    game = clocked(5)
+    game.time_out(game.deadline or T0)
+    game.time_out(game.deadline or T0)
+    records = [event_record(e) for e in game.pending_events]
+    assert audit_records(records)["valid"] is True
+    # A timeout recorded before its deadline is refused by the rules (hash recomputed).
+    early = [dict(r) for r in records]
+    at = parse_at(early[2]["at"]) - timedelta(seconds=1)
+    early[2]["at"] = format_at(at)
+    previous = early[1]["hash"]
+    for record in early[2:]:
+        record["prev_hash"] = previous
+        record["hash"] = chain_hash(
+            previous, record["version"], record["type"], record["at"], record["data"]
+        )
+        previous = record["hash"]
+    verdict = audit_records(early)
+    assert verdict["valid"] is False and verdict["first_bad_version"] == 3
+
+
+# ------------------------------------------------------------------------------ the service
+@pytest.fixture
+def clock_settings(database_url: str) -> Settings:
+    return Settings(database_url=database_url, bot_pause=0, abandon_after=3600)
+
+
+def run_scheduler(app: Flask) -> Callable[[], None]:
+    """A scheduling loop for ``app``'s store, in a thread; returns its stop."""
+    scheduler = app.extensions["cantstop"].scheduler()
+    stop = threading.Event()
+    thread = threading.Thread(target=scheduler.run, args=(stop,), daemon=True)
+    thread.start()
+
+    def halt() -> None:
+        stop.set()
+        thread.join(timeout=10)
+
+    return halt
+
+
+@pytest.fixture
+def served(clock_settings: Settings) -> Iterator[tuple[Flask, FlaskClient]]:
+    app = create_app(clock_settings, create_tables=True)
+    halt = run_scheduler(app)
+    yield app, app.test_client()
+    halt()
+    app.extensions["cantstop"].close()
+
+
+def poll(check: Callable[[], Any], seconds: float) -> Any:
+    """``check()`` once it is truthy; fails after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"not within {seconds} s")
+
+
+def draws_in(value: Any) -> Iterator[Json]:
+    """Every object in an event's data that carries a nonce (a server draw)."""
+    if isinstance(value, dict):
+        if value.get("nonce") is not None:
+            yield value
+        for item in value.values():
+            yield from draws_in(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from draws_in(item)
+
+
+def history(client: FlaskClient, game_id: str) -> list[Json]:
+    found: list[Json] = client.get(f"/v1/games/{game_id}/events?limit=1000").get_json()["events"]
+    return found
+
+
+def test_a_timeout_is_recorded_without_any_request(served: tuple[Flask, FlaskClient]) -> None:
+    _, client = served
+    created = client.post(
+        "/v1/games", json={"players": ["Ann", "Bob"], "clock": {"turn_seconds": 5}}
+    ).get_json()
+    game = created["game"]
+    assert game["clock"] == {"turn_seconds": 5}
+    deadline = game["turn"]["deadline"]
+    assert deadline is not None
+    timed_out = poll(
+        lambda: [e for e in history(client, game["id"]) if e["type"] == "TurnTimedOut"], 12
+    )
+    event = timed_out[0]
+    assert event["data"]["deadline"] == deadline
+    lateness = (
+        datetime.strptime(event["at"], "%Y-%m-%dT%H:%M:%S.%fZ")
+        - datetime.strptime(deadline, "%Y-%m-%dT%H:%M:%S.%fZ")
+    ).total_seconds()
+    assert 0 <= lateness < 3  # within 3 s of the deadline (the contract)
+    state = client.get(f"/v1/games/{game['id']}").get_json()
+    assert state["turn"]["player"] != game["turn"]["player"]
+
+
+def test_two_schedulers_record_one_timeout_per_deadline(clock_settings: Settings) -> None:
+    apps = [create_app(clock_settings, create_tables=True), create_app(clock_settings)]
+    halts = [run_scheduler(app) for app in apps]
+    try:
+        client = apps[0].test_client()
+        created = client.post(
+            "/v1/games", json={"players": ["Ann", "Bob"], "clock": {"turn_seconds": 5}}
+        ).get_json()
+        game_id = created["game"]["id"]
+        two = poll(
+            lambda: (
+                found
+                if len(
+                    found := [e for e in history(client, game_id) if e["type"] == "TurnTimedOut"]
+                )
+                >= 2
+                else None
+            ),
+            20,
+        )
+        deadlines = [e["data"]["deadline"] for e in two]
+        assert len(deadlines) == len(set(deadlines))  # never two for one deadline
+    finally:
+        for halt in halts:
+            halt()
+        for app in apps:
+            app.extensions["cantstop"].close()
+
+
+def test_an_action_at_the_deadline_either_wins_or_is_refused_cleanly(
+    served: tuple[Flask, FlaskClient],
+) -> None:
+    _, client = served
+    created = client.post(
+        "/v1/games",
+        json={"players": ["Ann", "Bob"], "dice": "manual", "clock": {"turn_seconds": 5}},
+    ).get_json()
+    game = created["game"]
+    token = created["seats"][game["turn"]["player"]]["token"]
+    deadline = datetime.strptime(game["turn"]["deadline"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+        tzinfo=UTC
+    )
+    while datetime.now(UTC) < deadline - timedelta(milliseconds=20):
+        time.sleep(0.005)
+    answer = client.post(
+        f"/v1/games/{game['id']}/actions",
+        json={"type": "roll", "dice": [1, 2, 3, 4]},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+
+    def timed_out() -> list[Json] | None:
+        found = history(client, game["id"])
+        return found if any(e["type"] == "TurnTimedOut" for e in found) else None
+
+    events = poll(timed_out, 10)
+    kinds = [e["type"] for e in events]
+    rolled = "DiceRolled" in kinds
+    if answer.status_code == 200:
+        assert rolled and kinds.index("DiceRolled") < kinds.index("TurnTimedOut")
+    else:
+        assert answer.status_code == 409
+        assert answer.get_json()["code"] == "turn_timed_out"
+        assert not rolled  # refused: nothing but the timeout recorded
+
+
+def test_a_late_action_records_the_timeout_and_is_refused(clock_settings: Settings) -> None:
+    app = create_app(clock_settings, create_tables=True)  # no scheduler: the action finds it
+    try:
+        client = app.test_client()
+        created = client.post(
+            "/v1/games",
+            json={"players": ["Ann", "Bob"], "dice": "manual", "clock": {"turn_seconds": 5}},
+        ).get_json()
+        game = created["game"]
+        token = created["seats"][game["turn"]["player"]]["token"]
+        deadline = datetime.strptime(game["turn"]["deadline"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+            tzinfo=UTC
+        )
+        poll(lambda: datetime.now(UTC) > deadline, 10)
+        late = client.post(
+            f"/v1/games/{game['id']}/actions",
+            json={"type": "roll", "dice": [1, 2, 3, 4]},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        assert late.status_code == 409 and late.get_json()["code"] == "turn_timed_out"
+        kinds = [e["type"] for e in history(client, game["id"])]
+        assert kinds[-1] == "TurnTimedOut" and "DiceRolled" not in kinds
+    finally:
+        app.extensions["cantstop"].close()
+
+
+@pytest.mark.parametrize(
+    "clock", [{"turn_seconds": 4}, {"turn_seconds": 604_801}, {"turn_seconds": "9"}, {}]
+)
+def test_a_bad_clock_is_refused_and_records_nothing(client: FlaskClient, clock: Json) -> None:
+    before = client.get("/v1/games").get_json()["total"]
+    response = client.post("/v1/games", json={"players": ["Ann", "Bob"], "clock": clock})
+    assert response.status_code == 422
+    assert response.get_json()["code"] == "invalid_request"
+    assert client.get("/v1/games").get_json()["total"] == before
+
+
+def test_an_abandoned_game_reveals_a_seed_that_recomputes_every_die(database_url: str) -> None:
+    settings = Settings(database_url=database_url, bot_pause=0, abandon_after=2)
+    app = create_app(settings, create_tables=True)
+    halt = run_scheduler(app)
+    try:
+        client = app.test_client()
+        created = client.post("/v1/games", json={"players": ["Ann", "Bob"]}).get_json()
+        game = created["game"]
+        token = created["seats"][game["turn"]["player"]]["token"]
+        client.post(
+            f"/v1/games/{game['id']}/actions",
+            json={"type": "roll", "entropy": "before-leaving"},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        lobby = client.post("/v1/games", json={"seats": 3}).get_json()["game"]
+        finished = poll(
+            lambda: (
+                s
+                if (s := client.get(f"/v1/games/{game['id']}").get_json())["status"] == "finished"
+                else None
+            ),
+            15,
+        )
+        assert finished["finish_reason"] == "abandoned" and finished["winner"] is None
+        seed = finished["fairness"]["server_seed"]
+        assert fairness.commitment(seed) == finished["fairness"]["seed_commitment"]
+        draws = [d for e in history(client, game["id"]) for d in draws_in(e["data"])]
+        assert len(draws) >= 3  # the opening roll (two players) and the roll
+        for draw in draws:
+            assert draw["dice"] == fairness.draw(
+                seed,
+                finished["fairness"]["client_seed"],
+                draw["nonce"],
+                len(draw["dice"]),
+                6,
+                draw.get("entropy"),
+            )
+        assert client.get(f"/v1/games/{game['id']}/audit").get_json()["valid"] is True
+        lobby_state = poll(
+            lambda: (
+                s
+                if (s := client.get(f"/v1/games/{lobby['id']}").get_json())["status"] == "finished"
+                else None
+            ),
+            15,
+        )
+        assert lobby_state["finish_reason"] == "abandoned"
+    finally:
+        halt()
+        app.extensions["cantstop"].close()
+
+
+@pytest.mark.slow
+def test_a_scheduler_killed_while_a_timeout_is_due_loses_nothing(tmp_path: Path) -> None:
+    """A real ``cantstop serve``: its scheduling process is killed with SIGKILL before the
+    deadline; the process group starts it again, and the timeout is still recorded."""
+    port = free_port()
+    with serving(
+        tmp_path, "--port", str(port), "--workers", "1", env={}, ready_port=port
+    ) as server:
+        created = send(
+            port, "POST", "/v1/games", {"players": ["Ann", "Bob"], "clock": {"turn_seconds": 5}}
+        ).json()
+        game_id = created["game"]["id"]
+        group = psutil_children(server.process.pid)
+        workers = [
+            pid for pid, command in group if command.split()[2:4] == ["service.cli", "worker"]
+        ]
+        assert len(workers) == 1, group
+        os.kill(workers[0], signal.SIGKILL)
+
+        def timed_out() -> bool:
+            events = send(port, "GET", f"/v1/games/{game_id}/events").json()["events"]
+            return any(e["type"] == "TurnTimedOut" for e in events)
+
+        wait_until(timed_out, 20, "the timeout after the scheduler was killed")
+        restarted = [
+            pid for pid, command in psutil_children(server.process.pid) if "worker" in command
+        ]
+        assert restarted and restarted != workers
+
+
+def psutil_children(pid: int) -> list[tuple[int, str]]:
+    """The direct children of ``pid`` with their command lines (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat_fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if int(stat_fields[1]) == pid:
+            found.append((int(entry.name), command))
+    return found

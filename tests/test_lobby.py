@@ -1,0 +1,382 @@
+"""The lobby's life cycle and computer players' seats (contract 1.1): leaving a seat, bots seated
+and removed, the one rematch of a finished game, games of bots only, and advice."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from domain.moves import Board, bust_probability_table
+from domain.rules import heights
+from service.config import Settings
+from service.http.app import create_app
+from tests.test_clocks import history, poll, run_scheduler
+
+Json = dict[str, Any]
+
+
+def bearer(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def problem(response: Any, status: int, code: str) -> Json:
+    assert response.status_code == status, response.get_data(as_text=True)
+    body: Json = response.get_json()
+    assert body["code"] == code
+    return body
+
+
+def lobby(client: FlaskClient, seats: int = 3, **extra: Any) -> str:
+    created = client.post("/v1/games", json={"seats": seats, **extra})
+    assert created.status_code == 201, created.get_json()
+    game_id: str = created.get_json()["game"]["id"]
+    return game_id
+
+
+def join(client: FlaskClient, game_id: str, name: str, **extra: Any) -> Json:
+    response = client.post(
+        f"/v1/games/{game_id}/players", json={"name": name, **extra.pop("body", {})}, **extra
+    )
+    assert response.status_code == 201, response.get_json()
+    body: Json = response.get_json()
+    return body
+
+
+# ------------------------------------------------------------------------------ leaving
+def test_a_seat_given_back_opens_again_and_its_token_stops_working(client: FlaskClient) -> None:
+    game_id = lobby(client)
+    ann = join(client, game_id, "Ann")
+    bob = join(client, game_id, "Bob")
+    left = client.delete(f"/v1/games/{game_id}/players/{bob['seat']}", headers=bearer(bob["token"]))
+    assert left.status_code == 200, left.get_json()
+    assert left.get_json()["players"][bob["seat"]]["name"] is None
+    # The token no longer holds anything: leaving again, or seating a bot with it, is 401.
+    problem(
+        client.delete(f"/v1/games/{game_id}/players/{bob['seat']}", headers=bearer(bob["token"])),
+        401,
+        "unauthorized",
+    )
+    cy = join(client, game_id, "Cy")
+    assert cy["seat"] == bob["seat"]  # the first open seat again
+    dee = join(client, game_id, "Dee")
+    assert dee["game"]["status"] == "in_progress"
+    # Bob's old token cannot act as Cy, who holds the seat now.
+    response = client.post(
+        f"/v1/games/{game_id}/actions", json={"type": "resign"}, headers=bearer(bob["token"])
+    )
+    problem(response, 401, "unauthorized")
+    ok = client.post(
+        f"/v1/games/{game_id}/actions", json={"type": "resign"}, headers=bearer(cy["token"])
+    )
+    assert ok.status_code == 200
+    assert ann["token"] != cy["token"]
+
+
+def test_leaving_is_refused_with_another_seats_token_or_once_started(client: FlaskClient) -> None:
+    game_id = lobby(client, seats=2)
+    ann = join(client, game_id, "Ann")
+    before = client.get(f"/v1/games/{game_id}").get_json()["version"]
+    problem(
+        client.delete(f"/v1/games/{game_id}/players/1", headers=bearer(ann["token"])),
+        409,
+        "illegal_action",
+    )  # seat 1 is open: nothing to give back
+    bob = join(client, game_id, "Bob")
+    problem(
+        client.delete(f"/v1/games/{game_id}/players/1", headers=bearer(ann["token"])),
+        409,
+        "illegal_action",
+    )  # started
+    started = client.get(f"/v1/games/{game_id}").get_json()
+    assert started["status"] == "in_progress" and started["version"] == before + 2
+    other = lobby(client, seats=3)
+    one, two = join(client, other, "One"), join(client, other, "Two")
+    problem(
+        client.delete(f"/v1/games/{other}/players/{two['seat']}", headers=bearer(one["token"])),
+        403,
+        "not_your_seat",
+    )
+    problem(client.delete(f"/v1/games/{other}/players/0"), 401, "unauthorized")
+    assert bob["seat"] == 1
+
+
+def test_the_lobby_listing_shows_open_seats_and_how_long_it_has_waited(
+    client: FlaskClient,
+) -> None:
+    game_id = lobby(client, seats=4)
+    join(client, game_id, "Ann")
+    listed = client.get("/v1/games?status=waiting&open=true").get_json()["games"]
+    row = next(g for g in listed if g["id"] == game_id)
+    assert row["open_seats"] == 3 and row["players"][0] == "Ann"
+    assert isinstance(row["waited_seconds"], int) and row["waited_seconds"] >= 0
+
+
+# ------------------------------------------------------------------------------ bot seats
+@pytest.fixture
+def bot_app(database_url: str) -> Iterator[tuple[Flask, FlaskClient]]:
+    app = create_app(Settings(database_url=database_url, bot_pause=0), create_tables=True)
+    halt = run_scheduler(app)
+    yield app, app.test_client()
+    halt()
+    app.extensions["cantstop"].close()
+
+
+def test_a_game_of_bots_only_plays_to_the_end_by_itself(
+    bot_app: tuple[Flask, FlaskClient],
+) -> None:
+    _, client = bot_app
+    created = client.post(
+        "/v1/games",
+        json={
+            "players": [{"name": "Robo", "bot": "expert"}, {"name": "Keller", "bot": "rule-of-28"}]
+        },
+    ).get_json()
+    assert [s["token"] for s in created["seats"]] == [None, None]
+    assert [p["bot"] for p in created["game"]["players"]] == ["expert", "rule-of-28"]
+    game_id = created["game"]["id"]
+    state = poll(
+        lambda: (
+            s
+            if (s := client.get(f"/v1/games/{game_id}").get_json())["status"] == "finished"
+            else None
+        ),
+        60,
+    )
+    assert state["winner"] in (0, 1)
+    assert client.get(f"/v1/games/{game_id}/audit").get_json()["valid"] is True
+    kinds = {e["type"] for e in history(client, game_id)}
+    assert {"DiceRolled", "MovePlayed", "TurnStopped", "GameFinished", "SeedRevealed"} <= kinds
+
+
+def test_a_bot_seated_in_a_lobby_plays_its_turns_against_a_person(
+    bot_app: tuple[Flask, FlaskClient],
+) -> None:
+    _, client = bot_app
+    game_id = lobby(client, seats=2)
+    ann = join(client, game_id, "Ann")
+    robo = join(client, game_id, "Robo", body={"bot": "rule-of-28"}, headers=bearer(ann["token"]))
+    assert robo["token"] is None and robo["bot"] == "rule-of-28"
+    state = robo["game"]
+    for _ in range(2000):
+        if state["status"] == "finished":
+            break
+        if state["turn"]["player"] != ann["seat"]:
+            # The bot's turn: played by the server, with no request of ours.
+            state = poll(
+                lambda: (
+                    s
+                    if (s := client.get(f"/v1/games/{game_id}").get_json())["status"] == "finished"
+                    or s["turn"]["player"] == ann["seat"]
+                    else None
+                ),
+                30,
+            )
+            continue
+        legal = state["legal_actions"]
+        action = {"type": "stop"} if {"type": "stop"} in legal else legal[0]
+        response = client.post(
+            f"/v1/games/{game_id}/actions", json=action, headers=bearer(ann["token"])
+        )
+        assert response.status_code == 200, response.get_json()
+        state = response.get_json()["game"]
+    assert state["status"] == "finished"
+    bot_turns = [
+        e for e in history(client, game_id) if e["type"] == "TurnStopped" and e["data"]["seat"] == 1
+    ]
+    assert bot_turns  # the bot played whole turns, action by action
+
+
+def test_bad_bot_requests_are_refused_and_record_nothing(client: FlaskClient) -> None:
+    before = client.get("/v1/games").get_json()["total"]
+    for body in (
+        {"players": ["Ann", {"name": "X", "bot": "grandmaster"}]},  # no such bot
+        {"players": ["Ann", {"name": "X", "bot": "expert"}], "dice": "manual"},
+        {"players": ["Ann", {"name": "X", "bot": "expert", "colour": "red"}]},
+    ):
+        problem(client.post("/v1/games", json=body), 422, "invalid_request")
+    assert client.get("/v1/games").get_json()["total"] == before
+    game_id = lobby(client, seats=3)
+    ann = join(client, game_id, "Ann")
+    # A bot is seated by a seated player: no token, or an unknown one, is 401.
+    problem(
+        client.post(f"/v1/games/{game_id}/players", json={"name": "R", "bot": "random"}),
+        401,
+        "unauthorized",
+    )
+    problem(
+        client.post(
+            f"/v1/games/{game_id}/players",
+            json={"name": "R", "bot": "nobody"},
+            headers=bearer(ann["token"]),
+        ),
+        422,
+        "invalid_request",
+    )
+    manual = lobby(client, seats=2, dice="manual")
+    host = join(client, manual, "Host")
+    problem(
+        client.post(
+            f"/v1/games/{manual}/players",
+            json={"name": "R", "bot": "random"},
+            headers=bearer(host["token"]),
+        ),
+        422,
+        "invalid_request",
+    )
+
+
+def test_any_seated_player_may_remove_a_bot_from_the_lobby(client: FlaskClient) -> None:
+    game_id = lobby(client, seats=3)
+    ann = join(client, game_id, "Ann")
+    robo = join(client, game_id, "Robo", body={"bot": "random"}, headers=bearer(ann["token"]))
+    removed = client.delete(
+        f"/v1/games/{game_id}/players/{robo['seat']}", headers=bearer(ann["token"])
+    )
+    assert removed.status_code == 200
+    assert removed.get_json()["players"][robo["seat"]] == {
+        **removed.get_json()["players"][robo["seat"]],
+        "name": None,
+        "bot": None,
+    }
+
+
+# ------------------------------------------------------------------------------ rematch
+def finished_game(client: FlaskClient, players: list[Any], **extra: Any) -> tuple[str, list[Json]]:
+    created = client.post("/v1/games", json={"players": players, **extra}).get_json()
+    game = created["game"]
+    seats = created["seats"]
+    for person in (s for s in seats if s["token"]):  # every person resigns: the game ends
+        client.post(
+            f"/v1/games/{game['id']}/actions",
+            json={"type": "resign"},
+            headers=bearer(person["token"]),
+        )
+    assert client.get(f"/v1/games/{game['id']}").get_json()["status"] == "finished"
+    return game["id"], seats
+
+
+def test_a_rematch_is_one_game_however_many_ask_at_once(app: Flask) -> None:
+    client = app.test_client()
+    old, seats = finished_game(
+        client,
+        ["Ann", "Bob", {"name": "Robo", "bot": "random"}],
+        rules={"jumping": True},
+        clock={"turn_seconds": 60},
+    )
+    old_version = client.get(f"/v1/games/{old}").get_json()["version"]
+    answers: list[Any] = []
+
+    def ask(token: str) -> None:
+        answers.append(app.test_client().post(f"/v1/games/{old}/rematch", headers=bearer(token)))
+
+    threads = [
+        threading.Thread(target=ask, args=(s["token"],)) for s in seats[:2] for _ in range(3)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    ok = [a for a in answers if a.status_code == 201]
+    assert len(ok) == 2  # each person's seat once; the repeats are refused
+    assert {a.status_code for a in answers} <= {201, 409}
+    new_ids = {a.get_json()["game"]["id"] for a in ok}
+    assert len(new_ids) == 1
+    new = client.get(f"/v1/games/{new_ids.pop()}").get_json()
+    assert new["rematch_of"] == old
+    assert [p["name"] for p in new["players"]] == ["Ann", "Bob", "Robo"]
+    assert new["players"][2]["bot"] == "random"  # the bot claimed its seat at once
+    assert new["rules"]["jumping"] is True and new["clock"] == {"turn_seconds": 60}
+    assert new["status"] == "in_progress"
+    fresh = {a.get_json()["seat"]: a.get_json()["token"] for a in ok}
+    assert set(fresh) == {0, 1} and all(fresh.values())
+    assert fresh[0] != seats[0]["token"]
+    # Nothing was appended to the finished game.
+    assert client.get(f"/v1/games/{old}").get_json()["version"] == old_version
+    first = history(client, new["id"])[0]
+    assert first["data"]["rematch_of"] == old
+
+
+def test_a_rematch_waits_for_every_person_and_refuses_unfinished_games(
+    client: FlaskClient,
+) -> None:
+    old, seats = finished_game(client, ["Ann", "Bob"])
+    claimed = client.post(f"/v1/games/{old}/rematch", headers=bearer(seats[1]["token"]))
+    assert claimed.status_code == 201
+    assert claimed.get_json()["game"]["status"] == "waiting"
+    new_id = claimed.get_json()["game"]["id"]
+    # The kept seat cannot be taken by someone else.
+    problem(
+        client.post(f"/v1/games/{new_id}/players", json={"name": "Mallory"}), 409, "illegal_action"
+    )
+    problem(client.post(f"/v1/games/{old}/rematch", headers=bearer("forged")), 401, "unauthorized")
+    started = client.post(f"/v1/games/{old}/rematch", headers=bearer(seats[0]["token"]))
+    assert started.get_json()["game"]["status"] == "in_progress"
+    running = client.post("/v1/games", json={"players": ["Cy", "Dee"]}).get_json()
+    problem(
+        client.post(
+            f"/v1/games/{running['game']['id']}/rematch",
+            headers=bearer(running["seats"][0]["token"]),
+        ),
+        409,
+        "illegal_action",
+    )
+
+
+# ------------------------------------------------------------------------------ advice
+def test_advice_gives_exact_odds_and_the_experts_choice(client: FlaskClient) -> None:
+    created = client.post(
+        "/v1/games", json={"players": ["Ann", "Bob"], "dice": "manual"}
+    ).get_json()
+    game_id, token = created["game"]["id"], created["seats"][0]["token"]
+    first = client.get(f"/v1/games/{game_id}/advice").get_json()
+    assert first["phase"] == "roll" and first["bust_chance"] == 0.0  # no runner yet
+    assert first["recommended"] == {"type": "roll"} and first["strategy"] == "expert"
+    for action in (
+        {"type": "roll", "dice": [1, 5, 2, 6]},  # 6, 8, 7 …
+        {"type": "move", "sums": [6, 8]},
+        {"type": "roll", "dice": [3, 4, 1, 1]},
+        {"type": "move", "sums": [7]},
+    ):
+        client.post(f"/v1/games/{game_id}/actions", json=action, headers=bearer(token))
+    now = client.get(f"/v1/games/{game_id}/advice").get_json()
+    assert now["phase"] == "roll_or_stop" and now["moves"] == []
+    assert now["bust_chance"] == pytest.approx(104 / 1296)  # runners on 6, 7 and 8
+    assert now["version"] == client.get(f"/v1/games/{game_id}").get_json()["version"]
+    client.post(
+        f"/v1/games/{game_id}/actions",
+        json={"type": "roll", "dice": [1, 5, 3, 4]},
+        headers=bearer(token),
+    )
+    moving = client.get(f"/v1/games/{game_id}/advice").get_json()
+    assert moving["bust_chance"] is None and moving["moves"]
+    h = heights(6)
+    for move in moving["moves"]:
+        runners = [0] * 13
+        runners[6], runners[7], runners[8] = 1, 1, 1
+        board = Board(h, [-1] * 13, [0] * 13)
+        after = board.play(tuple(move["sums"]), runners)
+        busts, total = bust_probability_table(board, after)
+        assert move["bust_chance_after"] == pytest.approx(busts / total)
+    assert moving["recommended"]["type"] == "move"
+    assert moving["recommended"]["sums"] in [m["sums"] for m in moving["moves"]]
+    past = client.get(f"/v1/games/{game_id}/advice?version={now['version']}").get_json()
+    assert past == now  # any past version, the same answer
+
+
+def test_advice_for_a_finished_or_unknown_game_is_a_clear_problem(client: FlaskClient) -> None:
+    old, _ = finished_game(client, ["Ann", "Bob"])
+    problem(client.get(f"/v1/games/{old}/advice"), 409, "game_over")
+    problem(client.get(f"/v1/games/{old}/advice?version=999"), 404, "not_found")
+    waiting = lobby(client, seats=2)
+    problem(client.get(f"/v1/games/{waiting}/advice"), 409, "illegal_action")
+
+
+def test_the_bots_are_listed(client: FlaskClient) -> None:
+    bots = client.get("/v1/bots").get_json()["bots"]
+    assert {"random", "rule-of-28", "expert"} <= {b["id"] for b in bots}
+    assert all(b["name"] and b["description"] and b["version"] for b in bots)

@@ -1,0 +1,71 @@
+"""The notification log is read in commit order: a projection never passes over an event that
+commits after a later one (PostgreSQL writes without a table lock: service/application/store.py)."""
+
+from __future__ import annotations
+
+import uuid
+
+import psycopg
+import pytest
+
+from domain.commands import NewGame
+from domain.game import Game
+from service.application.store import LogReader
+from service.config import Settings
+from service.http.app import create_app
+
+
+def created_game(games: object) -> Game:
+    """A new game, not saved yet."""
+    return Game.start(uuid.uuid4(), NewGame(players=["Ann", "Bob"], dice="manual"))
+
+
+@pytest.mark.postgres
+def test_a_slow_transaction_is_not_passed_over(postgres_url: str) -> None:
+    app = create_app(Settings(database_url=postgres_url), create_tables=True)
+    games = app.extensions["cantstop"].games
+    try:
+        reader = LogReader(games.recorder)
+        first = created_game(games)
+        games.save(first)
+        assert {n.originator_id for n in reader.read(100)} == {first.id}
+        # A writer takes the next notification ids and has not committed yet...
+        slow = created_game(games)
+        stored = [games.mapper.to_stored_event(e) for e in slow.collect_events()]
+        with psycopg.connect(postgres_url) as conn:
+            with conn.cursor() as cursor:
+                for event in stored:
+                    cursor.execute(
+                        "INSERT INTO cantstop_events "
+                        "(originator_id, originator_version, topic, state) VALUES (%s, %s, %s, %s)",
+                        (event.originator_id, event.originator_version, event.topic, event.state),
+                    )
+                # ... while a later writer commits with higher ids.
+                fast = created_game(games)
+                games.save(fast)
+                assert reader.read(100) == []  # nothing yet: the slow one may still commit
+            conn.commit()
+        seen = reader.read(100) + reader.read(100)
+        ids = [n.id for n in seen]
+        assert {n.originator_id for n in seen} == {slow.id, fast.id}
+        assert len(ids) == len(set(ids)) == 4  # each event once (two per new game)
+        assert reader.read(100) == []
+    finally:
+        app.extensions["cantstop"].close()
+
+
+def test_sqlite_reads_by_id_from_where_it_left_off(tmp_path: object) -> None:
+    app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/log.sqlite"), create_tables=True)
+    games = app.extensions["cantstop"].games
+    try:
+        reader = LogReader(games.recorder)
+        one, two = created_game(games), created_game(games)
+        games.save(one)
+        assert {n.originator_id for n in reader.read(100)} == {one.id}
+        reader.skip_to_end()
+        games.save(two)
+        assert [n.originator_id for n in reader.read(1)] == [two.id]
+        assert [n.originator_id for n in reader.read(100)] == [two.id]
+        assert reader.read(100) == []
+    finally:
+        app.extensions["cantstop"].close()

@@ -1,0 +1,396 @@
+"""Outages of the event store, with real parts: a PostgreSQL stopped and started by the test, a real
+``cantstop serve``, and faults injected between our guard and eventsourcing's recorder.
+
+From the GitHub issue on outages: with PostgreSQL down every request hung ~102 s, then 500; after a
+restart an action that had been recorded was answered 409; 32 threads sending one action with one
+Idempotency-Key got some 409s instead of the first response.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from eventsourcing.persistence import OperationalError
+from flask import Flask
+
+from service.application.games import Games
+from service.application.store import COOLDOWN
+from service.config import Settings
+from service.http.app import create_app
+from tests.test_server_edges import (
+    HOST,
+    Reply,
+    Served,
+    free_port,
+    problem,
+    send,
+    wait_until,
+)
+
+Json = dict[str, Any]
+PROMPT = 8.0  # seconds: an upper bound that proves no ~100 s hang, not a benchmark
+
+
+# ------------------------------------------------------------------- a PostgreSQL of our own
+class ThrowawayPostgres:
+    """A PostgreSQL server for one test, on a TCP port, which the test stops and starts.
+
+    pgserver initialises the data directory (and, as root, the user that runs the server); the
+    server is then driven with the pg_ctl of the pgserver package. The session's server, which
+    other tests use, is never touched."""
+
+    def __init__(self, root: Path) -> None:
+        import pgserver
+        from pgserver._commands import POSTGRES_BIN_PATH
+
+        self.pg_ctl = POSTGRES_BIN_PATH / "pg_ctl"
+        assert self.pg_ctl.is_file(), f"no pg_ctl at {self.pg_ctl}"
+        self.pgdata = root / "pgdata"
+        self.pgdata.mkdir()
+        self.log = self.pgdata / "server.log"
+        initial = pgserver.get_server(self.pgdata, cleanup_mode=None)  # initdb, then started
+        self.system_user = initial.system_user
+        self.port = free_port()
+        self.stop()  # pgserver's server listens on a socket only: restart it on TCP
+        self.start()
+        try:
+            with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
+                conn.execute("CREATE DATABASE cantstop")
+        except BaseException:
+            self.stop()
+            raise
+
+    def url(self, dbname: str = "cantstop") -> str:
+        return f"postgresql://postgres@{HOST}:{self.port}/{dbname}"
+
+    def _ctl(self, *args: str) -> None:
+        done = subprocess.run(
+            [str(self.pg_ctl), "-D", str(self.pgdata), *args],
+            user=self.system_user,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,  # pipes can hang pg_ctl (the server inherits them)
+            stderr=subprocess.DEVNULL,
+            timeout=60,
+        )
+        if done.returncode != 0:
+            log = self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
+            raise AssertionError(f"pg_ctl {' '.join(args)} failed ({done.returncode}):\n{log}")
+
+    def start(self) -> None:
+        options = f"-c listen_addresses={HOST} -p {self.port} -c unix_socket_directories=''"
+        self._ctl("-w", "-t", "30", "-l", str(self.log), "-o", options, "start")
+
+    def stop(self) -> None:
+        """A fast shutdown: open sessions are ended, as in a restart or a failover."""
+        self._ctl("-w", "-t", "30", "-m", "fast", "stop")
+
+    def running(self) -> bool:
+        return (self.pgdata / "postmaster.pid").exists()
+
+
+@pytest.fixture
+def own_postgres(tmp_path: Path) -> Iterator[ThrowawayPostgres]:
+    server = ThrowawayPostgres(tmp_path)
+    try:
+        yield server
+    finally:
+        if server.running():
+            server.stop()
+
+
+# ------------------------------------------------------------------------------- helpers
+def create_manual_game(port: int) -> tuple[str, list[str]]:
+    reply = send(port, "POST", "/v1/games", {"players": ["Ann", "Bob"], "dice": "manual"})
+    assert reply.status == 201, reply.body
+    created = reply.json()
+    return created["game"]["id"], [seat["token"] for seat in created["seats"]]
+
+
+def act_on(port: int, game_id: str, token: str, action: Json, key: str | None = None) -> Reply:
+    headers = {"Authorization": f"Bearer {token}"}
+    if key is not None:
+        headers["Idempotency-Key"] = key
+    return send(port, "POST", f"/v1/games/{game_id}/actions", action, headers)
+
+
+def unavailable(reply: Reply, what: str) -> None:
+    """503 store_unavailable with a Retry-After, promptly."""
+    assert reply.seconds < PROMPT, f"{what} took {reply.seconds:.1f} s"
+    problem(reply, 503, "store_unavailable")
+    assert reply.headers.get("retry-after", "").isdigit(), reply.headers
+
+
+def unhealthy(reply: Reply) -> None:
+    assert reply.seconds < PROMPT, f"/healthz took {reply.seconds:.1f} s"
+    assert reply.status == 503, reply.body
+    assert reply.content_type == "application/json"
+    assert reply.json()["checks"]["database"].startswith("down")
+
+
+# --------------------------------------------------------------------- PostgreSQL stopped
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_postgres_stopped_then_started_answers_503_promptly_and_recovers_losing_nothing(
+    tmp_path: Path, own_postgres: ThrowawayPostgres
+) -> None:
+    port = free_port()
+    # One worker with 16 threads: 64 requests waiting on a hung store would hold all of them.
+    server = Served(
+        tmp_path,
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        env={"CANTSTOP_DATABASE_URL": own_postgres.url(), "CANTSTOP_THREADS": "16"},
+    )
+    try:
+        server.wait_ready(port)
+        game_id, (ann, _bob) = create_manual_game(port)
+        acknowledged: list[Json] = []
+        rolled = act_on(port, game_id, ann, {"type": "roll", "dice": [1, 2, 3, 4]})
+        assert rolled.status == 200, rolled.body
+        acknowledged += rolled.json()["events"]
+        assert send(port, "GET", f"/v1/games/{game_id}").status == 200  # now in the cache
+
+        own_postgres.stop()
+        move = {"type": "move", "sums": [3, 7]}
+        unavailable(act_on(port, game_id, ann, move), "an action")
+        unavailable(send(port, "GET", f"/v1/games/{game_id}"), "a read of a cached game")
+        unavailable(send(port, "GET", f"/v1/games/{game_id}/events"), "a read of the events")
+        unhealthy(send(port, "GET", "/healthz"))
+
+        # Many requests at once: every one is answered 503 promptly, and the index still
+        # answers meanwhile (no thread is held by a hung store). They start once the breaker
+        # opened by the failures above has closed again, so they try the store themselves.
+        time.sleep(COOLDOWN + 0.2)
+        requests: list[tuple[str, str, Json | None, dict[str, str]]] = [
+            ("POST", f"/v1/games/{game_id}/actions", move, {"Authorization": f"Bearer {ann}"}),
+            ("GET", f"/v1/games/{game_id}", None, {}),
+            ("GET", f"/v1/games/{game_id}/events", None, {}),
+            ("GET", "/healthz", None, {}),
+        ]
+        start = threading.Barrier(65, timeout=30)
+
+        def one(i: int) -> Reply:
+            method, path, body, headers = requests[i % len(requests)]
+            start.wait()
+            return send(port, method, path, body, headers)
+
+        with ThreadPoolExecutor(max_workers=64) as pool:
+            futures = [pool.submit(one, i) for i in range(64)]
+            start.wait()
+            index = [send(port, "GET", "/")]
+            while not all(future.done() for future in futures):  # the index, meanwhile
+                index.append(send(port, "GET", "/"))
+            replies = [future.result(timeout=60) for future in futures]
+        assert all(r.status == 200 and r.seconds < PROMPT for r in index), [
+            (r.status, r.seconds) for r in index
+        ]
+        for i, reply in enumerate(replies):
+            if requests[i % len(requests)][1] == "/healthz":
+                unhealthy(reply)
+            else:
+                unavailable(reply, f"concurrent request {i}")
+
+        own_postgres.start()
+        # Retried as a client should, with one Idempotency-Key: if an attempt was recorded but
+        # its answer lost, the next attempt is answered as that one was.
+        key = f"after-restart-{uuid.uuid4()}"
+        attempts: list[Reply] = []
+
+        def recorded() -> bool:
+            reply = act_on(port, game_id, ann, move, key)
+            attempts.append(reply)
+            assert reply.status in (200, 503), (reply.status, reply.body)
+            return reply.status == 200
+
+        wait_until(recorded, 30, "an action to succeed once PostgreSQL is back")
+        assert all(a.seconds < PROMPT for a in attempts), [a.seconds for a in attempts]
+        acknowledged += attempts[-1].json()["events"]
+        assert send(port, "GET", "/healthz").status == 200
+
+        history = send(port, "GET", f"/v1/games/{game_id}/events?limit=1000")
+        assert history.status == 200, history.body
+        stored = history.json()["events"]
+        for event in acknowledged:
+            assert event in stored, f"acknowledged event {event['version']} was lost"
+        assert [e["version"] for e in stored] == list(range(1, len(stored) + 1))
+        assert stored[-len(attempts[-1].json()["events"]) :] == attempts[-1].json()["events"]
+    except BaseException:
+        print(server.output())
+        raise
+    finally:
+        server.stop()
+
+
+# ------------------------------------------------------------ faults below the guard
+class Faults:
+    """Faults injected into eventsourcing's own recorder, beneath the service's guard (which
+    retries, then answers 503): where a dropped connection or a stopped server shows itself.
+
+    The next ``insert_events`` writes its events, then loses its answer (as a connection dropped
+    after COMMIT); with ``down_after_commit`` the store is unreachable from then on (nothing is
+    written) until the test sets ``down`` back to False."""
+
+    def __init__(self, games: Games, *, down_after_commit: bool = False) -> None:
+        self.lose_answer = True
+        self.down = False
+        self.fired: list[str] = []
+        recorder = games.recorder
+        guarded = type(recorder)
+        library = next(c for c in guarded.__mro__ if c.__module__.startswith("eventsourcing."))
+        faults = self
+
+        class Faulty(library):  # type: ignore[misc, valid-type]
+            def insert_events(self, stored_events: Any, **kwargs: Any) -> Any:
+                def insert(events: Any) -> Any:
+                    return super(Faulty, self).insert_events(events, **kwargs)
+
+                return faults._faulty(insert, down_after_commit)(stored_events)
+
+        if guarded is library:  # nothing stands between the service and the library
+            recorder.__class__ = Faulty
+        else:
+            recorder.__class__ = type(f"Faulty{guarded.__name__}", (guarded, Faulty), {})
+        fast_insert = getattr(recorder, "_insert", None)
+        if fast_insert is not None:  # SQLite's own insert, beneath the same guard
+            recorder._insert = self._faulty(fast_insert, down_after_commit)
+
+    def _faulty(self, insert: Any, down_after_commit: bool) -> Any:
+        def faulty_insert(*args: Any) -> Any:
+            if self.down:
+                self.fired.append("refused")
+                raise OperationalError("connection refused (injected)")
+            result = insert(*args)
+            if self.lose_answer:
+                self.lose_answer = False
+                self.down = down_after_commit
+                self.fired.append("committed")
+                raise OperationalError(
+                    "server closed the connection unexpectedly (injected after COMMIT)"
+                )
+            return result
+
+        return faulty_insert
+
+
+@pytest.fixture
+def flask_app(database_url: str) -> Iterator[Flask]:
+    app = create_app(Settings(database_url=database_url), create_tables=True)
+    yield app
+    app.extensions["cantstop"].close()
+
+
+def manual_game(app: Flask) -> tuple[str, list[str]]:
+    created = app.test_client().post(
+        "/v1/games", json={"players": ["Ann", "Bob"], "dice": "manual"}
+    )
+    assert created.status_code == 201, created.get_json()
+    body = created.get_json()
+    return body["game"]["id"], [seat["token"] for seat in body["seats"]]
+
+
+def events_of(app: Flask, game_id: str) -> list[Json]:
+    reply = app.test_client().get(f"/v1/games/{game_id}/events?limit=1000")
+    assert reply.status_code == 200, reply.get_json()
+    events: list[Json] = reply.get_json()["events"]
+    return events
+
+
+def test_an_action_whose_answer_was_lost_after_commit_is_answered_200_and_recorded_once(
+    flask_app: Flask,
+) -> None:
+    game_id, (ann, _bob) = manual_game(flask_app)
+    before = events_of(flask_app, game_id)
+    faults = Faults(flask_app.extensions["cantstop"].games)
+
+    reply = flask_app.test_client().post(
+        f"/v1/games/{game_id}/actions",
+        json={"type": "roll", "dice": [1, 2, 3, 4]},
+        headers={"Authorization": f"Bearer {ann}"},
+    )
+    assert faults.fired == ["committed"]
+    assert reply.status_code == 200, reply.get_json()
+    events = reply.get_json()["events"]
+    assert [e["type"] for e in events] == ["DiceRolled"]
+    assert events_of(flask_app, game_id) == before + events  # recorded exactly once
+    assert reply.get_json()["game"]["version"] == events[-1]["version"]
+
+
+def test_a_retry_with_the_same_key_after_a_lost_answer_and_a_503_gets_the_first_answer(
+    flask_app: Flask,
+) -> None:
+    """The insert commits, its answer is lost and the store is then unreachable: 503. The
+    client's retry with the same Idempotency-Key is answered as the recorded action, not 409."""
+    game_id, (ann, _bob) = manual_game(flask_app)
+    before = events_of(flask_app, game_id)
+    faults = Faults(flask_app.extensions["cantstop"].games, down_after_commit=True)
+    client = flask_app.test_client()
+    headers = {"Authorization": f"Bearer {ann}", "Idempotency-Key": "roll-once"}
+    roll = {"type": "roll", "dice": [1, 2, 3, 4]}
+
+    first = client.post(f"/v1/games/{game_id}/actions", json=roll, headers=headers)
+    assert faults.fired[0] == "committed" and "refused" in faults.fired
+    assert first.status_code == 503, first.get_json()
+    assert first.get_json()["code"] == "store_unavailable"
+    assert first.headers["Retry-After"].isdigit()
+
+    faults.down = False  # the store is back
+
+    retries: list[Any] = []
+
+    def answered() -> bool:  # the breaker may hold the store closed for a moment
+        retries.append(client.post(f"/v1/games/{game_id}/actions", json=roll, headers=headers))
+        assert retries[-1].status_code in (200, 503), retries[-1].get_json()
+        return bool(retries[-1].status_code == 200)
+
+    wait_until(answered, 10, "the retry to be answered")
+    stored = events_of(flask_app, game_id)
+    assert len(stored) == len(before) + 1  # recorded once, by the first attempt
+    assert retries[-1].get_json()["events"] == stored[len(before) :]
+    assert retries[-1].headers["Idempotent-Replayed"] == "true"
+
+
+def test_32_threads_sending_one_action_with_one_key_all_get_the_first_answer(
+    database_url: str,
+) -> None:
+    """Two workers (two applications on one store), 16 threads each, released at once."""
+    apps = [create_app(Settings(database_url=database_url), create_tables=True) for _ in range(2)]
+    try:
+        game_id, (ann, _bob) = manual_game(apps[0])
+        before = events_of(apps[0], game_id)
+        for app in apps:  # each worker holds the game already: the race is on the save
+            assert app.test_client().get(f"/v1/games/{game_id}").status_code == 200
+        headers = {"Authorization": f"Bearer {ann}", "Idempotency-Key": "same-for-all"}
+        roll = {"type": "roll", "dice": [2, 3, 4, 5]}
+        start = threading.Barrier(32, timeout=30)
+
+        def send_roll(i: int) -> tuple[int, Json, str | None]:
+            client = apps[i % 2].test_client()
+            start.wait()
+            reply = client.post(f"/v1/games/{game_id}/actions", json=roll, headers=headers)
+            return reply.status_code, reply.get_json(), reply.headers.get("Idempotent-Replayed")
+
+        with ThreadPoolExecutor(max_workers=32) as pool:
+            results = list(pool.map(send_roll, range(32), timeout=120))
+
+        statuses = [status for status, _, _ in results]
+        assert statuses == [200] * 32, [body for status, body, _ in results if status != 200]
+        first = next(body for _, body, replayed in results if replayed is None)
+        assert all(body == first for _, body, _ in results)
+        assert [replayed for _, _, replayed in results].count(None) == 1
+        assert events_of(apps[1], game_id) == before + first["events"]
+    finally:
+        for app in apps:
+            app.extensions["cantstop"].close()

@@ -1,0 +1,346 @@
+"""The edges of the real server: gunicorn's size limits, configuration, the SQLite file, the wheel.
+
+Each of these was broken once (the GitHub issue on outages and edges): gunicorn answered an
+over-long request line or header in HTML; a bad ``CANTSTOP_*`` value printed a traceback;
+``?sslmode=require`` was dropped from a PostgreSQL URL; the SQLite file (which holds unrevealed
+seeds) was created world-readable; a built wheel lacked openapi.yaml and the gunicorn settings.
+The process helpers here are shared with tests/test_outages.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from service.application.store import persistence_env
+from service.config import Settings
+from service.http.app import create_app
+
+ROOT = Path(__file__).resolve().parent.parent
+CANTSTOP = Path(sys.executable).parent / "cantstop"
+HOST = "127.0.0.1"
+Json = dict[str, Any]
+
+
+# ------------------------------------------------------------------------------- helpers
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``check`` until it holds; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]  # names in lower case
+    body: bytes
+    seconds: float
+
+    def json(self) -> Json:
+        value = json.loads(self.body)
+        assert isinstance(value, dict), value
+        return value
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get("content-type", "").split(";")[0].strip()
+
+
+def send(
+    port: int,
+    method: str,
+    path: str,
+    body: Json | None = None,
+    headers: dict[str, str] | None = None,
+    timeout: float = 30,
+) -> Reply:
+    """One HTTP request on a fresh connection; the timeout only keeps a broken server from
+    hanging the test (tests bound the time themselves, with ``Reply.seconds``)."""
+    all_headers = {"Content-Type": "application/json"} if body is not None else {}
+    all_headers.update(headers or {})
+    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
+    started = time.monotonic()
+    try:
+        conn.request(
+            method, path, body=None if body is None else json.dumps(body), headers=all_headers
+        )
+        response = conn.getresponse()
+        raw = response.read()
+        return Reply(
+            response.status,
+            {name.lower(): value for name, value in response.getheaders()},
+            raw,
+            time.monotonic() - started,
+        )
+    finally:
+        conn.close()
+
+
+def answers(port: int) -> bool:
+    """Whether something accepts connections on ``port``."""
+    try:
+        with socket.create_connection((HOST, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+class Served:
+    """``cantstop serve`` as a subprocess with a clean ``CANTSTOP_*`` environment (SQLite in
+    ``tmp`` unless told otherwise, no access log), its output in a log file."""
+
+    def __init__(self, tmp: Path, *args: str, env: dict[str, str], name: str = "server") -> None:
+        self.log = tmp / f"{name}.log"
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("CANTSTOP_")}
+        full_env["CANTSTOP_ACCESS_LOG"] = ""
+        full_env["CANTSTOP_DATABASE_URL"] = f"sqlite:///{tmp / f'{name}.sqlite'}"
+        full_env.update(env)
+        with self.log.open("wb") as log:
+            self.process = subprocess.Popen(
+                [str(CANTSTOP), "serve", *args],
+                env=full_env,
+                cwd=tmp,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
+
+    def wait_ready(self, port: int, timeout: float = 30) -> None:
+        def ready() -> bool:
+            if self.process.poll() is not None:
+                raise AssertionError(f"the server exited:\n{self.output()}")
+            with contextlib.suppress(OSError):
+                return send(port, "GET", "/healthz", timeout=5).status == 200
+            return False
+
+        wait_until(ready, timeout, f"/healthz on port {port}")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)  # gunicorn's quick shutdown
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+                raise AssertionError(
+                    f"the server did not stop on SIGINT:\n{self.output()}"
+                ) from None
+
+
+@contextlib.contextmanager
+def serving(
+    tmp: Path, *args: str, env: dict[str, str], ready_port: int, name: str = "server"
+) -> Iterator[Served]:
+    """A started server (``/healthz`` answers 200 on ``ready_port``), stopped afterwards."""
+    server = Served(tmp, *args, env=env, name=name)
+    try:
+        server.wait_ready(ready_port)
+        yield server
+    finally:
+        server.stop()
+
+
+def problem(reply: Reply, status: int, code: str) -> Json:
+    assert reply.status == status, (reply.status, reply.body[:500])
+    assert reply.content_type == "application/problem+json", reply.headers
+    body = reply.json()
+    assert body["code"] == code and body["status"] == status, body
+    assert {"type", "title", "detail"} <= body.keys()
+    return body
+
+
+# ------------------------------------------------------------------- gunicorn's own limits
+@pytest.mark.slow
+def test_gunicorn_passes_over_long_lines_and_headers_to_the_app_which_answers_problem_json(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    args = ("--host", HOST, "--port", str(port), "--workers", "1")
+    with serving(tmp_path, *args, env={"CANTSTOP_THREADS": "4"}, ready_port=port):
+        # A request line of ~10 KB: over the app's 8190 bytes, and over gunicorn's default
+        # limit (4094), which answered in HTML.
+        long_target = "/v1/games?pad=" + "a" * 10_000
+        body = problem(send(port, "GET", long_target), 414, "uri_too_long")
+        assert "8190" in body["detail"]
+        # A 40 KB header: over the app's 32 KiB in all and over gunicorn's default field size.
+        big = send(port, "GET", "/v1/games", headers={"X-Padding": "b" * 40_000})
+        problem(big, 431, "headers_too_large")
+        # Just under both limits, the same requests are served.
+        assert send(port, "GET", "/v1/games?pad=" + "a" * 8000).status == 200
+        assert send(port, "GET", "/v1/games", headers={"X-Padding": "b" * 30_000}).status == 200
+
+
+# ------------------------------------------------------------------------- configuration
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("CANTSTOP_THREADS", "abc"),
+        ("CANTSTOP_RATE_LIMITS", "create=lots"),
+        ("CANTSTOP_DATABASE_URL", "mysql://x"),
+        ("CANTSTOP_BIND", "nonsense"),
+    ],
+)
+def test_a_bad_setting_stops_serve_with_one_line_naming_it(
+    tmp_path: Path, variable: str, value: str
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CANTSTOP_")}
+    env["CANTSTOP_DATABASE_URL"] = f"sqlite:///{tmp_path / 'never.sqlite'}"
+    env[variable] = value
+    done = subprocess.run(
+        [str(CANTSTOP), "serve", "--port", str(free_port())],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert variable in lines[0]
+    assert not (tmp_path / "never.sqlite").exists()  # refused before touching anything
+
+
+def test_every_libpq_option_of_a_postgres_url_is_kept() -> None:
+    url = (
+        "postgresql://ann:s3cret@db.example:6543/games"
+        "?sslmode=require&sslrootcert=/etc/ca.pem&application_name=cantstop-api"
+    )
+    env = persistence_env(Settings(database_url=url), create_table=False)
+    assert (env["POSTGRES_HOST"], env["POSTGRES_PORT"]) == ("db.example", "6543")
+    assert (env["POSTGRES_USER"], env["POSTGRES_PASSWORD"]) == ("ann", "s3cret")
+    assert env["POSTGRES_DBNAME"] == "games"
+    options = json.loads(env["CANTSTOP_PG_OPTIONS"])
+    assert options["sslmode"] == "require"
+    assert options["sslrootcert"] == "/etc/ca.pem"
+    assert options["application_name"] == "cantstop-api"
+
+    socket_url = "postgresql://postgres@/games?host=/run/pg%20sockets"
+    env = persistence_env(Settings(database_url=socket_url), create_table=False)
+    assert env["POSTGRES_HOST"] == "/run/pg sockets"
+    assert "host" not in json.loads(env["CANTSTOP_PG_OPTIONS"])
+
+
+@pytest.mark.postgres
+def test_the_url_options_reach_the_database_connection(postgres_url: str) -> None:
+    """Not only mapped: the server sees the application_name that the URL asked for."""
+    name = f"cantstop-probe-{os.getpid()}"
+    sep = "&" if "?" in postgres_url else "?"
+    app = create_app(
+        Settings(database_url=f"{postgres_url}{sep}application_name={name}"), create_tables=True
+    )
+    try:
+        assert app.test_client().get("/healthz").status_code == 200
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (name,)
+            ).fetchone()
+        assert row is not None and row[0] >= 1
+    finally:
+        app.extensions["cantstop"].close()
+
+
+def test_a_new_sqlite_file_is_readable_by_its_owner_only(tmp_path: Path) -> None:
+    path = tmp_path / "fresh" / "cantstop.sqlite"
+    previous = os.umask(0o022)  # the usual umask, under which files are world-readable
+    try:
+        app = create_app(Settings(database_url=f"sqlite:///{path}"), create_tables=True)
+        try:
+            client = app.test_client()
+            assert client.post("/v1/games", json={"players": ["Ann", "Bob"]}).status_code == 201
+            for file in [path, *path.parent.glob(path.name + "-*")]:  # -wal, -shm
+                mode = stat.S_IMODE(file.stat().st_mode)
+                assert mode == 0o600, f"{file.name} is {oct(mode)}"
+        finally:
+            app.extensions["cantstop"].close()
+    finally:
+        os.umask(previous)
+
+
+@pytest.mark.slow
+def test_serve_port_overrides_the_port_of_cantstop_bind(tmp_path: Path) -> None:
+    port, bind_port = free_port(), free_port()
+    env = {"CANTSTOP_BIND": f"{HOST}:{bind_port}", "CANTSTOP_THREADS": "4"}
+    with serving(tmp_path, "--port", str(port), "--workers", "1", env=env, ready_port=port):
+        assert not answers(bind_port)
+    wait_until(lambda: not answers(port), 10, f"port {port} to be released")
+    with serving(tmp_path, "--workers", "1", env=env, ready_port=bind_port):
+        assert not answers(port)
+
+
+# ------------------------------------------------------------------------------- the wheel
+def source_tree(destination: Path) -> Path:
+    """The working tree's files (tracked or not ignored) copied as they are, links as links:
+    the build must not write build/ or *.egg-info into the checkout."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+        timeout=60,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        source = ROOT / name
+        if not source.exists() and not source.is_symlink():
+            continue  # deleted in the working tree
+        target = destination / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target, follow_symlinks=False)
+    return destination
+
+
+@pytest.mark.slow
+def test_a_built_wheel_holds_the_openapi_document_and_the_gunicorn_settings(
+    tmp_path: Path,
+) -> None:
+    source = source_tree(tmp_path / "src")
+    out = tmp_path / "wheels"
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = out.glob("cantstop-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        assert "service/gunicorn_settings.py" in names
+        assert (
+            archive.read("service/gunicorn_settings.py")
+            == (ROOT / "service" / "gunicorn_settings.py").read_bytes()
+        )
+        info = archive.getinfo("service/http/openapi.yaml")
+        assert not stat.S_ISLNK(info.external_attr >> 16), "openapi.yaml is a link in the wheel"
+        assert archive.read(info) == (ROOT / "openapi.yaml").read_bytes()

@@ -1,0 +1,507 @@
+"""Trust under adversaries and faults (contract 1.1): seeds committed before the client's, a
+player's entropy in each roll, damaged stored rows and snapshots reported, hostile bodies and
+conditional requests answered as RFC 9110 and problem+json say, never a 500."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from domain import fairness
+from service.application.aggregates import vault_id
+from service.config import Settings
+from service.http.app import create_app
+
+ROOT = Path(__file__).resolve().parent.parent
+Json = dict[str, Any]
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def problem(response: Any, status: int, code: str) -> Json:
+    assert response.status_code == status, response.get_data(as_text=True)
+    assert response.mimetype == "application/problem+json"
+    body: Json = response.get_json()
+    assert body["code"] == code and body["status"] == status
+    return body
+
+
+def commit(client: FlaskClient) -> str:
+    response = client.post("/v1/seed-commitments")
+    assert response.status_code == 201, response.get_json()
+    body = response.get_json()
+    assert len(body["seed_commitment"]) == 64 and body["expires_at"].endswith("Z")
+    commitment: str = body["seed_commitment"]
+    return commitment
+
+
+def play_to_the_end(client: FlaskClient, created: Json, entropy: bool = True) -> Json:
+    """Both seats play: first legal action, stop after one move, every roll with entropy."""
+    game, tokens = created["game"], [s["token"] for s in created["seats"]]
+    for step in range(20_000):
+        if game["status"] == "finished":
+            return game
+        legal = game["legal_actions"]
+        action: Json = {"type": "stop"} if {"type": "stop"} in legal else dict(legal[0])
+        if action["type"] == "roll" and entropy:
+            action["entropy"] = f"e-{step}"
+        response = client.post(
+            f"/v1/games/{game['id']}/actions",
+            json=action,
+            headers=bearer(tokens[game["turn"]["player"]]),
+        )
+        assert response.status_code == 200, response.get_json()
+        game = response.get_json()["game"]
+    raise AssertionError("the game did not end")
+
+
+def events(client: FlaskClient, game_id: str) -> list[Json]:
+    found: list[Json] = client.get(f"/v1/games/{game_id}/events?limit=1000").get_json()["events"]
+    return found
+
+
+# ------------------------------------------------------------------------ seed commitments
+def test_a_committed_seed_is_used_once_and_revealed_at_the_end(client: FlaskClient) -> None:
+    commitment = commit(client)
+    body = {"players": ["Ann", "Bob"], "seed_commitment": commitment, "client_seed": "ann-0413"}
+    created = client.post("/v1/games", json=body)
+    assert created.status_code == 201, created.get_json()
+    game = created.get_json()["game"]
+    assert game["fairness"] == {
+        "seed_commitment": commitment,
+        "client_seed": "ann-0413",
+        "server_seed": None,
+    }
+    first = events(client, game["id"])[0]["data"]
+    assert first["seed_committed_at"].endswith("Z")
+    again = client.post("/v1/games", json=body)  # two games can never share a commitment
+    problem(again, 422, "invalid_request")
+
+    finished = play_to_the_end(client, created.get_json())
+    seed = finished["fairness"]["server_seed"]
+    assert fairness.commitment(seed) == commitment
+    audit = client.get(f"/v1/games/{game['id']}/audit").get_json()
+    assert audit["valid"] is True, audit
+    dice = next(c for c in audit["checks"] if c["name"] == "dice")
+    assert "entropy" in dice["detail"]
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ({"players": ["Ann", "Bob"]}, "client_seed"),  # a commitment needs a client seed
+        ({"players": ["Ann", "Bob"], "client_seed": "has space"}, "client_seed"),
+        ({"players": ["Ann", "Bob"], "client_seed": "x" * 65}, "client_seed"),
+        ({"players": ["Ann", "Bob"], "dice": "manual", "client_seed": "c"}, "server dice"),
+    ],
+)
+def test_a_bad_game_request_does_not_use_up_the_commitment(
+    client: FlaskClient, body: Json, fragment: str
+) -> None:
+    commitment = commit(client)
+    refused = problem(
+        client.post("/v1/games", json={**body, "seed_commitment": commitment}),
+        422,
+        "invalid_request",
+    )
+    assert fragment in refused["detail"]
+    fine = {"players": ["Ann", "Bob"], "seed_commitment": commitment, "client_seed": "c"}
+    assert client.post("/v1/games", json=fine).status_code == 201
+
+
+def test_unknown_and_expired_commitments_are_refused(app: Flask, client: FlaskClient) -> None:
+    body = {"players": ["Ann", "Bob"], "client_seed": "c", "seed_commitment": "ab" * 32}
+    problem(client.post("/v1/games", json=body), 422, "invalid_request")
+    games = app.extensions["cantstop"].games
+    seed = "cd" * 32
+    now = time.time()
+    games.commitments.put(fairness.commitment(seed), seed, now - 3600, now - 1)  # expired
+    body["seed_commitment"] = fairness.commitment(seed)
+    problem(client.post("/v1/games", json=body), 422, "invalid_request")
+
+
+def test_racing_games_on_one_commitment_give_exactly_one_game(app: Flask) -> None:
+    commitment = commit(app.test_client())
+    body = {"players": ["Ann", "Bob"], "seed_commitment": commitment, "client_seed": "c"}
+    statuses: list[int] = []
+
+    def create() -> None:
+        statuses.append(app.test_client().post("/v1/games", json=body).status_code)
+
+    threads = [threading.Thread(target=create) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(statuses) == [201] + [422] * 7
+
+
+# -------------------------------------------------------------------------------- entropy
+def test_a_roll_with_entropy_records_it_and_its_dice_follow_from_it(client: FlaskClient) -> None:
+    created = client.post("/v1/games", json={"players": ["Ann", "Bob"]}).get_json()
+    game, tokens = created["game"], [s["token"] for s in created["seats"]]
+    seat = game["turn"]["player"]
+    response = client.post(
+        f"/v1/games/{game['id']}/actions",
+        json={"type": "roll", "entropy": "ann-says-7731"},
+        headers=bearer(tokens[seat]),
+    )
+    assert response.status_code == 200, response.get_json()
+    rolled = response.get_json()["events"][0]
+    assert rolled["type"] == "DiceRolled"
+    assert rolled["data"]["entropy"] == "ann-says-7731"
+    # Without entropy the event has no such field at all (as in games recorded before 1.1).
+    after_roll = {"game": response.get_json()["game"], "seats": created["seats"]}
+    finished = play_to_the_end(client, after_roll, entropy=False)
+    history = events(client, game["id"])
+    plain = [e for e in history if e["type"] == "DiceRolled" and "entropy" not in e["data"]]
+    assert plain
+    seed, client_seed = finished["fairness"]["server_seed"], finished["fairness"]["client_seed"]
+    data = rolled["data"]
+    assert data["dice"] == fairness.draw(seed, client_seed, data["nonce"], 4, 6, "ann-says-7731")
+    assert client.get(f"/v1/games/{game['id']}/audit").get_json()["valid"] is True
+
+
+def test_an_export_with_entropy_verifies_with_the_auditors_script(
+    client: FlaskClient, tmp_path: Path
+) -> None:
+    created = client.post("/v1/games", json={"players": ["Ann", "Bob"]}).get_json()
+    finished = play_to_the_end(client, created)
+    export = client.get(f"/v1/games/{finished['id']}/export").get_data()
+    path = tmp_path / "game.ndjson"
+    path.write_bytes(export)
+    script = ROOT / "docs" / "verify_export.py"
+    ran = subprocess.run(
+        [sys.executable, str(script), str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert ran.returncode == 0 and ran.stdout.strip().endswith("OK"), ran.stdout
+    # Changing a roll's entropy breaks the draw (and the chain): the script finds it.
+    lines = export.decode().splitlines()
+    records = [json.loads(line) for line in lines[1:]]
+    index = next(i for i, r in enumerate(records) if "entropy" in r["data"])
+    records[index]["data"]["entropy"] = "forged"
+    path.write_text("\n".join([lines[0], *map(json.dumps, records)]) + "\n")
+    ran = subprocess.run(
+        [sys.executable, str(script), str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert ran.returncode == 1 and f"version {index + 1}" in ran.stdout
+
+
+@pytest.mark.parametrize(
+    ("dice_mode", "action"),
+    [
+        ("manual", {"type": "roll", "dice": [1, 2, 3, 4], "entropy": "abc"}),
+        ("server", {"type": "roll", "entropy": ""}),
+        ("server", {"type": "roll", "entropy": "two words"}),
+        ("server", {"type": "roll", "entropy": "x" * 65}),
+        ("server", {"type": "stop", "entropy": "abc"}),
+    ],
+)
+def test_bad_entropy_is_refused_and_records_nothing(
+    client: FlaskClient, dice_mode: str, action: Json
+) -> None:
+    created = client.post(
+        "/v1/games", json={"players": ["Ann", "Bob"], "dice": dice_mode}
+    ).get_json()
+    game = created["game"]
+    token = created["seats"][game["turn"]["player"]]["token"]
+    response = client.post(f"/v1/games/{game['id']}/actions", json=action, headers=bearer(token))
+    problem(response, 422, "invalid_request")
+    assert client.get(f"/v1/games/{game['id']}").get_json()["version"] == game["version"]
+
+
+# ------------------------------------------------------------------------- damaged rows
+def sqlite_path(app: Flask) -> str:
+    url: str = app.extensions["cantstop"].settings.database_url
+    return url[len("sqlite:///") :]
+
+
+@pytest.fixture
+def sqlite_app(tmp_path: Path) -> Any:
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'damaged.sqlite'}")
+    app = create_app(settings, create_tables=True)
+    yield app
+    app.extensions["cantstop"].close()
+
+
+def corrupt(app: Flask, aggregate_id: uuid.UUID, version: int) -> None:
+    """Overwrite one stored row's state with bytes that are not JSON, in the real file."""
+    with sqlite3.connect(sqlite_path(app)) as db:
+        changed = db.execute(
+            "UPDATE stored_events SET state = ? WHERE originator_id = ? AND originator_version = ?",
+            (b"\x00not json\xff", aggregate_id.hex, version),
+        ).rowcount
+    assert changed == 1
+
+
+def new_manual_game(client: FlaskClient) -> tuple[str, list[str]]:
+    created = client.post(
+        "/v1/games", json={"players": ["Ann", "Bob"], "dice": "manual"}
+    ).get_json()
+    return created["game"]["id"], [s["token"] for s in created["seats"]]
+
+
+DICE = ([1, 2, 3, 4], [2, 3, 4, 5], [3, 4, 5, 6], [1, 3, 5, 6], [2, 2, 4, 6])
+
+
+def step(client: FlaskClient, game_id: str, tokens: list[str]) -> Json:
+    """One action of a manual-dice game by the seat to act: roll (dice in rotation), the first
+    legal move, or stop."""
+    game = client.get(f"/v1/games/{game_id}").get_json()
+    legal = game["legal_actions"]
+    action: Json = {"type": "stop"} if {"type": "stop"} in legal else dict(legal[0])
+    if action["type"] == "roll":
+        action["dice"] = DICE[game["version"] % len(DICE)]
+    response = client.post(
+        f"/v1/games/{game_id}/actions", json=action, headers=bearer(tokens[game["turn"]["player"]])
+    )
+    assert response.status_code == 200, response.get_json()
+    after: Json = response.get_json()["game"]
+    return after
+
+
+def test_one_unreadable_row_never_breaks_other_games(sqlite_app: Flask, tmp_path: Path) -> None:
+    client = sqlite_app.test_client()
+    damaged, _ = new_manual_game(client)
+    healthy, tokens = new_manual_game(client)
+    corrupt(sqlite_app, uuid.UUID(damaged), 1)
+    settings = sqlite_app.extensions["cantstop"].settings
+    # Two more workers (or restarts): neither holds the game in memory, both rebuild their
+    # projections from the damaged log. (The worker that recorded the game still serves it from
+    # memory; its audit reports the damage all the same.)
+    assert sqlite_app.test_client().get(f"/v1/games/{damaged}/audit").get_json()["valid"] is False
+    for app in (create_app(settings), create_app(settings)):
+        fresh = app.test_client()
+        listed = fresh.get("/v1/games")
+        assert listed.status_code == 200
+        assert healthy in {g["id"] for g in listed.get_json()["games"]}
+        assert fresh.get("/v1/solitaire/leaderboard").status_code == 200
+        for path in ("", "/events", "?version=1", "/record-sheet?seat=0", "/board.svg"):
+            body = problem(fresh.get(f"/v1/games/{damaged}{path}"), 409, "corrupt_game")
+            assert body["version"] == 1
+        audit = fresh.get(f"/v1/games/{damaged}/audit").get_json()
+        assert audit["valid"] is False and audit["first_bad_version"] == 1
+        assert fresh.get(f"/v1/games/{damaged}/export").status_code == 200
+        step(fresh, healthy, tokens)  # the other game plays on
+        app.extensions["cantstop"].close()
+
+
+def test_a_damaged_vault_is_reported_on_actions_of_that_game_only(sqlite_app: Flask) -> None:
+    client = sqlite_app.test_client()
+    damaged, damaged_tokens = new_manual_game(client)
+    healthy, tokens = new_manual_game(client)
+    corrupt(sqlite_app, vault_id(uuid.UUID(damaged)), 1)
+    fresh_app = create_app(sqlite_app.extensions["cantstop"].settings)  # nothing cached
+    try:
+        fresh = fresh_app.test_client()
+        roll = {"type": "roll", "dice": [1, 2, 3, 4]}
+        problem(
+            fresh.post(
+                f"/v1/games/{damaged}/actions", json=roll, headers=bearer(damaged_tokens[0])
+            ),
+            409,
+            "corrupt_game",
+        )
+        assert fresh.get(f"/v1/games/{damaged}").status_code == 200  # its events are fine
+        ok = fresh.post(f"/v1/games/{healthy}/actions", json=roll, headers=bearer(tokens[0]))
+        assert ok.status_code == 200
+    finally:
+        fresh_app.extensions["cantstop"].close()
+
+
+def test_a_tampered_snapshot_is_found_by_the_audit(sqlite_app: Flask) -> None:
+    client = sqlite_app.test_client()
+    game_id, tokens = new_manual_game(client)
+    game = client.get(f"/v1/games/{game_id}").get_json()
+    while game["version"] < 60:  # a snapshot every 50 events
+        assert game["status"] == "in_progress"
+        game = step(client, game_id, tokens)
+    truth = client.get(f"/v1/games/{game_id}?version=55").get_json()
+    with sqlite3.connect(sqlite_path(sqlite_app)) as db:
+        row = db.execute(
+            "SELECT originator_version, state FROM stored_snapshots WHERE originator_id = ? "
+            "AND originator_version <= 55 ORDER BY originator_version DESC LIMIT 1",
+            (uuid.UUID(game_id).hex,),
+        ).fetchone()
+        assert row is not None and 45 <= row[0] <= 55  # a snapshot every 10 events
+        tampered_version = row[0]
+        state = json.loads(row[1])
+        markers = state["state"]["markers"]
+        markers[1][7] = 5  # Bob gains a marker in column 7 that no event gave him
+        db.execute(
+            "UPDATE stored_snapshots SET state = ? WHERE originator_id = ? "
+            "AND originator_version = ?",
+            (json.dumps(state).encode(), uuid.UUID(game_id).hex, tampered_version),
+        )
+    fresh_app = create_app(sqlite_app.extensions["cantstop"].settings)
+    try:
+        fresh = fresh_app.test_client()
+        served = fresh.get(f"/v1/games/{game_id}?version=55").get_json()
+        assert served != truth  # reads trust snapshots: the audit is where this is caught
+        audit = fresh.get(f"/v1/games/{game_id}/audit").get_json()
+        snapshots = next(c for c in audit["checks"] if c["name"] == "snapshots")
+        assert audit["valid"] is False
+        assert snapshots["ok"] is False and snapshots["version"] == tampered_version
+        assert "players" in snapshots["detail"]
+    finally:
+        fresh_app.extensions["cantstop"].close()
+
+
+# ----------------------------------------------------------------------- hostile bodies
+DEEP = b"[" * 1000 + b"]" * 1000
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/v1/games", "/v1/games/{id}/actions", "/v1/transcripts/verify", "/v1/games/import"],
+)
+def test_json_nested_1000_deep_is_a_422_not_a_500(client: FlaskClient, path: str) -> None:
+    game_id, tokens = new_manual_game(client)
+    response = client.post(
+        path.format(id=game_id),
+        data=DEEP,
+        content_type="application/json",
+        headers=bearer(tokens[0]),
+    )
+    problem(response, 422, "invalid_request")
+    nested = {"players": ["Ann", "Bob"], "rules": {"x": json.loads("[" * 40 + "]" * 40)}}
+    problem(client.post("/v1/games", json=nested), 422, "invalid_request")
+
+
+def test_only_utf8_json_bodies_are_accepted(client: FlaskClient) -> None:
+    body = json.dumps({"players": ["Ann", "Bob"]})
+    problem(
+        client.post("/v1/games", data=body, content_type="text/plain"),
+        415,
+        "unsupported_media_type",
+    )
+    problem(
+        client.post("/v1/games", data=body.encode("utf-16"), content_type="application/json"),
+        422,
+        "invalid_request",
+    )
+    problem(
+        client.post(
+            "/v1/games", data=body.encode("utf-16"), content_type="application/json; charset=utf-16"
+        ),
+        415,
+        "unsupported_media_type",
+    )
+    assert client.post("/v1/games", data=body, content_type="application/json").status_code == 201
+
+
+def test_cantstop_verify_on_a_deep_document_is_exit_2_with_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "deep.json"
+    path.write_bytes(DEEP)
+    ran = subprocess.run(
+        [str(Path(sys.executable).with_name("cantstop")), "verify", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == 2
+    assert len(ran.stderr.strip().splitlines()) == 1 and "Traceback" not in ran.stderr
+
+
+# ----------------------------------------------------------------------- conditionals
+@pytest.mark.parametrize("tag", ['"5"', 'W/"5"', '"4", "5"', "*", 'W/"1", W/"5"'])
+def test_if_none_match_follows_rfc_9110(client: FlaskClient, tag: str) -> None:
+    game_id, tokens = new_manual_game(client)
+    for seat in (0, 0, 0):  # roll, move, stop: version 5
+        legal = client.get(f"/v1/games/{game_id}").get_json()["legal_actions"]
+        action = {"type": "stop"} if {"type": "stop"} in legal else dict(legal[0])
+        if action["type"] == "roll":
+            action["dice"] = [1, 2, 3, 4]
+        client.post(f"/v1/games/{game_id}/actions", json=action, headers=bearer(tokens[seat]))
+    assert client.get(f"/v1/games/{game_id}").get_json()["version"] == 5
+    response = client.get(f"/v1/games/{game_id}", headers={"If-None-Match": tag})
+    assert response.status_code == 304 and response.headers["ETag"] == '"5"'
+    changed = client.get(f"/v1/games/{game_id}", headers={"If-None-Match": '"4"'})
+    assert changed.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("tag", "status"), [("*", 200), ('"1", "2"', 200), ('W/"2"', 412), ('"1"', 412)]
+)
+def test_if_match_compares_strongly_and_accepts_a_star(
+    client: FlaskClient, tag: str, status: int
+) -> None:
+    game_id, tokens = new_manual_game(client)  # version 2
+    response = client.post(
+        f"/v1/games/{game_id}/actions",
+        json={"type": "roll", "dice": [1, 2, 3, 4]},
+        headers={**bearer(tokens[0]), "If-Match": tag},
+    )
+    assert response.status_code == status, response.get_json()
+    if status == 412:
+        assert response.get_json()["code"] == "version_conflict"
+
+
+def test_401_says_which_scheme_and_whether_the_token_was_refused(client: FlaskClient) -> None:
+    game_id, _ = new_manual_game(client)
+    missing = client.post(f"/v1/games/{game_id}/actions", json={"type": "stop"})
+    problem(missing, 401, "unauthorized")
+    assert missing.headers["WWW-Authenticate"] == 'Bearer realm="cantstop"'
+    wrong = client.post(
+        f"/v1/games/{game_id}/actions", json={"type": "stop"}, headers=bearer("forged")
+    )
+    assert wrong.headers["WWW-Authenticate"] == 'Bearer realm="cantstop", error="invalid_token"'
+
+
+# --------------------------------------------------------------------------- streams
+def test_a_finished_games_stream_resumed_at_its_end_closes(app: Flask) -> None:
+    client = app.test_client()  # a stream's body is not checked against the schema here
+    created = client.post("/v1/games", json={"players": ["Ann", "Bob"]}).get_json()
+    finished = play_to_the_end(client, created)
+    history = events(client, finished["id"])
+    end = next(e["version"] for e in history if e["type"] == "GameFinished")
+    response = client.get(f"/v1/games/{finished['id']}/stream", headers={"Last-Event-ID": str(end)})
+    assert response.status_code == 200
+    text = response.get_data(as_text=True)  # returns only because the stream ends
+    assert "event: SeedRevealed" in text and text.rstrip().endswith(": game over")
+
+
+# ------------------------------------------------------------------------------ CORS
+def test_cors_is_off_unless_configured(app: Flask, tmp_path: Path) -> None:
+    origin = {"Origin": "https://table.example"}
+    assert (
+        "Access-Control-Allow-Origin"
+        not in app.test_client().get("/v1/games", headers=origin).headers
+    )
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 'cors.sqlite'}",
+        cors_origins=("https://table.example",),
+    )
+    cors_app = create_app(settings, create_tables=True)
+    try:
+        client = cors_app.test_client()
+        preflight = client.options(
+            "/v1/games/x/actions",
+            headers={
+                **origin,
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "Authorization, Idempotency-Key",
+            },
+        )
+        assert preflight.headers["Access-Control-Allow-Origin"] == "https://table.example"
+        allowed = preflight.headers["Access-Control-Allow-Headers"].lower()
+        assert "authorization" in allowed and "idempotency-key" in allowed
+        read = client.get("/v1/games", headers=origin)
+        assert read.headers["Access-Control-Allow-Origin"] == "https://table.example"
+        other = client.get("/v1/games", headers={"Origin": "https://evil.example"})
+        assert "Access-Control-Allow-Origin" not in other.headers
+    finally:
+        cors_app.extensions["cantstop"].close()
