@@ -11,6 +11,7 @@ import random
 import time
 import uuid
 
+from domain.commands import NewGame
 from domain.game import Game
 from domain.moves import Board
 from domain.rules import heights
@@ -18,7 +19,9 @@ from domain.rules import heights
 
 def play_random_game(rng: random.Random, players: int) -> int:
     """One whole game with random manual dice and random legal choices; returns its events."""
-    game = Game.start(uuid.uuid4(), players=[f"P{i}" for i in range(players)], dice="manual")
+    game = Game.start(
+        uuid.uuid4(), NewGame(players=[f"P{i}" for i in range(players)], dice="manual")
+    )
     while game.status == "in_progress":
         seat = game.current
         assert seat is not None

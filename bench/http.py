@@ -1,15 +1,32 @@
-"""Benchmark the HTTP API through gunicorn on SQLite: whole games, actions/s, p50 and p99 latency.
+"""`make bench`, HTTP part: the service against a Flask hello-world, side by side, as ratios.
 
-Starts `cantstop serve` (2 workers) on a free loopback port with a throwaway SQLite file, then
-several client threads each play whole server-dice games (always a legal action; stop after two
-moves) for a fixed time. Bounded in time; it stops the server itself.
+Every server runs under the same gunicorn settings (service/gunicorn_settings.py: 2 gthread workers,
+the production defaults) with the access log off for all of them, on loopback ports of its own:
+
+- ``hello``: bench/hello.py, a Flask app answering a JSON POST with JSON (the baseline);
+- ``sqlite``: `cantstop serve` on a fresh SQLite file with the defaults (WAL, synchronous=NORMAL:
+  an acknowledged action survives the crash of any process);
+- ``sqlite-full``: the same with CANTSTOP_SQLITE_SYNCHRONOUS=full (also survives a power cut);
+- ``postgres``: `cantstop serve` on a fresh PostgreSQL database (BENCH_POSTGRES_URL, or a
+  throwaway pgserver).
+
+A closed loop of client threads (each sends its next request when the last is answered) plays
+whole two-player server-dice games — always a legal action, stopping after two moves — against a
+service, or posts the same action bodies to the hello-world. Each measurement is taken twice,
+alternating the servers, and printed with the ratios the issue asks for. Then a past position is
+read at version 10 and at version 5,000 of one long game.
+
+Run `make bench`, or `python -m bench.http [--seconds S] [--only sqlite,postgres]`.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import http.client
 import json
 import os
+import platform
 import socket
 import statistics
 import subprocess
@@ -17,12 +34,14 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-CLIENTS = int(os.environ.get("BENCH_CLIENTS", "4"))
-SECONDS = float(os.environ.get("BENCH_SECONDS", "15"))
-WORKERS = os.environ.get("BENCH_WORKERS", "2")
+ROOT = Path(__file__).resolve().parent.parent
+SETTINGS = ROOT / "service" / "gunicorn_settings.py"
+BIN = Path(sys.executable).parent
 
 
 def free_port() -> int:
@@ -47,7 +66,70 @@ class Client:
         return payload
 
 
-def player(port: int, deadline: float, latencies: list[float], games: list[int]) -> None:
+@dataclass
+class Server:
+    name: str
+    command: list[str]
+    env: dict[str, str]
+    port: int
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            self.command,
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=ROOT,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                probe = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+                probe.request("GET", "/healthz")
+                probe.getresponse().read()
+                return
+            except OSError:
+                time.sleep(0.1)
+        raise SystemExit(f"{self.name} did not start")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(timeout=20)
+
+
+def service(name: str, database_url: str, **extra: str) -> Server:
+    port = free_port()
+    env = {
+        **os.environ,
+        "CANTSTOP_DATABASE_URL": database_url,
+        "CANTSTOP_ACCESS_LOG": "",
+        "CANTSTOP_RATE_LIMITS": "off",
+        **extra,
+    }
+    env.pop("CANTSTOP_REDIS_URL", None)
+    command = [str(BIN / "cantstop"), "serve", "--host", "127.0.0.1", "--port", str(port)]
+    return Server(name, command, env, port)
+
+
+def hello() -> Server:
+    port = free_port()
+    env = {**os.environ, "CANTSTOP_ACCESS_LOG": ""}
+    command = [
+        str(BIN / "gunicorn"),
+        "--config",
+        str(SETTINGS),
+        "--bind",
+        f"127.0.0.1:{port}",
+        "bench.hello:app",
+    ]
+    return Server("hello", command, env, port)
+
+
+# ------------------------------------------------------------------------------ load
+def play(port: int, deadline: float, latencies: list[float]) -> None:
+    """Whole games, always a legal action; stop after two moves."""
     client = Client(port)
     while time.perf_counter() < deadline:
         created = client.call("POST", "/v1/games", {"players": ["Ann", "Bob"]})
@@ -60,68 +142,201 @@ def player(port: int, deadline: float, latencies: list[float], games: list[int])
             else:
                 action = legal[0]
                 moves += action["type"] == "move"
-                if action["type"] == "roll" and game["turn"]["phase"] == "roll":
-                    moves = 0
             started = time.perf_counter()
             result = client.call(
                 "POST", f"/v1/games/{game['id']}/actions", action, tokens[game["turn"]["player"]]
             )
             latencies.append(time.perf_counter() - started)
             game = result["game"]
-        if game["status"] == "finished":
-            games.append(1)
+            if game["status"] == "in_progress" and game["turn"]["phase"] == "roll":
+                moves = 0
+
+
+def echo(port: int, deadline: float, latencies: list[float]) -> None:
+    """The same request shape, against the hello-world."""
+    client = Client(port)
+    actions = [{"type": "roll"}, {"type": "move", "sums": [6, 8]}, {"type": "stop"}]
+    i = 0
+    while time.perf_counter() < deadline:
+        started = time.perf_counter()
+        client.call("POST", "/v1/games/0/actions", actions[i % 3], "token")
+        latencies.append(time.perf_counter() - started)
+        i += 1
+
+
+@dataclass
+class Figures:
+    rate: float
+    p50: float
+    p99: float
+
+    def __str__(self) -> str:
+        return f"{self.rate:7,.0f} actions/s  p50 {self.p50:6.2f} ms  p99 {self.p99:6.2f} ms"
+
+
+def load(server: Server, clients: int, seconds: float) -> Figures:
+    worker = echo if server.name == "hello" else play
+    # A short warm-up (imports, caches, connections), not counted.
+    warm: list[float] = []
+    warm_threads = [
+        threading.Thread(target=worker, args=(server.port, time.perf_counter() + 1.0, warm))
+        for _ in range(clients)
+    ]
+    for thread in warm_threads:
+        thread.start()
+    for thread in warm_threads:
+        thread.join()
+    latencies: list[float] = []
+    deadline = time.perf_counter() + seconds
+    threads = [
+        threading.Thread(target=worker, args=(server.port, deadline, latencies))
+        for _ in range(clients)
+    ]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    latencies.sort()
+    return Figures(
+        len(latencies) / elapsed,
+        statistics.median(latencies) * 1000,
+        latencies[max(0, int(len(latencies) * 0.99) - 1)] * 1000,
+    )
+
+
+# ------------------------------------------------------------------------------ past positions
+def long_game(port: int, events: int) -> tuple[str, int]:
+    """A manual-dice game of at least ``events`` events: every column claimed, then every roll
+    busts (two players, columns_to_win 11: nobody can win), played over HTTP."""
+    client = Client(port)
+    created = client.call(
+        "POST",
+        "/v1/games",
+        {"players": ["Ann", "Bob"], "dice": "manual", "rules": {"columns_to_win": 11}},
+    )
+    game, tokens = created["game"], [s["token"] for s in created["seats"]]
+    dice = [[1, 1, 1, 1], [1, 2, 3, 4], [2, 3, 4, 5], [3, 4, 5, 6], [6, 6, 6, 6], [5, 5, 6, 6]]
+    turn = 0
+    while game["version"] < events:
+        legal = game["legal_actions"]
+        if {"type": "stop"} in legal:
+            action: dict[str, Any] = {"type": "stop"}
+        elif legal[0]["type"] == "roll":
+            action = {"type": "roll", "dice": dice[turn % len(dice)]}
+            turn += 1
+        else:
+            action = legal[0]
+        game = client.call(
+            "POST", f"/v1/games/{game['id']}/actions", action, tokens[game["turn"]["player"]]
+        )["game"]
+    return game["id"], game["version"]
+
+
+def past_reads(port: int, game_id: str, versions: range) -> float:
+    """p50 of reading each version once (none read before: each is rebuilt from the store)."""
+    client = Client(port)
+    latencies = []
+    for version in versions:
+        started = time.perf_counter()
+        client.call("GET", f"/v1/games/{game_id}?version={version}")
+        latencies.append(time.perf_counter() - started)
+    return statistics.median(latencies) * 1000
+
+
+# ------------------------------------------------------------------------------ main
+@contextlib.contextmanager
+def postgres_url() -> Iterator[str]:
+    url = os.environ.get("BENCH_POSTGRES_URL")
+    if url:
+        yield url
+        return
+    import pgserver  # a dev dependency: a throwaway server, like the tests'
+
+    with tempfile.TemporaryDirectory(prefix="cantstop-bench-pg-") as folder:
+        server = pgserver.get_server(folder, cleanup_mode="stop")
+        try:
+            yield server.get_uri()
+        finally:
+            server.cleanup()
 
 
 def main() -> None:
-    port = free_port()
-    workdir = Path(tempfile.mkdtemp(prefix="cantstop-bench-"))
-    env = {
-        **os.environ,
-        "CANTSTOP_DATABASE_URL": f"sqlite:///{workdir / 'bench.sqlite'}",
-        "CANTSTOP_ACCESS_LOG": "",
-        "CANTSTOP_RATE_LIMITS": "off",
-    }
-    env.pop("CANTSTOP_REDIS_URL", None)
-    cantstop = Path(sys.executable).with_name("cantstop")
-    server = subprocess.Popen(
-        [str(cantstop), "serve", "--host", "127.0.0.1", "--port", str(port), "--workers", WORKERS],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        for _ in range(200):
-            try:
-                Client(port).call("GET", "/healthz")
-                break
-            except (OSError, RuntimeError):
-                time.sleep(0.05)
-        else:
-            raise SystemExit("the server did not start")
-        latencies: list[float] = []
-        games: list[int] = []
-        deadline = time.perf_counter() + SECONDS
-        threads = [
-            threading.Thread(target=player, args=(port, deadline, latencies, games))
-            for _ in range(CLIENTS)
-        ]
-        started = time.perf_counter()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        elapsed = time.perf_counter() - started
-    finally:
-        server.terminate()
-        server.wait(timeout=15)
-    latencies.sort()
-    p50 = statistics.median(latencies) * 1000
-    p99 = latencies[int(len(latencies) * 0.99) - 1] * 1000
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=float(os.environ.get("BENCH_SECONDS", 8)))
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--only", default="sqlite,sqlite-full,postgres")
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    wanted = args.only.split(",")
     print(
-        f"HTTP through gunicorn ({WORKERS} workers, SQLite, {CLIENTS} clients, {elapsed:.0f} s): "
-        f"{len(latencies) / elapsed:,.0f} actions/s, {len(games)} whole games, "
-        f"p50 {p50:.1f} ms, p99 {p99:.1f} ms"
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.python_implementation()} "
+        f"{platform.python_version()}; gunicorn settings of the service (2 gthread workers), "
+        f"access log off; {args.clients} clients, {args.seconds:g} s per measurement, "
+        f"{args.rounds} rounds side by side"
     )
+    folder = tempfile.mkdtemp(prefix="cantstop-bench-")
+    with postgres_url() if "postgres" in wanted else contextlib.nullcontext("") as pg:
+        servers = [hello()]
+        if "sqlite" in wanted:
+            servers.append(service("sqlite", f"sqlite:///{folder}/bench.sqlite"))
+        if "sqlite-full" in wanted:
+            servers.append(
+                service(
+                    "sqlite-full",
+                    f"sqlite:///{folder}/full.sqlite",
+                    CANTSTOP_SQLITE_SYNCHRONOUS="full",
+                )
+            )
+        if pg:
+            servers.append(service("postgres", pg))
+        for server in servers:
+            server.start()
+        try:
+            results: dict[tuple[str, int], list[Figures]] = {}
+            for _ in range(args.rounds):
+                for clients in (args.clients, 1):
+                    for server in servers:
+                        if clients == 1 and server.name not in ("hello", "sqlite"):
+                            continue
+                        figures = load(server, clients, args.seconds)
+                        results.setdefault((server.name, clients), []).append(figures)
+                        print(f"  {server.name:12} {clients} client(s): {figures}", flush=True)
+            report(results, args.clients)
+            by_name = {s.name: s for s in servers}
+            if "sqlite" in by_name:
+                port = by_name["sqlite"].port
+                game_id, version = long_game(port, 5100)
+                # Versions near 10 and near 5,000, each read once, cold; alternating batches.
+                early = past_reads(port, game_id, range(5, 16))
+                late = past_reads(port, game_id, range(4995, 5006))
+                print(
+                    f"past positions, one game of {version} events, each read once: versions "
+                    f"5-15 p50 {early:.2f} ms, versions 4,995-5,005 p50 {late:.2f} ms: "
+                    f"{late / early:.2f}x (target <= 1.5x)"
+                )
+        finally:
+            for server in servers:
+                server.stop()
+
+
+def report(results: dict[tuple[str, int], list[Figures]], clients: int) -> None:
+    hello_many = results[("hello", clients)]
+    print("ratios to the hello-world, per round (the same round's figures):")
+    for name, target in (("sqlite", 0.6), ("sqlite-full", None), ("postgres", 0.4)):
+        runs = results.get((name, clients))
+        if not runs:
+            continue
+        ratios = [r.rate / h.rate for r, h in zip(runs, hello_many, strict=True)]
+        goal = f" (target >= {target}x)" if target else " (durable against power cuts)"
+        shown = ", ".join(f"{r:.2f}x" for r in ratios)
+        print(f"  {name:12} {clients} clients, actions/s: {shown}{goal}")
+    one = results.get(("sqlite", 1))
+    if one:
+        ratios = [s.p50 / h.p50 for s, h in zip(one, results[("hello", 1)], strict=True)]
+        shown = ", ".join(f"{r:.2f}x" for r in ratios)
+        print(f"  sqlite       1 client, p50 latency: {shown} (target <= 1.6x)")
 
 
 if __name__ == "__main__":

@@ -10,12 +10,15 @@ import json
 import sys
 
 
-def draw(server_seed, client_seed, nonce, count, faces):
-    """The dice of draw `nonce`: HMAC-SHA256 bytes, b < 256 - 256 % faces gives b % faces + 1."""
+def draw(server_seed, client_seed, nonce, count, faces, entropy=None):
+    """The dice of draw `nonce`: HMAC-SHA256 bytes, b < 256 - 256 % faces gives b % faces + 1.
+
+    With a player's entropy (contract 1.1) the message ends in ":{entropy}"."""
     limit = 256 - 256 % faces
+    suffix = "" if entropy is None else f":{entropy}"
     dice, round_ = [], 0
     while True:
-        message = f"{client_seed}:{nonce}:{round_}".encode()
+        message = f"{client_seed}:{nonce}:{round_}{suffix}".encode()
         for byte in hmac.new(server_seed.encode("ascii"), message, hashlib.sha256).digest():
             if byte < limit:
                 dice.append(byte % faces + 1)
@@ -87,7 +90,14 @@ def verify_dice(events):
     if hashlib.sha256(seed.encode("ascii")).hexdigest() != created["seed_commitment"]:
         return reveals[0]["version"], "the revealed seed does not match the commitment"
     for version, entry in draws:
-        dice = draw(seed, created["client_seed"], entry["nonce"], len(entry["dice"]), faces)
+        dice = draw(
+            seed,
+            created["client_seed"],
+            entry["nonce"],
+            len(entry["dice"]),
+            faces,
+            entry.get("entropy"),
+        )
         if dice != entry["dice"]:
             return version, f"draw {entry['nonce']}: recorded {entry['dice']}, seed gives {dice}"
     print(f"chain OK; commitment OK; {len(draws)} draws OK")
