@@ -8,7 +8,10 @@ the production defaults) with the access log off for all of them, on loopback po
   an acknowledged action survives the crash of any process);
 - ``sqlite-full``: the same with CANTSTOP_SQLITE_SYNCHRONOUS=full (also survives a power cut);
 - ``postgres``: `cantstop serve` on a fresh PostgreSQL database (BENCH_POSTGRES_URL, or a
-  throwaway pgserver).
+  throwaway pgserver);
+- ``sqlite-bots``: the ``sqlite`` service while ``--bot-games`` games of two expert bots play
+  in its `cantstop worker` (at the default pause between a bot's actions), replaced as they
+  finish: do people's requests slow down while bots think?
 
 A closed loop of client threads (each sends its next request when the last is answered) plays
 whole two-player server-dice games — always a legal action, stopping after two moves — against a
@@ -206,6 +209,38 @@ def load(server: Server, clients: int, seconds: float) -> Figures:
     )
 
 
+class BotGames:
+    """Keeps ``count`` games of two expert bots playing on a service: no client acts in them, the
+    service's worker plays every turn; a finished game is replaced by a new one."""
+
+    def __init__(self, port: int, count: int) -> None:
+        self.port, self.count, self.finished, self.events = port, count, 0, 0
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._keep, daemon=True)
+        self.thread.start()
+
+    def _new(self, client: Client) -> str:
+        bots = [{"name": "Robo", "bot": "expert"}, {"name": "Droid", "bot": "expert"}]
+        return str(client.call("POST", "/v1/games", {"players": bots})["game"]["id"])
+
+    def _keep(self) -> None:
+        client = Client(self.port)
+        games = [self._new(client) for _ in range(self.count)]
+        seen = dict.fromkeys(games, 0)
+        while not self.done.wait(1.0):
+            for i, game_id in enumerate(games):
+                game = client.call("GET", f"/v1/games/{game_id}")
+                self.events += game["version"] - seen.pop(game_id)
+                if game["status"] != "in_progress":
+                    self.finished += 1
+                    games[i] = self._new(client)
+                seen[games[i]] = game["version"] if games[i] == game_id else 0
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join(timeout=30)
+
+
 # ------------------------------------------------------------------------------ past positions
 def long_game(port: int, events: int) -> tuple[str, int]:
     """A manual-dice game of at least ``events`` events: every column claimed, then every roll
@@ -266,7 +301,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=float(os.environ.get("BENCH_SECONDS", 8)))
     parser.add_argument("--clients", type=int, default=8)
-    parser.add_argument("--only", default="sqlite,sqlite-full,postgres")
+    parser.add_argument("--only", default="sqlite,sqlite-full,postgres,sqlite-bots")
+    parser.add_argument("--bot-games", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     wanted = args.only.split(",")
@@ -291,8 +327,11 @@ def main() -> None:
             )
         if pg:
             servers.append(service("postgres", pg))
+        if "sqlite-bots" in wanted:
+            servers.append(service("sqlite-bots", f"sqlite:///{folder}/bots.sqlite"))
         for server in servers:
             server.start()
+        bots = BotGames(servers[-1].port, args.bot_games) if "sqlite-bots" in wanted else None
         try:
             results: dict[tuple[str, int], list[Figures]] = {}
             for _ in range(args.rounds):
@@ -316,7 +355,14 @@ def main() -> None:
                     f"5-15 p50 {early:.2f} ms, versions 4,995-5,005 p50 {late:.2f} ms: "
                     f"{late / early:.2f}x (target <= 1.5x)"
                 )
+            if bots is not None:
+                print(
+                    f"bot games meanwhile: {bots.events:,} events recorded, "
+                    f"{bots.finished} games played to the end"
+                )
         finally:
+            if bots is not None:
+                bots.stop()
             for server in servers:
                 server.stop()
 
@@ -324,12 +370,18 @@ def main() -> None:
 def report(results: dict[tuple[str, int], list[Figures]], clients: int) -> None:
     hello_many = results[("hello", clients)]
     print("ratios to the hello-world, per round (the same round's figures):")
-    for name, target in (("sqlite", 0.6), ("sqlite-full", None), ("postgres", 0.4)):
+    notes = {"sqlite-full": " (durable against power cuts)", "sqlite-bots": " (bots playing)"}
+    for name, target in (
+        ("sqlite", 0.6),
+        ("sqlite-full", None),
+        ("postgres", 0.4),
+        ("sqlite-bots", None),
+    ):
         runs = results.get((name, clients))
         if not runs:
             continue
         ratios = [r.rate / h.rate for r, h in zip(runs, hello_many, strict=True)]
-        goal = f" (target >= {target}x)" if target else " (durable against power cuts)"
+        goal = f" (target >= {target}x)" if target else notes[name]
         shown = ", ".join(f"{r:.2f}x" for r in ratios)
         print(f"  {name:12} {clients} clients, actions/s: {shown}{goal}")
     one = results.get(("sqlite", 1))

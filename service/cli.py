@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import ctypes
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -120,9 +121,15 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+WORKER_NICENESS = 10
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     """Record what happens without a request — turns that time out, computer players' turns,
     abandoned games — until SIGTERM or SIGINT (service/application/scheduler.py)."""
+    # People's requests come first on a shared host: computer players' thinking yields the CPU
+    # to the HTTP workers (a timeout due in 3 s needs milliseconds, so it is never starved).
+    os.nice(WORKER_NICENESS)
     runtime = Runtime(Settings.from_env(), create_tables=False)
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -449,3 +449,36 @@ def psutil_children(pid: int) -> list[tuple[int, str]]:
         if int(stat_fields[1]) == pid:
             found.append((int(entry.name), command))
     return found
+
+
+@pytest.mark.slow
+def test_a_real_server_plays_a_game_of_bots_to_the_end_in_its_worker(tmp_path: Path) -> None:
+    """``cantstop serve`` with no client acting: its ``cantstop worker`` (at a lower CPU
+    priority than the HTTP workers) plays every turn of a game of two bots, and the seed is
+    revealed at the end."""
+    port = free_port()
+    with serving(
+        tmp_path, "--port", str(port), env={"CANTSTOP_BOT_PAUSE": "0"}, ready_port=port
+    ) as server:
+        bots = [{"name": "Robo", "bot": "rule-of-28"}, {"name": "Keller", "bot": "rule-of-28"}]
+        created = send(port, "POST", "/v1/games", {"players": bots})
+        game_id = created.json()["game"]["id"]
+
+        def finished() -> bool:
+            return bool(send(port, "GET", f"/v1/games/{game_id}").json()["status"] == "finished")
+
+        wait_until(finished, 60, "the bots' game to end")
+        events = send(port, "GET", f"/v1/games/{game_id}/events?limit=1000").json()["events"]
+        assert events[-1]["type"] == "SeedRevealed"
+        assert sum(e["type"] == "DiceRolled" for e in events) >= 1
+        group = psutil_children(server.process.pid)
+        http = [pid for pid, command in group if "--http-only" in command]
+        worker = [
+            pid for pid, command in group if command.split()[2:4] == ["service.cli", "worker"]
+        ]
+        assert len(http) == 1 and len(worker) == 1, group
+        assert niceness(worker[0]) > niceness(http[0])
+
+
+def niceness(pid: int) -> int:
+    return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[16])
