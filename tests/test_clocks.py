@@ -26,7 +26,8 @@ from domain.game import Game, chain_hash, event_record, format_at, parse_at
 from domain.record_sheet import record_sheet
 from service.config import Settings
 from service.http.app import create_app
-from tests.test_server_edges import free_port, send, serving, wait_until
+from tests.test_live import free_port, wait_until
+from tests.test_server_edges import send, serving
 
 Json = dict[str, Any]
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
@@ -223,6 +224,18 @@ def draws_in(value: Any) -> Iterator[Json]:
             yield from draws_in(item)
 
 
+def clocked_game(client: FlaskClient) -> tuple[Json, str, datetime]:
+    """A manual-dice game of two with a 5 s clock: its state, the token of the seat to play and
+    the turn's deadline."""
+    created = client.post(
+        "/v1/games",
+        json={"players": ["Ann", "Bob"], "dice": "manual", "clock": {"turn_seconds": 5}},
+    ).get_json()
+    game: Json = created["game"]
+    token: str = created["seats"][game["turn"]["player"]]["token"]
+    return game, token, parse_at(game["turn"]["deadline"])
+
+
 def history(client: FlaskClient, game_id: str) -> list[Json]:
     found: list[Json] = client.get(f"/v1/games/{game_id}/events?limit=1000").get_json()["events"]
     return found
@@ -284,15 +297,7 @@ def test_an_action_at_the_deadline_either_wins_or_is_refused_cleanly(
     served: tuple[Flask, FlaskClient],
 ) -> None:
     _, client = served
-    created = client.post(
-        "/v1/games",
-        json={"players": ["Ann", "Bob"], "dice": "manual", "clock": {"turn_seconds": 5}},
-    ).get_json()
-    game = created["game"]
-    token = created["seats"][game["turn"]["player"]]["token"]
-    deadline = datetime.strptime(game["turn"]["deadline"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(
-        tzinfo=UTC
-    )
+    game, token, deadline = clocked_game(client)
     while datetime.now(UTC) < deadline - timedelta(milliseconds=20):
         time.sleep(0.005)
     answer = client.post(
@@ -320,15 +325,7 @@ def test_a_late_action_records_the_timeout_and_is_refused(clock_settings: Settin
     app = create_app(clock_settings, create_tables=True)  # no scheduler: the action finds it
     try:
         client = app.test_client()
-        created = client.post(
-            "/v1/games",
-            json={"players": ["Ann", "Bob"], "dice": "manual", "clock": {"turn_seconds": 5}},
-        ).get_json()
-        game = created["game"]
-        token = created["seats"][game["turn"]["player"]]["token"]
-        deadline = datetime.strptime(game["turn"]["deadline"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(
-            tzinfo=UTC
-        )
+        game, token, deadline = clocked_game(client)
         poll(lambda: datetime.now(UTC) > deadline, 10)
         late = client.post(
             f"/v1/games/{game['id']}/actions",

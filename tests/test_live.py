@@ -39,6 +39,7 @@ def free_port() -> int:
 
 
 def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
+    """Poll ``check`` until it holds; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:

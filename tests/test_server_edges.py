@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ import pytest
 from service.application.store import persistence_env
 from service.config import Settings
 from service.http.app import create_app
+from tests.test_live import free_port, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 CANTSTOP = Path(sys.executable).parent / "cantstop"
@@ -40,20 +41,6 @@ Json = dict[str, Any]
 
 
 # ------------------------------------------------------------------------------- helpers
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll ``check`` until it holds; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
 
 
 @dataclass

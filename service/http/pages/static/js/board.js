@@ -3,7 +3,7 @@
 // sized for any screen. Each column is an image whose accessible name says what is on it, so a
 // screen reader (and a test) reads the same board a sighted player sees.
 
-import { s } from "./dom.js";
+import { h, s } from "./dom.js";
 
 // Okabe & Ito's palette, by seat: fill, its name, and the text colour on that fill.
 export const PALETTE = [
@@ -316,5 +316,31 @@ export function swatch(seat) {
       },
       String(seat),
     ),
+  );
+}
+
+/** A player in a list: colour, name and seat, tags (you, computer, to play, resigned, winner)
+ * and the columns claimed (of those needed, in a game of several players). */
+export function playerItem(state, p, { you = false } = {}) {
+  const tags = [];
+  if (you) tags.push("you");
+  if (p.bot) tags.push(`computer: ${p.bot}`);
+  if (state.turn && state.turn.player === p.seat) tags.push("to play");
+  if (p.resigned) tags.push("resigned");
+  if (state.status === "finished" && state.winner === p.seat) tags.push("winner");
+  const claimed = p.claimed.length ? `claimed ${p.claimed.join(", ")}` : "no column claimed";
+  const of = state.solitaire ? "" : ` (${p.claimed.length} of ${state.rules.columns_to_win})`;
+  return h(
+    "li",
+    { class: "player" },
+    swatch(p.seat),
+    h(
+      "span",
+      { class: "player-name" },
+      h("strong", {}, p.name === null ? "Open seat" : p.name),
+      ` (seat ${p.seat}, ${colourName(p.seat)})`,
+    ),
+    tags.map((t) => h("span", { class: "tag" }, t)),
+    p.name === null ? null : h("span", { class: "claimed" }, claimed + of),
   );
 }

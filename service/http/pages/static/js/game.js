@@ -11,7 +11,7 @@ import {
   seatLink,
   takeSeatFromAddress,
 } from "./api.js";
-import { colourName, drawBoard, playerLabel, swatch } from "./board.js";
+import { colourName, drawBoard, playerItem, playerLabel } from "./board.js";
 import { $, fill, h, percent, show } from "./dom.js";
 import { describe, moveName, rulesText, solitaireText, turnText } from "./story.js";
 
@@ -148,29 +148,7 @@ function renderPlayers() {
   fill(
     list,
     state.players.map((p) => {
-      const tags = [];
-      if (held && held.seat === p.seat) tags.push("you");
-      if (p.bot) tags.push(`computer: ${p.bot}`);
-      if (state.turn && state.turn.player === p.seat) tags.push("to play");
-      if (p.resigned) tags.push("resigned");
-      if (state.status === "finished" && state.winner === p.seat) tags.push("winner");
-      const claimed = p.claimed.length
-        ? `claimed ${p.claimed.join(", ")}`
-        : "no column claimed";
-      const of = state.solitaire ? "" : ` (${p.claimed.length} of ${state.rules.columns_to_win})`;
-      const item = h(
-        "li",
-        { class: "player" },
-        swatch(p.seat),
-        h(
-          "span",
-          { class: "player-name" },
-          h("strong", {}, p.name === null ? "Open seat" : p.name),
-          ` (seat ${p.seat}, ${colourName(p.seat)})`,
-        ),
-        tags.map((t) => h("span", { class: "tag" }, t)),
-        p.name === null ? null : h("span", { class: "claimed" }, claimed + of),
-      );
+      const item = playerItem(state, p, { you: Boolean(held && held.seat === p.seat) });
       if (p.bot && state.status === "waiting" && held) {
         item.append(
           h(

@@ -2,7 +2,7 @@
 // the event list with the current one marked, the audit's verdict, and the game's files.
 
 import { allEvents, api } from "./api.js";
-import { colourName, drawBoard, playerLabel, swatch } from "./board.js";
+import { drawBoard, playerItem } from "./board.js";
 import { $, fill, h, show } from "./dom.js";
 import { describe, solitaireText, turnText } from "./story.js";
 
@@ -79,24 +79,7 @@ async function show_() {
 function renderPlayers(state) {
   fill(
     $("#players"),
-    state.players.map((p) =>
-      h(
-        "li",
-        { class: "player" },
-        swatch(p.seat),
-        h(
-          "span",
-          { class: "player-name" },
-          h("strong", {}, p.name === null ? "Open seat" : p.name),
-          ` (seat ${p.seat}, ${colourName(p.seat)})`,
-        ),
-        p.bot ? h("span", { class: "tag" }, `computer: ${p.bot}`) : null,
-        state.turn && state.turn.player === p.seat ? h("span", { class: "tag" }, "to play") : null,
-        p.resigned ? h("span", { class: "tag" }, "resigned") : null,
-        state.status === "finished" && state.winner === p.seat ? h("span", { class: "tag" }, "winner") : null,
-        h("span", { class: "claimed" }, p.claimed.length ? `claimed ${p.claimed.join(", ")}` : "no column claimed"),
-      ),
-    ),
+    state.players.map((p) => playerItem(state, p)),
   );
 }
 
