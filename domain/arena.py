@@ -184,7 +184,8 @@ def _round(x: float) -> float:
 
 
 def decision_times(seconds: Sequence[float]) -> dict[str, Any]:
-    """How long decisions took, in milliseconds: median, 99th percentile, worst."""
+    """How long decisions took, in milliseconds: median, 99th and 99.9th percentiles, worst,
+    and how many took longer than 50 ms (the budget a server playing many bots can afford)."""
     ordered = sorted(seconds)
     if not ordered:
         return {"decisions": 0}
@@ -192,7 +193,9 @@ def decision_times(seconds: Sequence[float]) -> dict[str, Any]:
         "decisions": len(ordered),
         "median_ms": round(statistics.median(ordered) * 1000, 3),
         "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000, 3),
+        "p999_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.999))] * 1000, 3),
         "max_ms": round(ordered[-1] * 1000, 3),
+        "over_50_ms": sum(1 for s in ordered if s > 0.05),
     }
 
 
