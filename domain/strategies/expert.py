@@ -182,7 +182,7 @@ class ExpertStrategy:
         "Plays every turn by exact expectation over the dice: each way a turn can end is worth "
         "the turns it leaves to win (alone) or the chance of winning (against others)."
     )
-    version = "2"
+    version = "3"
 
     def __init__(self, params: Params | None = None, cache_size: int = 32) -> None:
         self.params = params or Params()
