@@ -249,32 +249,41 @@ class _SQLitePool(SQLiteConnectionPool):
     def queue_writers(self, path: str) -> None:
         self.writers_fd = os.open(f"{path}.writers", os.O_CREAT | os.O_RDWR, 0o600)
 
+    def _begin_writing(self) -> None:
+        """The right to write: first among this process's threads, then among the processes."""
+        self.write_lock.acquire()
+        if self.writers_fd is not None:
+            try:
+                fcntl.flock(self.writers_fd, fcntl.LOCK_EX)
+            except BaseException:
+                self.write_lock.release()
+                raise
+
+    def _end_writing(self) -> None:
+        if self.writers_fd is not None:
+            fcntl.flock(self.writers_fd, fcntl.LOCK_UN)
+        self.write_lock.release()
+
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
-        """The right to write: first among this process's threads, then among the processes."""
-        with self.write_lock:
-            if self.writers_fd is not None:
-                fcntl.flock(self.writers_fd, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                if self.writers_fd is not None:
-                    fcntl.flock(self.writers_fd, fcntl.LOCK_UN)
+        self._begin_writing()
+        try:
+            yield
+        finally:
+            self._end_writing()
 
     def get_connection(
         self, timeout: float | None = None, *, is_writer: bool | None = None
     ) -> SQLiteConnection:
+        """The library's own writes (table creation, the aggregate recorder) queue the same way."""
         if not is_writer:
             return super().get_connection(timeout, is_writer=is_writer)
-        self.write_lock.acquire()
+        self._begin_writing()  # held until put_connection
         try:
-            connection = super().get_connection(timeout, is_writer=is_writer)
+            return super().get_connection(timeout, is_writer=is_writer)
         except BaseException:
-            self.write_lock.release()
+            self._end_writing()
             raise
-        if self.writers_fd is not None:
-            fcntl.flock(self.writers_fd, fcntl.LOCK_EX)
-        return connection
 
     def put_connection(self, conn: SQLiteConnection) -> None:
         was_writer = conn.is_writer
@@ -282,9 +291,7 @@ class _SQLitePool(SQLiteConnectionPool):
             super().put_connection(conn)
         finally:
             if was_writer:
-                if self.writers_fd is not None:
-                    fcntl.flock(self.writers_fd, fcntl.LOCK_UN)
-                self.write_lock.release()
+                self._end_writing()
 
     def writer(self) -> sqlite3.Connection:
         """The connection that inserts a command's events (held under ``writing``): the pool's
