@@ -226,15 +226,15 @@ class BotGames:
     def _keep(self) -> None:
         client = Client(self.port)
         games = [self._new(client) for _ in range(self.count)]
-        seen = dict.fromkeys(games, 0)
+        seen = [0] * self.count  # each game's version at the last look
         while not self.done.wait(1.0):
             for i, game_id in enumerate(games):
                 game = client.call("GET", f"/v1/games/{game_id}")
-                self.events += game["version"] - seen.pop(game_id)
+                self.events += game["version"] - seen[i]
+                seen[i] = game["version"]
                 if game["status"] != "in_progress":
                     self.finished += 1
-                    games[i] = self._new(client)
-                seen[games[i]] = game["version"] if games[i] == game_id else 0
+                    games[i], seen[i] = self._new(client), 0
 
     def stop(self) -> None:
         self.done.set()

@@ -19,6 +19,7 @@ from flask.testing import FlaskClient
 from service.config import ConfigError, Settings
 from service.http.app import create_app
 from service.live.hub import Envelope, GameStream, Hub, LiveConfig, Mailbox
+from tests.test_api import UNKNOWN
 
 Json = dict[str, Any]
 Frames = Iterator[bytes]
@@ -201,7 +202,7 @@ def test_the_stream_ends_after_the_final_events_then_answers_204(
 @pytest.mark.parametrize(
     ("path", "headers", "status"),
     [
-        ("/v1/games/5d4a4c1e-0000-4000-8000-000000000001/stream", {}, 404),
+        (f"/v1/games/{UNKNOWN}/stream", {}, 404),
         ("/v1/games/not-a-game/stream", {}, 404),
         ("{game}/stream?after=x", {}, 422),
         ("{game}/stream", {"Last-Event-ID": "-1"}, 422),

@@ -20,9 +20,7 @@ from flask.testing import FlaskClient
 
 from service.config import Settings
 from service.http.app import create_app
-
-# A game id no store holds (fixed, so parallel test workers collect the same test ids).
-UNKNOWN = "5d4a4c1e-0000-4000-8000-00000000dead"
+from tests.test_api import UNKNOWN
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ROOT / "service" / "http" / "pages"
