@@ -360,6 +360,52 @@ def test_a_tampered_snapshot_is_found_by_the_audit(sqlite_app: Flask) -> None:
         fresh_app.extensions["cantstop"].close()
 
 
+def snapshot_versions(app: Flask, game_id: str) -> list[int]:
+    with sqlite3.connect(sqlite_path(app)) as db:
+        rows = db.execute(
+            "SELECT originator_version FROM stored_snapshots WHERE originator_id = ? "
+            "ORDER BY originator_version",
+            (uuid.UUID(game_id).hex,),
+        ).fetchall()
+    return [version for (version,) in rows]
+
+
+def test_snapshots_are_stored_with_the_events_that_make_them_due(sqlite_app: Flask) -> None:
+    client = sqlite_app.test_client()
+    game_id, tokens = new_manual_game(client)
+    game = client.get(f"/v1/games/{game_id}").get_json()
+    while game["version"] < 35:
+        game = step(client, game_id, tokens)
+    assert snapshot_versions(sqlite_app, game_id) == [10, 20, 30]
+
+
+def test_a_stray_snapshot_row_is_replaced_not_a_reason_to_refuse_actions(
+    sqlite_app: Flask,
+) -> None:
+    """Damage (a snapshot row where no events are yet) must not stop the game: the events that
+    reach that version are recorded, with the snapshot they make."""
+    client = sqlite_app.test_client()
+    game_id, tokens = new_manual_game(client)
+    with sqlite3.connect(sqlite_path(sqlite_app)) as db:
+        db.execute(
+            "INSERT INTO stored_snapshots VALUES (?, ?, ?, ?)",
+            (uuid.UUID(game_id).hex, 10, "domain.game:Game.Snapshot", b"\x00stray\xff"),
+        )
+    game = client.get(f"/v1/games/{game_id}").get_json()
+    while game["version"] < 12:
+        game = step(client, game_id, tokens)  # asserts 200 on every action
+    assert snapshot_versions(sqlite_app, game_id) == [10]
+    fresh_app = create_app(sqlite_app.extensions["cantstop"].settings)  # reads from the store
+    try:
+        fresh = fresh_app.test_client()
+        past = fresh.get(f"/v1/games/{game_id}?version=11")
+        assert past.status_code == 200 and past.get_json()["version"] == 11
+        audit = fresh.get(f"/v1/games/{game_id}/audit").get_json()
+        assert audit["valid"] is True, audit
+    finally:
+        fresh_app.extensions["cantstop"].close()
+
+
 # ----------------------------------------------------------------------- hostile bodies
 DEEP = b"[" * 1000 + b"]" * 1000
 

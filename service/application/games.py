@@ -25,6 +25,7 @@ from typing import Any, cast
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import IntegrityError
+from eventsourcing.sqlite import SQLiteAggregateRecorder
 from eventsourcing.utils import get_topic, strtobool
 
 from domain import fairness, strategies
@@ -53,6 +54,7 @@ from service.application.errors import (
 )
 from service.application.store import (
     CorruptGame,
+    GuardedSQLiteApplicationRecorder,
     SeedCommitments,
     SQLiteStore,
     StoreUnavailable,
@@ -208,8 +210,15 @@ class Games(Application[uuid.UUID]):
         self._snapshot(processing_event.aggregates, processing_event.events)
 
     def _snapshot(self, aggregates: Mapping[uuid.UUID, Any], events: list[Any]) -> None:
+        due = self._snapshots_due(aggregates, events)
+        if due:
+            assert self.snapshots is not None
+            self.snapshots.put(due)
+
+    def _snapshots_due(self, aggregates: Mapping[uuid.UUID, Any], events: list[Any]) -> list[Any]:
+        """Snapshots of the aggregates whose new events pass a multiple of their interval."""
         if not self.snapshots:
-            return
+            return []
         crossed = set()
         for event in events:
             aggregate = aggregates.get(event.originator_id)
@@ -218,18 +227,34 @@ class Games(Application[uuid.UUID]):
             interval = self.snapshotting_intervals.get(type(aggregate))
             if interval and event.originator_version % interval == 0:
                 crossed.add(event.originator_id)
+        due = []
         for aggregate_id in crossed:
             aggregate = aggregates[aggregate_id]
             snapshot_class = getattr(type(aggregate), "Snapshot", type(self).snapshot_class)
             assert snapshot_class is not None
-            self.snapshots.put([snapshot_class.take(aggregate)])
+            due.append(snapshot_class.take(aggregate))
+        return due
 
     def _write(self, *aggregates: Aggregate) -> None:
-        """Store the aggregates' pending events in one transaction: what ``save`` does, without
-        the library's general machinery (a third of an action's cost), for the command path."""
+        """Store the aggregates' pending events, and the snapshots they make due, in one
+        transaction: what ``save`` does, without the library's general machinery (a third of an
+        action's cost), for the command path."""
         events = [event for aggregate in aggregates for event in aggregate.collect_events()]
-        self.recorder.insert_events([self.mapper.to_stored_event(e) for e in events])
-        self._snapshot({a.id: a for a in aggregates}, events)
+        stored = [self.mapper.to_stored_event(e) for e in events]
+        due = self._snapshots_due({a.id: a for a in aggregates}, events)
+        recorder = self.recorder
+        if due and isinstance(recorder, GuardedSQLiteApplicationRecorder):
+            assert self.snapshots is not None
+            snapshots = self.snapshots.recorder
+            assert isinstance(snapshots, SQLiteAggregateRecorder)
+            recorder.insert_with_snapshots(
+                stored, snapshots, [self.mapper.to_stored_event(s) for s in due]
+            )
+            return
+        recorder.insert_events(stored)
+        if due:
+            assert self.snapshots is not None
+            self.snapshots.put(due)
 
     def _tell(self, new: dict[uuid.UUID, list[dict[str, Any]]]) -> None:
         if self.on_recorded is None:
