@@ -167,14 +167,43 @@ def echo(port: int, deadline: float, latencies: list[float]) -> None:
         i += 1
 
 
+def tree_cpu(root: int) -> float:
+    """CPU seconds (user + system) used so far by process ``root`` and its descendants, from
+    /proc (Linux); 0.0 elsewhere."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = entry.read_text()
+        except OSError:
+            continue  # the process ended meanwhile
+        fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) "
+        pid = int(entry.parent.name)
+        parents[pid] = int(fields[1])
+        times[pid] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += times.get(pid, 0.0)
+        todo.extend(child for child, parent in parents.items() if parent == pid)
+    return total
+
+
 @dataclass
 class Figures:
     rate: float
     p50: float
     p99: float
+    server_cpu: float = 0.0
+    """ms of CPU per action, the server's processes together (gunicorn's workers, and the
+    service's `cantstop worker`): steadier than the rate on a machine whose speed drifts."""
 
     def __str__(self) -> str:
-        return f"{self.rate:7,.0f} actions/s  p50 {self.p50:6.2f} ms  p99 {self.p99:6.2f} ms"
+        return (
+            f"{self.rate:7,.0f} actions/s  p50 {self.p50:6.2f} ms  p99 {self.p99:6.2f} ms  "
+            f"server CPU {self.server_cpu:5.2f} ms/action"
+        )
 
 
 def load(server: Server, clients: int, seconds: float) -> Figures:
@@ -190,6 +219,8 @@ def load(server: Server, clients: int, seconds: float) -> Figures:
     for thread in warm_threads:
         thread.join()
     latencies: list[float] = []
+    assert server.process is not None
+    cpu_before = tree_cpu(server.process.pid)
     deadline = time.perf_counter() + seconds
     threads = [
         threading.Thread(target=worker, args=(server.port, deadline, latencies))
@@ -201,11 +232,13 @@ def load(server: Server, clients: int, seconds: float) -> Figures:
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - started
+    cpu = tree_cpu(server.process.pid) - cpu_before
     latencies.sort()
     return Figures(
         len(latencies) / elapsed,
         statistics.median(latencies) * 1000,
         latencies[max(0, int(len(latencies) * 0.99) - 1)] * 1000,
+        cpu / max(1, len(latencies)) * 1000,
     )
 
 
@@ -369,7 +402,8 @@ def main() -> None:
 
 def report(results: dict[tuple[str, int], list[Figures]], clients: int) -> None:
     hello_many = results[("hello", clients)]
-    print("ratios to the hello-world, per round (the same round's figures):")
+    print("ratios to the hello-world, per round (the same round's figures; the server CPU does")
+    print("not count the PostgreSQL server's own processes):")
     notes = {"sqlite-full": " (durable against power cuts)", "sqlite-bots": " (bots playing)"}
     for name, target in (
         ("sqlite", 0.6),
@@ -384,6 +418,9 @@ def report(results: dict[tuple[str, int], list[Figures]], clients: int) -> None:
         goal = f" (target >= {target}x)" if target else notes[name]
         shown = ", ".join(f"{r:.2f}x" for r in ratios)
         print(f"  {name:12} {clients} clients, actions/s: {shown}{goal}")
+        cpu = [r.server_cpu / h.server_cpu for r, h in zip(runs, hello_many, strict=True)]
+        shown = ", ".join(f"{c:.2f}x" for c in cpu)
+        print(f"  {'':12} {clients} clients, server CPU per action: {shown}")
     one = results.get(("sqlite", 1))
     if one:
         ratios = [s.p50 / h.p50 for s, h in zip(one, results[("hello", 1)], strict=True)]
