@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
@@ -404,6 +405,36 @@ def test_a_stray_snapshot_row_is_replaced_not_a_reason_to_refuse_actions(
         assert audit["valid"] is True, audit
     finally:
         fresh_app.extensions["cantstop"].close()
+
+
+@pytest.mark.postgres
+def test_on_postgresql_snapshots_go_with_their_events_and_replace_stray_rows(
+    postgres_url: str,
+) -> None:
+    """The same two properties on PostgreSQL, where events and snapshots are one statement."""
+    app = create_app(Settings(database_url=postgres_url), create_tables=True)
+    try:
+        client = app.test_client()
+        game_id, tokens = new_manual_game(client)
+        hex_id = uuid.UUID(game_id)
+        with psycopg.connect(postgres_url, autocommit=True) as db:
+            db.execute(
+                "INSERT INTO cantstop_snapshots VALUES (%s, 20, 'domain.game:Game.Snapshot', %s)",
+                (hex_id, b"\x00stray\xff"),
+            )
+        game = client.get(f"/v1/games/{game_id}").get_json()
+        while game["version"] < 25:
+            game = step(client, game_id, tokens)  # asserts 200 on every action
+        with psycopg.connect(postgres_url) as db:
+            rows = db.execute(
+                "SELECT originator_version, state FROM cantstop_snapshots "
+                "WHERE originator_id = %s ORDER BY originator_version",
+                (hex_id,),
+            ).fetchall()
+        assert [version for version, _ in rows] == [10, 20]
+        assert all(bytes(state).startswith(b"{") for _, state in rows)  # the stray row is gone
+    finally:
+        app.extensions["cantstop"].close()
 
 
 # ----------------------------------------------------------------------- hostile bodies

@@ -25,6 +25,7 @@ from typing import Any, cast
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import IntegrityError
+from eventsourcing.postgres import PostgresAggregateRecorder
 from eventsourcing.sqlite import SQLiteAggregateRecorder
 from eventsourcing.utils import get_topic, strtobool
 
@@ -54,6 +55,7 @@ from service.application.errors import (
 )
 from service.application.store import (
     CorruptGame,
+    GuardedPostgresApplicationRecorder,
     GuardedSQLiteApplicationRecorder,
     SeedCommitments,
     SQLiteStore,
@@ -243,18 +245,21 @@ class Games(Application[uuid.UUID]):
         stored = [self.mapper.to_stored_event(e) for e in events]
         due = self._snapshots_due({a.id: a for a in aggregates}, events)
         recorder = self.recorder
-        if due and isinstance(recorder, GuardedSQLiteApplicationRecorder):
-            assert self.snapshots is not None
-            snapshots = self.snapshots.recorder
-            assert isinstance(snapshots, SQLiteAggregateRecorder)
-            recorder.insert_with_snapshots(
-                stored, snapshots, [self.mapper.to_stored_event(s) for s in due]
-            )
+        if not due:
+            recorder.insert_events(stored)
             return
-        recorder.insert_events(stored)
-        if due:
-            assert self.snapshots is not None
-            self.snapshots.put(due)
+        assert self.snapshots is not None
+        stored_snapshots = [self.mapper.to_stored_event(s) for s in due]
+        snapshots = self.snapshots.recorder
+        if isinstance(recorder, GuardedSQLiteApplicationRecorder):
+            assert isinstance(snapshots, SQLiteAggregateRecorder)
+            recorder.insert_with_snapshots(stored, snapshots, stored_snapshots)
+        elif isinstance(recorder, GuardedPostgresApplicationRecorder):
+            assert isinstance(snapshots, PostgresAggregateRecorder)
+            recorder.insert_with_snapshots(stored, snapshots, stored_snapshots)
+        else:
+            recorder.insert_events(stored)
+            snapshots.insert_events(stored_snapshots)
 
     def _tell(self, new: dict[uuid.UUID, list[dict[str, Any]]]) -> None:
         if self.on_recorded is None:
