@@ -25,8 +25,6 @@ from typing import Any, cast
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import IntegrityError
-from eventsourcing.postgres import PostgresAggregateRecorder
-from eventsourcing.sqlite import SQLiteAggregateRecorder
 from eventsourcing.utils import get_topic, strtobool
 
 from domain import fairness, strategies
@@ -244,22 +242,16 @@ class Games(Application[uuid.UUID]):
         events = [event for aggregate in aggregates for event in aggregate.collect_events()]
         stored = [self.mapper.to_stored_event(e) for e in events]
         due = self._snapshots_due({a.id: a for a in aggregates}, events)
-        recorder = self.recorder
         if not due:
-            recorder.insert_events(stored)
+            self.recorder.insert_events(stored)
             return
         assert self.snapshots is not None
+        recorder = self.recorder  # the stores are SQLiteStore and PostgresStore (store.py)
+        assert isinstance(
+            recorder, GuardedSQLiteApplicationRecorder | GuardedPostgresApplicationRecorder
+        )
         stored_snapshots = [self.mapper.to_stored_event(s) for s in due]
-        snapshots = self.snapshots.recorder
-        if isinstance(recorder, GuardedSQLiteApplicationRecorder):
-            assert isinstance(snapshots, SQLiteAggregateRecorder)
-            recorder.insert_with_snapshots(stored, snapshots, stored_snapshots)
-        elif isinstance(recorder, GuardedPostgresApplicationRecorder):
-            assert isinstance(snapshots, PostgresAggregateRecorder)
-            recorder.insert_with_snapshots(stored, snapshots, stored_snapshots)
-        else:
-            recorder.insert_events(stored)
-            snapshots.insert_events(stored_snapshots)
+        recorder.insert_with_snapshots(stored, self.snapshots.recorder, stored_snapshots)
 
     def _tell(self, new: dict[uuid.UUID, list[dict[str, Any]]]) -> None:
         if self.on_recorded is None:

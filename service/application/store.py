@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from eventsourcing.persistence import (
+    AggregateRecorder,
     DatabaseError,
     IntegrityError,
     InterfaceError,
@@ -195,11 +196,12 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
         return guarded(lambda: self._insert(stored_events), breaker=self.breaker)
 
     def insert_with_snapshots(
-        self, stored_events: Any, snapshots: PostgresAggregateRecorder, stored_snapshots: Any
+        self, stored_events: Any, snapshots: AggregateRecorder, stored_snapshots: Any
     ) -> Any:
         """Insert events and the snapshots they make due in one statement (a data-modifying
         ``WITH``): all rows or none, one round trip. As on SQLite, a stray snapshot row at the
         same version is replaced."""
+        assert isinstance(snapshots, PostgresAggregateRecorder)
         statement = SQL("WITH snapshots AS ({} {}) {}").format(
             snapshots.insert_events_statement,
             SQL(
@@ -385,12 +387,13 @@ class GuardedSQLiteApplicationRecorder(_GuardedLog, SQLiteApplicationRecorder):
         return guarded(lambda: self._insert(pool, stored_events), breaker=self.breaker)
 
     def insert_with_snapshots(
-        self, stored_events: Any, snapshots: SQLiteAggregateRecorder, stored_snapshots: Any
+        self, stored_events: Any, snapshots: AggregateRecorder, stored_snapshots: Any
     ) -> Any:
         """Insert events and the snapshots they make due in one transaction: one commit instead
         of two, and never a snapshot without its events. A snapshot is derived from the events
         beside it, so a stray row at its version (left by damage: no events are there) is
         replaced, not a reason to refuse the events."""
+        assert isinstance(snapshots, SQLiteAggregateRecorder)
         pool = self.datastore.pool
         if not isinstance(pool, _SQLitePool) or pool.is_sqlite_memory_mode:
             ids = self.insert_events(stored_events)
