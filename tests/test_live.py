@@ -48,10 +48,15 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 def call(
-    port: int, method: str, path: str, body: Json | None = None, token: str | None = None
+    port: int,
+    method: str,
+    path: str,
+    body: Json | None = None,
+    token: str | None = None,
+    timeout: float = 20,
 ) -> tuple[int, Json]:
     """One HTTP request; a generous timeout, so a starved server fails the test, not hangs it."""
-    conn = http.client.HTTPConnection(HOST, port, timeout=20)
+    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
     headers = {"Content-Type": "application/json"}
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
@@ -64,43 +69,37 @@ def call(
         conn.close()
 
 
-class Server:
-    """``cantstop serve --workers 2`` as a subprocess, with its log in a file."""
+class Served:
+    """``cantstop serve`` as a subprocess with a clean ``CANTSTOP_*`` environment (SQLite in
+    ``tmp`` unless told otherwise, no access log), its output in a log file."""
 
-    def __init__(self, tmp: Path, name: str, env: dict[str, str]) -> None:
-        self.port = free_port()
+    def __init__(self, tmp: Path, *args: str, env: dict[str, str], name: str = "server") -> None:
         self.log = tmp / f"{name}.log"
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("CANTSTOP_")}
-        full_env.update({"CANTSTOP_ACCESS_LOG": "", "CANTSTOP_STREAM_KEEPALIVE": "1", **env})
+        full_env["CANTSTOP_ACCESS_LOG"] = ""
+        full_env["CANTSTOP_DATABASE_URL"] = f"sqlite:///{tmp / f'{name}.sqlite'}"
+        full_env.update(env)
         with self.log.open("wb") as log:
             self.process = subprocess.Popen(
-                [
-                    str(CANTSTOP),
-                    "serve",
-                    "--host",
-                    HOST,
-                    "--port",
-                    str(self.port),
-                    "--workers",
-                    "2",
-                ],
+                [str(CANTSTOP), "serve", *args],
                 env=full_env,
+                cwd=tmp,
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
 
-    def health(self) -> tuple[int, Json]:
-        return call(self.port, "GET", "/healthz")
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]
 
-    def wait_ready(self, timeout: float = 30) -> None:
+    def wait_ready(self, port: int, timeout: float = 30) -> None:
         def ready() -> bool:
             if self.process.poll() is not None:
-                raise AssertionError(f"the server exited:\n{self.log.read_text()[-3000:]}")
+                raise AssertionError(f"the server exited:\n{self.output()}")
             with contextlib.suppress(OSError):
-                return self.health()[0] == 200
+                return call(port, "GET", "/healthz", timeout=5)[0] == 200
             return False
 
-        wait_until(ready, timeout, f"/healthz on port {self.port}")
+        wait_until(ready, timeout, f"/healthz on port {port}")
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -110,6 +109,21 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(timeout=5)
+                raise AssertionError(
+                    f"the server did not stop on SIGINT:\n{self.output()}"
+                ) from None
+
+
+class Server(Served):
+    """``cantstop serve --workers 2`` on a port of its own, streams kept alive every second."""
+
+    def __init__(self, tmp: Path, name: str, env: dict[str, str]) -> None:
+        self.port = free_port()
+        args = ("--host", HOST, "--port", str(self.port), "--workers", "2")
+        super().__init__(tmp, *args, env={"CANTSTOP_STREAM_KEEPALIVE": "1", **env}, name=name)
+
+    def health(self) -> tuple[int, Json]:
+        return call(self.port, "GET", "/healthz")
 
 
 @pytest.fixture
@@ -119,7 +133,7 @@ def servers(tmp_path: Path) -> Iterator[Callable[..., Server]]:
     def start(name: str, **env: str) -> Server:
         server = Server(tmp_path, name, env)
         started.append(server)
-        server.wait_ready()
+        server.wait_ready(server.port)
         return server
 
     yield start

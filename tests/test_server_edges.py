@@ -14,7 +14,6 @@ import http.client
 import json
 import os
 import shutil
-import signal
 import socket
 import stat
 import subprocess
@@ -32,7 +31,7 @@ import pytest
 from service.application.store import persistence_env
 from service.config import Settings
 from service.http.app import create_app
-from tests.test_live import free_port, wait_until
+from tests.test_live import Served, free_port, wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 CANTSTOP = Path(sys.executable).parent / "cantstop"
@@ -97,51 +96,6 @@ def answers(port: int) -> bool:
             return True
     except OSError:
         return False
-
-
-class Served:
-    """``cantstop serve`` as a subprocess with a clean ``CANTSTOP_*`` environment (SQLite in
-    ``tmp`` unless told otherwise, no access log), its output in a log file."""
-
-    def __init__(self, tmp: Path, *args: str, env: dict[str, str], name: str = "server") -> None:
-        self.log = tmp / f"{name}.log"
-        full_env = {k: v for k, v in os.environ.items() if not k.startswith("CANTSTOP_")}
-        full_env["CANTSTOP_ACCESS_LOG"] = ""
-        full_env["CANTSTOP_DATABASE_URL"] = f"sqlite:///{tmp / f'{name}.sqlite'}"
-        full_env.update(env)
-        with self.log.open("wb") as log:
-            self.process = subprocess.Popen(
-                [str(CANTSTOP), "serve", *args],
-                env=full_env,
-                cwd=tmp,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")[-4000:]
-
-    def wait_ready(self, port: int, timeout: float = 30) -> None:
-        def ready() -> bool:
-            if self.process.poll() is not None:
-                raise AssertionError(f"the server exited:\n{self.output()}")
-            with contextlib.suppress(OSError):
-                return send(port, "GET", "/healthz", timeout=5).status == 200
-            return False
-
-        wait_until(ready, timeout, f"/healthz on port {port}")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)  # gunicorn's quick shutdown
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
-                raise AssertionError(
-                    f"the server did not stop on SIGINT:\n{self.output()}"
-                ) from None
 
 
 @contextlib.contextmanager
