@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from eventsourcing.persistence import IntegrityError, StoredEvent
 from flask import Flask
 from flask.testing import FlaskClient
 
@@ -405,6 +406,28 @@ def test_a_stray_snapshot_row_is_replaced_not_a_reason_to_refuse_actions(
         assert audit["valid"] is True, audit
     finally:
         fresh_app.extensions["cantstop"].close()
+
+
+def test_an_actions_events_are_all_stored_or_none_with_their_notification_ids(
+    sqlite_app: Flask,
+) -> None:
+    """Events without a snapshot go in one multi-row statement: the ids it answers are the
+    notification log's, and a conflict on any row stores none of them."""
+    recorder = sqlite_app.extensions["cantstop"].games.recorder
+    originator = uuid.uuid4()
+
+    def stored(version: int) -> StoredEvent:
+        return StoredEvent(originator, version, "tests:Event", b"{}")
+
+    recorder.insert_events([stored(1)])  # something in the log before
+    ids = recorder.insert_events([stored(2), stored(3), stored(4)])
+    logged = recorder.select_notifications(ids[0], 10)
+    assert [n.id for n in logged] == ids and len(ids) == 3
+    assert [n.originator_version for n in logged] == [2, 3, 4]
+    with pytest.raises(IntegrityError):
+        recorder.insert_events([stored(5), stored(3)])  # version 3 is taken
+    assert [e.originator_version for e in recorder.select_events(originator)] == [1, 2, 3, 4]
+    assert recorder.insert_events([stored(5)]) == [ids[-1] + 1]
 
 
 @pytest.mark.postgres
