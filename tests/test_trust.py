@@ -503,6 +503,36 @@ def test_only_utf8_json_bodies_are_accepted(client: FlaskClient) -> None:
     assert client.post("/v1/games", data=body, content_type="application/json").status_code == 201
 
 
+def test_an_action_body_parsed_before_is_still_judged_by_its_media_type_and_game(
+    client: FlaskClient,
+) -> None:
+    """Action bodies are parsed once per distinct body (service/http/games.py): the same bytes
+    sent again still answer 415 under another media type, and are judged on the game as it is
+    now, not as it was when they were first parsed."""
+    game_id, tokens = new_manual_game(client)
+    url = f"/v1/games/{game_id}/actions"
+    roll = b'{"type":"roll","dice":[1,2,3,4]}'
+    sent = client.post(url, data=roll, content_type="application/json", headers=bearer(tokens[0]))
+    assert sent.status_code == 200
+    problem(
+        client.post(url, data=roll, content_type="text/plain", headers=bearer(tokens[0])),
+        415,
+        "unsupported_media_type",
+    )
+    again = client.post(url, data=roll, content_type="application/json", headers=bearer(tokens[0]))
+    problem(again, 409, "illegal_action")  # a move is due now, not a roll
+    nested = b'{"type":"roll","dice":[[1],2,3,4]}'
+    for _ in range(2):  # a die that is not an integer: refused each time, nothing recorded
+        wrong = client.post(
+            url, data=nested, content_type="application/json", headers=bearer(tokens[0])
+        )
+        assert wrong.status_code in (409, 422)
+    assert (
+        client.get(f"/v1/games/{game_id}").get_json()["version"]
+        == sent.get_json()["game"]["version"]
+    )
+
+
 def test_cantstop_verify_on_a_deep_document_is_exit_2_with_one_line(tmp_path: Path) -> None:
     path = tmp_path / "deep.json"
     path.write_bytes(DEEP)

@@ -233,6 +233,11 @@ def json_body() -> Any:
     """The request's JSON body: ``Content-Type: application/json`` (UTF-8), at most
     ``jsondoc.MAX_DEPTH`` levels deep; 413 when too large, 415 for another media type, 422 for a
     bad document."""
+    return parse_json(json_bytes())
+
+
+def json_bytes() -> bytes:
+    """The request's body, unparsed, once its size and media type are right (413, 415)."""
     data = request.get_data(cache=True)  # 413 first: the size is wrong whatever the type
     if not is_json(request.mimetype):
         raise UnsupportedMediaType(
@@ -242,6 +247,11 @@ def json_body() -> Any:
     charset = request.mimetype_params.get("charset", "utf-8").lower()
     if charset not in ("utf-8", "utf8"):
         raise UnsupportedMediaType(f"JSON bodies are UTF-8, not {charset}")
+    return data
+
+
+def parse_json(data: bytes) -> Any:
+    """A JSON document (UTF-8) at most ``jsondoc.MAX_DEPTH`` levels deep; 422 if it is not."""
     try:
         return jsondoc.check_depth(orjson.loads(data))
     except orjson.JSONDecodeError as exc:

@@ -7,7 +7,7 @@ from typing import Any
 
 from flask import Blueprint, Response, request
 
-from domain.commands import NewGame, parse_action
+from domain.commands import Command, NewGame, Roll, parse_action
 from domain.errors import IllegalAction
 from domain.game import format_at
 from service.application.games import Seat, parse_game_id
@@ -19,9 +19,11 @@ from service.http.core import (
     error_problem,
     int_arg,
     json_body,
+    json_bytes,
     json_response,
     load,
     not_modified,
+    parse_json,
     required_versions,
     runtime,
     version_arg,
@@ -37,6 +39,13 @@ ACTION = schemas.ActionSchema()
 CREATE_GAME = schemas.CreateGameSchema()
 JOIN = schemas.JoinSchema()
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
+# Action bodies already parsed, by their bytes: clients send the same few bodies again and again
+# ({"type":"roll"}, a move's sums), and parsing one is a pure function of its bytes, so each
+# distinct body goes through orjson, marshmallow and parse_action once (docs/performance.md).
+# Bounded: short bodies only, and the table is emptied when full.
+PARSED_ACTIONS: dict[bytes, Command] = {}
+PARSED_ACTIONS_MAX = 4096
+PARSED_BODY_MAX = 128
 
 
 def etag(version: int) -> dict[str, str]:
@@ -131,7 +140,7 @@ def act(game_id: str) -> Response:
     gid = parse_game_id(game_id)
     games = runtime().games
     seat = games.authenticate(gid, bearer_token())
-    command = parse_action(load(ACTION, json_body()))
+    command = action_command()
     if_match = required_versions()
     key = request.headers.get("Idempotency-Key")
     if key is not None and not IDEMPOTENCY_KEY.match(key):
@@ -144,6 +153,28 @@ def act(game_id: str) -> Response:
     if result.replayed:
         headers["Idempotent-Replayed"] = "true"
     return json_response({"game": result.state, "events": result.events}, headers=headers)
+
+
+def action_command() -> Command:
+    """The request's action as a command: parsed once per distinct body (``PARSED_ACTIONS``)."""
+    body = json_bytes()
+    command = PARSED_ACTIONS.get(body)
+    if command is None:
+        command = parse_action(load(ACTION, parse_json(body)))
+        if len(body) <= PARSED_BODY_MAX and shareable(command):
+            if len(PARSED_ACTIONS) >= PARSED_ACTIONS_MAX:
+                PARSED_ACTIONS.clear()
+            PARSED_ACTIONS[body] = command
+    return command
+
+
+def shareable(command: Command) -> bool:
+    """Immutable all the way down (manual dice are kept as sent: a list inside would not be)."""
+    return (
+        not isinstance(command, Roll)
+        or command.dice is None
+        or all(type(die) is int for die in command.dice)
+    )
 
 
 @games_api.get("/v1/games/<game_id>/events")
