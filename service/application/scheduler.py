@@ -8,6 +8,12 @@ it asks ``Timekeeper.tick`` to do what is due. Several such processes may run, o
 the store lets exactly one of them record each change (the game's next version), so a deadline
 gives one ``TurnTimedOut`` and a bot's turn one action, whoever was first; the others read the
 change in the log and plan again. Redis is not needed.
+
+Most games are between people without a clock: there, the only thing ever due is abandonment,
+and every new event only pushes it later. So such a game ("plain") is not read again for each
+event: its plan stays as it was (early, never late), and when that time comes ``tick`` finds
+nothing due and plans the true time. Only events that may seat a computer player (a creation,
+a seat taken or given back) plan a plain game again; a finished game is dropped unread.
 """
 
 from __future__ import annotations
@@ -19,6 +25,9 @@ import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from eventsourcing.utils import get_topic
+
+from domain.game import Game
 from service.application.errors import ApplicationError, describe
 from service.application.games import GAME_TOPICS, Games
 from service.application.store import LogReader
@@ -28,6 +37,10 @@ log = logging.getLogger("cantstop.scheduler")
 
 POLL = 0.25  # seconds between reads of the log
 PAGE = 1000
+# After these, a game without a clock or computer players may have one: plan it again.
+REPLAN = frozenset(get_topic(c) for c in (Game.GameCreated, Game.SeatJoined, Game.SeatLeft))
+# After these, nothing more is due in the game.
+FINAL = frozenset(get_topic(c) for c in (Game.GameFinished, Game.GameAbandoned))
 
 
 def utcnow() -> datetime:
@@ -50,30 +63,44 @@ class Scheduler:
         self.reader = LogReader(games.recorder, tuple(GAME_TOPICS))
         self._heap: list[tuple[datetime, str]] = []
         self._planned: dict[uuid.UUID, datetime] = {}
+        self._plain: set[uuid.UUID] = set()  # planned, no clock, no computer player
 
     # ------------------------------------------------------------------------------ planning
     def refresh(self) -> int:
-        """Read what was recorded since the last read, and plan those games again."""
-        touched: set[uuid.UUID] = set()
+        """Read what was recorded since the last read, and plan those games again (a plain
+        game only after an event that may seat a computer player); how many were planned."""
+        touched: dict[uuid.UUID, set[str]] = {}
         while True:
             page = self.reader.read(PAGE)
-            touched.update(uuid.UUID(str(n.originator_id)) for n in page)
+            for notification in page:
+                game_id = uuid.UUID(str(notification.originator_id))
+                touched.setdefault(game_id, set()).add(notification.topic)
             if len(page) < PAGE:
                 break
-        for game_id in touched:
-            self.plan(game_id)
-        return len(touched)
+        planned = 0
+        for game_id, topics in touched.items():
+            if topics & FINAL:
+                self._schedule(game_id, None)
+            elif game_id not in self._plain or topics & REPLAN:
+                self.plan(game_id)
+                planned += 1
+        return planned
 
     def plan(self, game_id: uuid.UUID) -> None:
+        plain = False
         try:
             with self.games.owned(game_id) as game:
                 due = self.timekeeper.due_at(game)
+                plain = game.clock_seconds is None and not game.bots
         except ApplicationError as exc:  # a damaged or vanished game: nothing to plan
             log.warning("scheduler: cannot plan game %s: %s", game_id, exc.detail)
             due = None
         self._schedule(game_id, due)
+        if plain and due is not None:
+            self._plain.add(game_id)
 
     def _schedule(self, game_id: uuid.UUID, due: datetime | None) -> None:
+        self._plain.discard(game_id)  # planned again: plain again only if plan() says so
         if due is None:
             self._planned.pop(game_id, None)
             return
