@@ -63,8 +63,10 @@ AT_PATTERN = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
 
 
 def format_at(timestamp: datetime) -> str:
-    """An event's time as served: UTC, microseconds, ``Z``."""
-    return timestamp.astimezone(UTC).strftime(AT_FORMAT)
+    """An event's time as served: UTC, microseconds, ``Z`` (``AT_FORMAT``; isoformat is the
+    same text for years 1000 to 9999, in less time)."""
+    utc = timestamp.astimezone(UTC).replace(tzinfo=None)
+    return utc.isoformat(timespec="microseconds") + "Z"
 
 
 def parse_at(at: str) -> datetime:
@@ -74,14 +76,13 @@ def parse_at(at: str) -> datetime:
     return datetime.strptime(at, AT_FORMAT).replace(tzinfo=UTC)
 
 
+# The contract's canonical JSON: sorted keys, no spaces, UTF-8 as is. One encoder, built once.
+CANONICAL_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def chain_hash(prev_hash: str, version: int, type_: str, at: str, data: Mapping[str, Any]) -> str:
     """sha256(bytes(prev_hash) + canonical JSON of the served event), as the contract defines it."""
-    body = json.dumps(
-        {"version": version, "type": type_, "at": at, "data": data},
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-    )
+    body = CANONICAL_JSON.encode({"version": version, "type": type_, "at": at, "data": data})
     return hashlib.sha256(bytes.fromhex(prev_hash) + body.encode("utf-8")).hexdigest()
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 from domain.errors import InvalidRequest
@@ -59,7 +59,17 @@ class Rules:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Rules:
         """Rebuild from an already normalized dict (as stored in a GameCreated event)."""
-        return cls(**{name: data[name] for name in RULE_FIELDS})
+        values = tuple(data[name] for name in RULE_FIELDS)
+        try:
+            return _rules(values)
+        except TypeError:  # an unhashable value: not rules as normalized, but built as before
+            return cls(*values)
+
+
+@lru_cache(maxsize=256)
+def _rules(values: tuple[Any, ...]) -> Rules:
+    """Rules are few and immutable: each distinct one is built once."""
+    return Rules(*values)
 
 
 def _flag(raw: Mapping[str, Any], name: str) -> bool:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from domain.game import Game, format_at, position_map
 from domain.moves import UNCLAIMED
+from domain.rules import Rules
 
 
 def legal_actions(game: Game) -> list[dict[str, Any]]:
@@ -19,9 +21,29 @@ def legal_actions(game: Game) -> list[dict[str, Any]]:
     return [{"type": "roll"}]
 
 
-def game_state(game: Game, game_id: str | None = None) -> dict[str, Any]:
-    rules = game.rules_obj
+@lru_cache(maxsize=64)
+def _rules(rules: Rules) -> dict[str, Any]:
+    return rules.to_dict()
+
+
+@lru_cache(maxsize=4096)
+def _columns(rules: Rules, claimed: tuple[int, ...]) -> list[dict[str, Any]]:
     heights = rules.heights
+    return [
+        {
+            "column": c,
+            "height": heights[c],
+            "claimed_by": None if claimed[c] == UNCLAIMED else claimed[c],
+        }
+        for c in rules.columns
+    ]
+
+
+def game_state(game: Game, game_id: str | None = None) -> dict[str, Any]:
+    """The state view. Its parts that many versions share (the rules, the columns as claimed)
+    are built once and shared: a view is never changed once built."""
+    rules = game.rules_obj
+    claimed = tuple(game.claimed)
     turn = None
     if game.status == "in_progress" and game.current is not None:
         turn = {
@@ -44,22 +66,15 @@ def game_state(game: Game, game_id: str | None = None) -> dict[str, Any]:
         "id": game_id,
         "version": game.version,
         "status": game.status,
-        "rules": rules.to_dict(),
+        "rules": _rules(rules),
         "dice": game.dice_mode,
-        "columns": [
-            {
-                "column": c,
-                "height": heights[c],
-                "claimed_by": None if game.claimed[c] == UNCLAIMED else game.claimed[c],
-            }
-            for c in rules.columns
-        ],
+        "columns": _columns(rules, claimed),
         "players": [
             {
                 "seat": seat,
                 "name": game.names[seat],
                 "markers": position_map(game.markers[seat]),
-                "claimed": [c for c in rules.columns if game.claimed[c] == seat],
+                "claimed": [c for c in rules.columns if claimed[c] == seat],
                 "resigned": game.resigned[seat],
                 "bot": game.bots.get(str(seat)),
                 "timeouts_in_a_row": game.timeouts_of(seat),
