@@ -158,7 +158,7 @@ def json_response(
         orjson.dumps(payload, option=orjson.OPT_NON_STR_KEYS),
         status,
         headers,
-        mimetype="application/json",
+        content_type="application/json",
     )
 
 
@@ -296,7 +296,7 @@ def version_arg() -> int | None:
 
 
 def bearer_token() -> str | None:
-    header = request.headers.get("Authorization", "")
+    header = request.environ.get("HTTP_AUTHORIZATION", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         return None
@@ -306,7 +306,7 @@ def bearer_token() -> str | None:
 # ------------------------------------------------------------------------------ conditionals
 def not_modified(version_tag: str) -> bool:
     """RFC 9110 If-None-Match on a read: weak comparison, lists and ``*``."""
-    if "If-None-Match" not in request.headers:
+    if "HTTP_IF_NONE_MATCH" not in request.environ:
         return False
     return request.if_none_match.contains_weak(version_tag)
 
@@ -315,7 +315,7 @@ def required_versions() -> frozenset[int] | None:
     """RFC 9110 If-Match on an action: None when absent or ``*`` (the game exists, so ``*``
     always matches); else the versions its strong tags name. A weak tag never matches (If-Match
     compares strongly), so a list of weak tags only is an empty set: 412."""
-    if "If-Match" not in request.headers:
+    if "HTTP_IF_MATCH" not in request.environ:
         return None
     tags = request.if_match
     if tags.star_tag:

@@ -142,7 +142,7 @@ def act(game_id: str) -> Response:
     seat = games.authenticate(gid, bearer_token())
     command = action_command()
     if_match = required_versions()
-    key = request.headers.get("Idempotency-Key")
+    key = request.environ.get("HTTP_IDEMPOTENCY_KEY")
     if key is not None and not IDEMPOTENCY_KEY.match(key):
         raise BadRequest("Idempotency-Key must be 1 to 200 visible ASCII characters")
     try:
