@@ -76,6 +76,7 @@ class Server:
     env: dict[str, str]
     port: int
     process: subprocess.Popen[bytes] | None = None
+    cwd: Path = ROOT
 
     def start(self) -> None:
         self.process = subprocess.Popen(
@@ -83,7 +84,7 @@ class Server:
             env=self.env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            cwd=ROOT,
+            cwd=self.cwd,
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

@@ -296,7 +296,7 @@ def version_arg() -> int | None:
 
 
 def bearer_token() -> str | None:
-    header = request.environ.get("HTTP_AUTHORIZATION", "")
+    header: str = request.environ.get("HTTP_AUTHORIZATION", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         return None
