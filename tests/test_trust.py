@@ -408,6 +408,29 @@ def test_a_stray_snapshot_row_is_replaced_not_a_reason_to_refuse_actions(
         fresh_app.extensions["cantstop"].close()
 
 
+def test_a_snapshot_that_cannot_be_stored_does_not_fail_the_action(sqlite_app: Flask) -> None:
+    """A snapshot goes in after its events: once they are stored the action is done, and a
+    snapshot refused by the store is only logged (a rebuild then reads a few more events)."""
+    client = sqlite_app.test_client()
+    game_id, tokens = new_manual_game(client)
+    with sqlite3.connect(sqlite_path(sqlite_app)) as db:
+        db.execute(
+            "CREATE TRIGGER refuse_snapshots BEFORE INSERT ON stored_snapshots "
+            "BEGIN INSERT INTO no_such_table VALUES (1); END"  # an OperationalError
+        )
+    game = client.get(f"/v1/games/{game_id}").get_json()
+    while game["version"] < 12:
+        game = step(client, game_id, tokens)  # asserts 200 on every action
+    assert snapshot_versions(sqlite_app, game_id) == []
+    fresh_app = create_app(sqlite_app.extensions["cantstop"].settings)  # reads from the store
+    try:
+        fresh = fresh_app.test_client()
+        assert fresh.get(f"/v1/games/{game_id}").get_json()["version"] == game["version"]
+        assert fresh.get(f"/v1/games/{game_id}/audit").get_json()["valid"] is True
+    finally:
+        fresh_app.extensions["cantstop"].close()
+
+
 def test_an_actions_events_are_all_stored_or_none_with_their_notification_ids(
     sqlite_app: Flask,
 ) -> None:
