@@ -453,6 +453,39 @@ def test_an_actions_events_are_all_stored_or_none_with_their_notification_ids(
     assert recorder.insert_events([stored(5)]) == [ids[-1] + 1]
 
 
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_a_batch_larger_than_one_statement_is_stored_whole_or_not_at_all(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """An import stores a whole game's events in one call: more rows than one statement may
+    bind (SQLite 32,766 values, PostgreSQL 65,535) still go in one transaction, in order."""
+    url = (
+        request.getfixturevalue("postgres_url")
+        if backend == "postgres"
+        else f"sqlite:///{tmp_path / 'big.sqlite'}"
+    )
+    app = create_app(Settings(database_url=url), create_tables=True)
+    try:
+        recorder = app.extensions["cantstop"].games.recorder
+        originator = uuid.uuid4()
+
+        def stored(version: int) -> StoredEvent:
+            return StoredEvent(originator, version, "tests:Event", b"{}")
+
+        many = 20_000
+        ids = recorder.insert_events([stored(v) for v in range(1, many + 1)])
+        assert len(ids) == many and ids == list(range(ids[0], ids[0] + many))
+        versions = [e.originator_version for e in recorder.select_events(originator)]
+        assert versions == list(range(1, many + 1))
+        with pytest.raises(IntegrityError):  # the last row conflicts: none of them is stored
+            recorder.insert_events([stored(v) for v in range(many + 1, 2 * many)] + [stored(1)])
+        assert len(recorder.select_events(originator)) == many
+    finally:
+        app.extensions["cantstop"].close()
+
+
 @pytest.mark.postgres
 def test_on_postgresql_snapshots_go_with_their_events_and_replace_stray_rows(
     postgres_url: str,

@@ -180,6 +180,11 @@ class GuardedPostgresAggregateRecorder(_Guarded, PostgresAggregateRecorder):
     pass
 
 
+# Rows in one multi-row INSERT: actions have a few; an import's thousands go in chunks of this
+# many, in one transaction (SQLite binds at most 32,766 values per statement, PostgreSQL 65,535).
+ROWS_PER_STATEMENT = 200
+
+
 def _columns(event: Any) -> tuple[Any, ...]:
     return (event.originator_id, event.originator_version, event.topic, event.state)
 
@@ -232,14 +237,27 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
         and bytea in C), and the statement is text built once per shape, so psycopg parses it
         once and the server runs it prepared."""
         snapshots, stored_snapshots = with_snapshots or (None, ())
-        statement = self._statement(len(stored_events), snapshots, len(stored_snapshots))
-        params = [
-            value for event in (*stored_snapshots, *stored_events) for value in _columns(event)
-        ]
+        events = list(stored_events)
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
             assert conn.autocommit
-            curs.execute(statement, params, prepare=True)
-            return sorted(row["notification_id"] for row in curs.fetchall())
+            if len(events) <= ROWS_PER_STATEMENT:
+                return self._execute(curs, events, snapshots, stored_snapshots, prepare=True)
+            # More rows than one statement may bind (an import): one transaction, in chunks.
+            ids: list[int] = []
+            with conn.transaction():
+                for start in range(0, len(events), ROWS_PER_STATEMENT):
+                    chunk = events[start : start + ROWS_PER_STATEMENT]
+                    first = stored_snapshots if start == 0 else ()
+                    ids += self._execute(curs, chunk, snapshots, first, prepare=False)
+            return ids
+
+    def _execute(
+        self, curs: Any, events: list[Any], snapshots: Any, stored_snapshots: Any, *, prepare: bool
+    ) -> list[int]:
+        statement = self._statement(len(events), snapshots, len(stored_snapshots))
+        params = [value for row in (*stored_snapshots, *events) for value in _columns(row)]
+        curs.execute(statement, params, prepare=prepare)
+        return sorted(row["notification_id"] for row in curs.fetchall())
 
     def _statement(self, events: int, snapshots: Any, rows: int) -> bytes:
         """``INSERT … VALUES (…), … RETURNING notification_id`` for ``events`` rows, after a
@@ -438,11 +456,25 @@ class GuardedSQLiteApplicationRecorder(_GuardedLog, SQLiteApplicationRecorder):
         return ids
 
     def _insert(self, pool: _SQLitePool, stored_events: Any) -> list[int]:
-        """The events on the writer connection, in one statement: the new notification ids."""
-        if not stored_events:
+        """The events on the writer connection, in one statement: the new notification ids.
+        More rows than one statement may bind (an import) go in one transaction, in chunks."""
+        events = list(stored_events)
+        if not events:
             return []
         with pool.writing(), _sqlite_errors():
-            return self._insert_alone(pool.writer(), stored_events)
+            db = pool.writer()
+            if len(events) <= ROWS_PER_STATEMENT:
+                return self._insert_alone(db, events)
+            ids: list[int] = []
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                for start in range(0, len(events), ROWS_PER_STATEMENT):
+                    ids += self._insert_alone(db, events[start : start + ROWS_PER_STATEMENT])
+                db.execute("COMMIT")
+            finally:
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+            return ids
 
     @staticmethod
     def _replace(pool: _SQLitePool, table: str, stored: Any) -> None:
@@ -455,8 +487,8 @@ class GuardedSQLiteApplicationRecorder(_GuardedLog, SQLiteApplicationRecorder):
             pool.writer().execute(statement, values)
 
     def _insert_alone(self, db: sqlite3.Connection, stored_events: Any) -> list[int]:
-        """Events without a snapshot: one multi-row ``INSERT`` on the autocommit connection, its
-        own transaction (all rows or none), one call into SQLite instead of three. Each call
+        """Events in one multi-row ``INSERT`` on the autocommit connection: its own transaction
+        (all rows or none) unless inside one, one call into SQLite instead of three. Each call
         lets go of the GIL, and under load every let-go is a switch between threads. The rowids
         (the notification ids) are consecutive: the writer holds the write lock, so the table's
         largest rowid grows by one per row."""
