@@ -252,75 +252,74 @@ class FakeTime:
         return self.now
 
 
+@pytest.fixture
+def moved_clock(clock_settings: Settings) -> Iterator[tuple[Flask, Scheduler, FakeTime]]:
+    """An app, and a scheduler of its store whose clock the test moves."""
+    app = create_app(clock_settings, create_tables=True)
+    rt = app.extensions["cantstop"]
+    time_ = FakeTime()
+    yield app, Scheduler(rt.games, rt.timekeeper, clock=time_), time_
+    rt.close()
+
+
 def test_a_plain_game_is_not_reread_per_event_yet_is_abandoned_on_time(
-    clock_settings: Settings,
+    moved_clock: tuple[Flask, Scheduler, FakeTime], clock_settings: Settings
 ) -> None:
     """A game of people without a clock keeps its first plan (early, never late): when it comes,
     the scheduler finds the game was played since and plans the true time, which then ends it."""
-    app = create_app(clock_settings, create_tables=True)
-    try:
-        rt = app.extensions["cantstop"]
-        time_ = FakeTime()
-        scheduler = Scheduler(rt.games, rt.timekeeper, clock=time_)
-        client = app.test_client()
-        created = client.post("/v1/games", json={"players": ["Ann", "Bob"]}).get_json()
-        game = created["game"]
-        assert scheduler.refresh() == 1
-        first_plan = scheduler.next_due
-        assert first_plan is not None
-        token = created["seats"][game["turn"]["player"]]["token"]
-        played = client.post(
-            f"/v1/games/{game['id']}/actions",
-            json={"type": "roll"},
-            headers={"Authorization": f"Bearer {token}"},
-        ).get_json()["events"][-1]
-        assert scheduler.refresh() == 0  # not read again: its plan can only be early
-        assert scheduler.next_due == first_plan
-        time_.now = first_plan
-        assert scheduler.run_due() == 1  # it looks, and finds the game played since
-        assert client.get(f"/v1/games/{game['id']}").get_json()["status"] == "in_progress"
-        true_time = parse_at(played["at"]) + timedelta(seconds=clock_settings.abandon_after)
-        assert scheduler.next_due == true_time
-        time_.now = true_time
-        scheduler.run_due()
-        state = client.get(f"/v1/games/{game['id']}").get_json()
-        assert state["status"] == "finished" and state["finish_reason"] == "abandoned"
-        scheduler.refresh()
-        assert scheduler.next_due is None  # finished: nothing more is due
-    finally:
-        rt.close()
+    app, scheduler, time_ = moved_clock
+    client = app.test_client()
+    created = client.post("/v1/games", json={"players": ["Ann", "Bob"]}).get_json()
+    game = created["game"]
+    assert scheduler.refresh() == 1
+    first_plan = scheduler.next_due
+    assert first_plan is not None
+    token = created["seats"][game["turn"]["player"]]["token"]
+    played = client.post(
+        f"/v1/games/{game['id']}/actions",
+        json={"type": "roll"},
+        headers={"Authorization": f"Bearer {token}"},
+    ).get_json()["events"][-1]
+    assert scheduler.refresh() == 0  # not read again: its plan can only be early
+    assert scheduler.next_due == first_plan
+    time_.now = first_plan
+    assert scheduler.run_due() == 1  # it looks, and finds the game played since
+    assert client.get(f"/v1/games/{game['id']}").get_json()["status"] == "in_progress"
+    true_time = parse_at(played["at"]) + timedelta(seconds=clock_settings.abandon_after)
+    assert scheduler.next_due == true_time
+    time_.now = true_time
+    scheduler.run_due()
+    state = client.get(f"/v1/games/{game['id']}").get_json()
+    assert state["status"] == "finished" and state["finish_reason"] == "abandoned"
+    scheduler.refresh()
+    assert scheduler.next_due is None  # finished: nothing more is due
 
 
 def test_a_computer_player_seated_in_a_planned_lobby_plays_without_waiting(
-    clock_settings: Settings,
+    moved_clock: tuple[Flask, Scheduler, FakeTime], clock_settings: Settings
 ) -> None:
-    app = create_app(clock_settings, create_tables=True)
-    try:
-        rt = app.extensions["cantstop"]
-        time_ = FakeTime()
-        scheduler = Scheduler(rt.games, rt.timekeeper, clock=time_)
-        client = app.test_client()
-        lobby = client.post("/v1/games", json={"seats": 2}).get_json()["game"]
-        scheduler.refresh()
-        abandon_plan = scheduler.next_due
-        assert abandon_plan is not None
-        ann = client.post(f"/v1/games/{lobby['id']}/players", json={"name": "Ann"}).get_json()
-        scheduler.refresh()
-        client.post(
-            f"/v1/games/{lobby['id']}/players",
-            json={"name": "Robo", "bot": "rule-of-28"},
-            headers={"Authorization": f"Bearer {ann['token']}"},
-        )
-        game = client.get(f"/v1/games/{lobby['id']}").get_json()
-        assert game["status"] == "in_progress"
-        scheduler.refresh()  # a seat taken by a computer player: planned again, truly
-        with rt.games.owned(uuid.UUID(lobby["id"])) as latest:
-            truth = rt.timekeeper.due_at(latest)
-            bot_to_act = latest.is_bot(latest.current)
-        assert truth is not None and scheduler.next_due == truth
-        assert (truth < abandon_plan) == bot_to_act  # the bot plays at once (pause 0)
-    finally:
-        rt.close()
+    app, scheduler, _ = moved_clock
+    rt = app.extensions["cantstop"]
+    client = app.test_client()
+    lobby = client.post("/v1/games", json={"seats": 2}).get_json()["game"]
+    scheduler.refresh()
+    abandon_plan = scheduler.next_due
+    assert abandon_plan is not None
+    ann = client.post(f"/v1/games/{lobby['id']}/players", json={"name": "Ann"}).get_json()
+    scheduler.refresh()
+    client.post(
+        f"/v1/games/{lobby['id']}/players",
+        json={"name": "Robo", "bot": "rule-of-28"},
+        headers={"Authorization": f"Bearer {ann['token']}"},
+    )
+    game = client.get(f"/v1/games/{lobby['id']}").get_json()
+    assert game["status"] == "in_progress"
+    scheduler.refresh()  # a seat taken by a computer player: planned again, truly
+    with rt.games.owned(uuid.UUID(lobby["id"])) as latest:
+        truth = rt.timekeeper.due_at(latest)
+        bot_to_act = latest.is_bot(latest.current)
+    assert truth is not None and scheduler.next_due == truth
+    assert (truth < abandon_plan) == bot_to_act  # the bot plays at once (pause 0)
 
 
 def test_a_timeout_is_recorded_without_any_request(served: tuple[Flask, FlaskClient]) -> None:

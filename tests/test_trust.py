@@ -4,6 +4,7 @@ conditional requests answered as RFC 9110 and problem+json say, never a 500."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -231,6 +233,16 @@ def sqlite_path(app: Flask) -> str:
     return url[len("sqlite:///") :]
 
 
+@contextlib.contextmanager
+def fresh_client(app: Flask) -> Iterator[FlaskClient]:
+    """A client of a new app on ``app``'s store: nothing cached, every read from the store."""
+    fresh_app = create_app(app.extensions["cantstop"].settings)
+    try:
+        yield fresh_app.test_client()
+    finally:
+        fresh_app.extensions["cantstop"].close()
+
+
 @pytest.fixture
 def sqlite_app(tmp_path: Path) -> Any:
     settings = Settings(database_url=f"sqlite:///{tmp_path / 'damaged.sqlite'}")
@@ -306,9 +318,7 @@ def test_a_damaged_vault_is_reported_on_actions_of_that_game_only(sqlite_app: Fl
     damaged, damaged_tokens = new_manual_game(client)
     healthy, tokens = new_manual_game(client)
     corrupt(sqlite_app, vault_id(uuid.UUID(damaged)), 1)
-    fresh_app = create_app(sqlite_app.extensions["cantstop"].settings)  # nothing cached
-    try:
-        fresh = fresh_app.test_client()
+    with fresh_client(sqlite_app) as fresh:  # nothing cached
         roll = {"type": "roll", "dice": [1, 2, 3, 4]}
         problem(
             fresh.post(
@@ -320,8 +330,6 @@ def test_a_damaged_vault_is_reported_on_actions_of_that_game_only(sqlite_app: Fl
         assert fresh.get(f"/v1/games/{damaged}").status_code == 200  # its events are fine
         ok = fresh.post(f"/v1/games/{healthy}/actions", json=roll, headers=bearer(tokens[0]))
         assert ok.status_code == 200
-    finally:
-        fresh_app.extensions["cantstop"].close()
 
 
 def test_a_tampered_snapshot_is_found_by_the_audit(sqlite_app: Flask) -> None:
@@ -348,9 +356,7 @@ def test_a_tampered_snapshot_is_found_by_the_audit(sqlite_app: Flask) -> None:
             "AND originator_version = ?",
             (json.dumps(state).encode(), uuid.UUID(game_id).hex, tampered_version),
         )
-    fresh_app = create_app(sqlite_app.extensions["cantstop"].settings)
-    try:
-        fresh = fresh_app.test_client()
+    with fresh_client(sqlite_app) as fresh:
         served = fresh.get(f"/v1/games/{game_id}?version=55").get_json()
         assert served != truth  # reads trust snapshots: the audit is where this is caught
         audit = fresh.get(f"/v1/games/{game_id}/audit").get_json()
@@ -358,8 +364,6 @@ def test_a_tampered_snapshot_is_found_by_the_audit(sqlite_app: Flask) -> None:
         assert audit["valid"] is False
         assert snapshots["ok"] is False and snapshots["version"] == tampered_version
         assert "players" in snapshots["detail"]
-    finally:
-        fresh_app.extensions["cantstop"].close()
 
 
 def snapshot_versions(app: Flask, game_id: str) -> list[int]:
@@ -397,15 +401,11 @@ def test_a_stray_snapshot_row_is_replaced_not_a_reason_to_refuse_actions(
     while game["version"] < 12:
         game = step(client, game_id, tokens)  # asserts 200 on every action
     assert snapshot_versions(sqlite_app, game_id) == [10]
-    fresh_app = create_app(sqlite_app.extensions["cantstop"].settings)  # reads from the store
-    try:
-        fresh = fresh_app.test_client()
+    with fresh_client(sqlite_app) as fresh:  # reads from the store
         past = fresh.get(f"/v1/games/{game_id}?version=11")
         assert past.status_code == 200 and past.get_json()["version"] == 11
         audit = fresh.get(f"/v1/games/{game_id}/audit").get_json()
         assert audit["valid"] is True, audit
-    finally:
-        fresh_app.extensions["cantstop"].close()
 
 
 def test_a_snapshot_that_cannot_be_stored_does_not_fail_the_action(sqlite_app: Flask) -> None:
@@ -422,13 +422,9 @@ def test_a_snapshot_that_cannot_be_stored_does_not_fail_the_action(sqlite_app: F
     while game["version"] < 12:
         game = step(client, game_id, tokens)  # asserts 200 on every action
     assert snapshot_versions(sqlite_app, game_id) == []
-    fresh_app = create_app(sqlite_app.extensions["cantstop"].settings)  # reads from the store
-    try:
-        fresh = fresh_app.test_client()
+    with fresh_client(sqlite_app) as fresh:  # reads from the store
         assert fresh.get(f"/v1/games/{game_id}").get_json()["version"] == game["version"]
         assert fresh.get(f"/v1/games/{game_id}/audit").get_json()["valid"] is True
-    finally:
-        fresh_app.extensions["cantstop"].close()
 
 
 def test_an_actions_events_are_all_stored_or_none_with_their_notification_ids(
