@@ -236,9 +236,9 @@ class Games(Application[uuid.UUID]):
         return due
 
     def _write(self, *aggregates: Aggregate) -> None:
-        """Store the aggregates' pending events, and the snapshots they make due, in one
-        transaction: what ``save`` does, without the library's general machinery (a third of an
-        action's cost), for the command path."""
+        """Store the aggregates' pending events, and then the snapshots they make due: what
+        ``save`` does, without the library's general machinery (a third of an action's cost),
+        for the command path. How each store writes them: ``insert_with_snapshots``."""
         events = [event for aggregate in aggregates for event in aggregate.collect_events()]
         stored = [self.mapper.to_stored_event(e) for e in events]
         due = self._snapshots_due({a.id: a for a in aggregates}, events)

@@ -91,7 +91,7 @@ class Scheduler:
         try:
             with self.games.owned(game_id) as game:
                 due = self.timekeeper.due_at(game)
-                plain = game.clock_seconds is None and not game.bots
+                plain = self.timekeeper.only_abandonment(game)
         except ApplicationError as exc:  # a damaged or vanished game: nothing to plan
             log.warning("scheduler: cannot plan game %s: %s", game_id, exc.detail)
             due = None

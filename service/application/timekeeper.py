@@ -42,6 +42,12 @@ class Timekeeper:
             times.append(idle_since + timedelta(seconds=self.bot_pause))
         return min(times)
 
+    @staticmethod
+    def only_abandonment(game: Game) -> bool:
+        """Whether abandonment is all that can ever be due in ``game``, whatever it records next
+        (no clock, no computer player): then each new event only moves ``due_at`` later."""
+        return game.clock_seconds is None and not game.bots
+
     def tick(self, game_id: uuid.UUID, now: datetime) -> datetime | None:
         """Do what is due in the game at ``now`` (one step: a bot plays one action); when is
         the next thing due?"""
