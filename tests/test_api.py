@@ -367,6 +367,29 @@ def test_every_past_version_can_be_read(
     problem(client.get(f"/v1/games/{gid}?version=-1"), 422, "invalid_request")
 
 
+def test_a_views_cache_holds_each_games_latest_and_the_past_versions_asked_for(
+    app: Flask, client: FlaskClient, manual_game: tuple[str, list[str]]
+) -> None:
+    """An action's view is dropped at the game's next action (keeping every new version for a
+    while made each view live long enough to reach the collector's oldest generation); a past
+    version read is kept among a bounded few."""
+    gid, (ann, _) = manual_game
+    games = app.extensions["cantstop"].games
+    game_id = uuid.UUID(gid)
+    rolled = act(client, gid, ann, type="roll", dice=[1, 5, 4, 6]).get_json()["game"]
+    assert games.views.get(game_id, 3) == rolled
+    moved = act(client, gid, ann, type="move", sums=[6, 10]).get_json()["game"]
+    assert games.views.get(game_id, 4) == moved
+    assert games.views.get(game_id, 3) is None
+    assert state(client, gid, version=3) == rolled
+    assert games.views.get(game_id, 3) == rolled
+    games.views.past = 1
+    assert state(client, gid, version=2)["version"] == 2
+    assert games.views.get(game_id, 3) is None
+    assert games.views.get(game_id, 2) is not None
+    assert state(client, gid) == moved
+
+
 def test_etag_and_if_none_match(client: FlaskClient, manual_game: tuple[str, list[str]]) -> None:
     gid, _ = manual_game
     response = client.get(f"/v1/games/{gid}")

@@ -112,29 +112,53 @@ class ActionResult:
 
 
 class Views:
-    """Each game's state view, built once per version (views are never changed once built)."""
+    """Each game's state view, built once per version (views are never changed once built).
 
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self._views: OrderedDict[tuple[uuid.UUID, int], dict[str, Any]] = OrderedDict()
+    Two caches: the latest view of each game (replaced by the next version's, so an action's
+    view lives only until the game's next action), and a few past versions asked for by
+    readers. Keeping every new version for a while, as one cache of (game, version) did, kept
+    each view alive long enough for the garbage collector to move its hundred-odd objects to
+    its oldest generation, and so into every full collection (docs/performance.md)."""
+
+    def __init__(self, games: int, past: int) -> None:
+        self.games = games
+        self.past = past
+        self._latest: OrderedDict[uuid.UUID, dict[str, Any]] = OrderedDict()
+        self._past: OrderedDict[tuple[uuid.UUID, int], dict[str, Any]] = OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, game_id: uuid.UUID, version: int) -> dict[str, Any] | None:
         with self._lock:
-            return self._views.get((game_id, version))
+            latest = self._latest.get(game_id)
+            if latest is not None and latest["version"] == version:
+                return latest
+            return self._past.get((game_id, version))
 
     def of(self, game: Game) -> dict[str, Any]:
-        key = (game.id, game.version)
+        """The view of the game's latest version (``game`` is the object commands change)."""
         with self._lock:
-            found = self._views.get(key)
-            if found is not None:
-                self._views.move_to_end(key)
+            found = self._latest.get(game.id)
+            if found is not None and found["version"] == game.version:
+                self._latest.move_to_end(game.id)
                 return found
         view = game_state(game, str(game.id))
         with self._lock:
-            self._views[key] = view
-            if len(self._views) > self.size:
-                self._views.popitem(last=False)
+            held = self._latest.get(game.id)
+            if held is None or held["version"] < game.version:
+                self._latest[game.id] = view
+                self._latest.move_to_end(game.id)
+                if len(self._latest) > self.games:
+                    self._latest.popitem(last=False)
+        return view
+
+    def of_past(self, game: Game) -> dict[str, Any]:
+        """The view of a past version (``game`` rebuilt at it), kept among the few asked for."""
+        key = (game.id, game.version)
+        view = game_state(game, str(game.id))
+        with self._lock:
+            self._past[key] = view
+            if len(self._past) > self.past:
+                self._past.popitem(last=False)
         return view
 
 
@@ -169,7 +193,8 @@ class Games(Application[uuid.UUID]):
     snapshotting_intervals = {Game: 10, Vault: 50}  # noqa: RUF012 (eventsourcing's own API)
 
     SECRETS_CACHE = 10_000
-    VIEWS_CACHE = 2_000
+    VIEWS_CACHE = 2_000  # the latest view of this many games
+    PAST_VIEWS_CACHE = 256
     LOCK_STRIPES = 256
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -182,7 +207,7 @@ class Games(Application[uuid.UUID]):
         # cache, owned under its game's lock: commands change it in place (no deep copy), and it
         # is evicted when a change cannot be saved. Readers get views or copies.
         self._locks = [threading.RLock() for _ in range(self.LOCK_STRIPES)]
-        self.views = Views(self.VIEWS_CACHE)
+        self.views = Views(self.VIEWS_CACHE, self.PAST_VIEWS_CACHE)
         self._saved: dict[uuid.UUID, int] = {}
         dialect = "sqlite" if isinstance(self.factory, SQLiteStore) else "postgres"
         datastore = getattr(self.recorder, "datastore", None)
@@ -353,7 +378,7 @@ class Games(Application[uuid.UUID]):
         known = self.views.get(game_id, version)
         if known is not None:
             return known
-        return self.views.of(self._past(game_id, version, current))
+        return self.views.of_past(self._past(game_id, version, current))
 
     def _rebuild(self, game_id: uuid.UUID, version: int | None, failure: Exception) -> Game:
         """Replay the stored events one by one, without snapshots: a damaged snapshot only costs
