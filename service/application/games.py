@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
+import orjson
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.domain import Aggregate
-from eventsourcing.persistence import IntegrityError
+from eventsourcing.persistence import IntegrityError, JSONTranscoder, Mapper, StoredEvent
 from eventsourcing.utils import get_topic, strtobool
 
 from domain import fairness, strategies
@@ -184,6 +185,51 @@ def _dicer(server_seed: str, client_seed: str) -> Draw:
     return functools.partial(fairness.draw, server_seed, client_seed)
 
 
+class GameEventMapper(Mapper[uuid.UUID]):
+    """The library's mapper, with a faster encoder for the game's own events.
+
+    A game event's payload is JSON values only (the hash chain encodes it as canonical JSON
+    before the event exists, and refuses anything else), so only its timestamp needs a
+    transcoding. orjson writes the same bytes as the library's JSON encoder for them (a
+    property test compares the two over random games), in about a third of the time: ~2% of
+    an action's CPU. Anything orjson refuses (an integer beyond 64 bits, a key that is not a
+    string), every other event, snapshots and a configured compressor or cipher take the
+    library's way."""
+
+    FAST = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+
+    def to_stored_event(self, domain_event: Any) -> StoredEvent:
+        transcoder = self.transcoder
+        if (
+            not isinstance(domain_event, Game.Event)
+            or not isinstance(transcoder, JSONTranscoder)
+            or self.compressor
+            or self.cipher
+            or getattr(type(domain_event), "class_version", 1) > 1
+        ):
+            return super().to_stored_event(domain_event)
+        state = dict(vars(domain_event))
+        originator_id = state.pop("originator_id")
+        originator_version = state.pop("originator_version")
+
+        def transcoded(value: Any) -> dict[str, Any]:
+            transcoding = transcoder.types.get(type(value))
+            if transcoding is None:
+                raise TypeError(type(value))
+            return {"_type_": transcoding.name, "_data_": transcoding.encode(value)}
+
+        try:
+            encoded = orjson.dumps(state, default=transcoded, option=self.FAST)
+        except TypeError:  # orjson.JSONEncodeError: the library's encoder decides
+            return super().to_stored_event(domain_event)
+        return StoredEvent(
+            originator_id=originator_id,
+            originator_version=originator_version,
+            topic=get_topic(type(domain_event)),
+            state=encoded,
+        )
+
+
 class Games(Application[uuid.UUID]):
     """Commands and queries on games; the HTTP layer adapts this to the contract."""
 
@@ -214,6 +260,11 @@ class Games(Application[uuid.UUID]):
         self.commitments = SeedCommitments(datastore, dialect) if datastore is not None else None
         if self.commitments is not None and strtobool(self.env.get("CREATE_TABLE") or "yes"):
             self.commitments.create_table()
+
+    def construct_mapper(self) -> Mapper[uuid.UUID]:
+        return self.factory.mapper(
+            transcoder=self.construct_transcoder(), mapper_class=GameEventMapper
+        )
 
     on_recorded: Callable[[uuid.UUID, list[dict[str, Any]]], None] | None = None
     """Called after every successful save with each game's new events as served (service.live)."""
