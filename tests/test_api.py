@@ -18,6 +18,7 @@ from domain import fairness
 from service.application.games import Games
 from service.config import Settings
 from service.http.app import create_app
+from service.http.core import dumps
 
 # A game id no store holds (fixed, so parallel test workers collect the same test ids).
 UNKNOWN = "5d4a4c1e-0000-4000-8000-00000000dead"
@@ -673,3 +674,9 @@ def test_a_seat_joined_through_another_worker_is_recognised(settings: Settings) 
     finally:
         for flask_app in (first, second):
             flask_app.extensions["cantstop"].close()
+
+
+def test_an_answer_with_keys_that_are_not_strings_writes_them_as_strings() -> None:
+    """Answers are encoded without orjson's slower key check unless a payload needs it."""
+    assert dumps({"seat": 0, "markers": {"7": 3}}) == b'{"seat":0,"markers":{"7":3}}'
+    assert dumps({7: [1], "odds": {2: None}}) == b'{"7":[1],"odds":{"2":null}}'
