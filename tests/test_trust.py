@@ -23,12 +23,16 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from domain import fairness
+from domain.game import Game
 from service.application.aggregates import vault_id
+from service.application.games import Games
 from service.config import Settings
 from service.http.app import create_app
 
 ROOT = Path(__file__).resolve().parent.parent
 Json = dict[str, Any]
+
+SNAPSHOT_EVERY = Games.snapshotting_intervals[Game]  # a game's snapshot every N events
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -336,17 +340,18 @@ def test_a_tampered_snapshot_is_found_by_the_audit(sqlite_app: Flask) -> None:
     client = sqlite_app.test_client()
     game_id, tokens = new_manual_game(client)
     game = client.get(f"/v1/games/{game_id}").get_json()
-    while game["version"] < 60:  # a snapshot every 50 events
+    read_at = 2 * SNAPSHOT_EVERY + 5
+    while game["version"] < read_at + 5:
         assert game["status"] == "in_progress"
         game = step(client, game_id, tokens)
-    truth = client.get(f"/v1/games/{game_id}?version=55").get_json()
+    truth = client.get(f"/v1/games/{game_id}?version={read_at}").get_json()
     with sqlite3.connect(sqlite_path(sqlite_app)) as db:
         row = db.execute(
             "SELECT originator_version, state FROM stored_snapshots WHERE originator_id = ? "
-            "AND originator_version <= 55 ORDER BY originator_version DESC LIMIT 1",
-            (uuid.UUID(game_id).hex,),
+            "AND originator_version <= ? ORDER BY originator_version DESC LIMIT 1",
+            (uuid.UUID(game_id).hex, read_at),
         ).fetchone()
-        assert row is not None and 45 <= row[0] <= 55  # a snapshot every 10 events
+        assert row is not None and row[0] == 2 * SNAPSHOT_EVERY
         tampered_version = row[0]
         state = json.loads(row[1])
         markers = state["state"]["markers"]
@@ -357,7 +362,7 @@ def test_a_tampered_snapshot_is_found_by_the_audit(sqlite_app: Flask) -> None:
             (json.dumps(state).encode(), uuid.UUID(game_id).hex, tampered_version),
         )
     with fresh_client(sqlite_app) as fresh:
-        served = fresh.get(f"/v1/games/{game_id}?version=55").get_json()
+        served = fresh.get(f"/v1/games/{game_id}?version={read_at}").get_json()
         assert served != truth  # reads trust snapshots: the audit is where this is caught
         audit = fresh.get(f"/v1/games/{game_id}/audit").get_json()
         snapshots = next(c for c in audit["checks"] if c["name"] == "snapshots")
@@ -380,9 +385,9 @@ def test_snapshots_are_stored_with_the_events_that_make_them_due(sqlite_app: Fla
     client = sqlite_app.test_client()
     game_id, tokens = new_manual_game(client)
     game = client.get(f"/v1/games/{game_id}").get_json()
-    while game["version"] < 35:
+    while game["version"] < 3 * SNAPSHOT_EVERY + 5:
         game = step(client, game_id, tokens)
-    assert snapshot_versions(sqlite_app, game_id) == [10, 20, 30]
+    assert snapshot_versions(sqlite_app, game_id) == [SNAPSHOT_EVERY * n for n in (1, 2, 3)]
 
 
 def test_a_stray_snapshot_row_is_replaced_not_a_reason_to_refuse_actions(
@@ -395,15 +400,15 @@ def test_a_stray_snapshot_row_is_replaced_not_a_reason_to_refuse_actions(
     with sqlite3.connect(sqlite_path(sqlite_app)) as db:
         db.execute(
             "INSERT INTO stored_snapshots VALUES (?, ?, ?, ?)",
-            (uuid.UUID(game_id).hex, 10, "domain.game:Game.Snapshot", b"\x00stray\xff"),
+            (uuid.UUID(game_id).hex, SNAPSHOT_EVERY, "domain.game:Game.Snapshot", b"\x00stray\xff"),
         )
     game = client.get(f"/v1/games/{game_id}").get_json()
-    while game["version"] < 12:
+    while game["version"] < SNAPSHOT_EVERY + 2:
         game = step(client, game_id, tokens)  # asserts 200 on every action
-    assert snapshot_versions(sqlite_app, game_id) == [10]
+    assert snapshot_versions(sqlite_app, game_id) == [SNAPSHOT_EVERY]
     with fresh_client(sqlite_app) as fresh:  # reads from the store
-        past = fresh.get(f"/v1/games/{game_id}?version=11")
-        assert past.status_code == 200 and past.get_json()["version"] == 11
+        past = fresh.get(f"/v1/games/{game_id}?version={SNAPSHOT_EVERY + 1}")
+        assert past.status_code == 200 and past.get_json()["version"] == SNAPSHOT_EVERY + 1
         audit = fresh.get(f"/v1/games/{game_id}/audit").get_json()
         assert audit["valid"] is True, audit
 
@@ -419,7 +424,7 @@ def test_a_snapshot_that_cannot_be_stored_does_not_fail_the_action(sqlite_app: F
             "BEGIN INSERT INTO no_such_table VALUES (1); END"  # an OperationalError
         )
     game = client.get(f"/v1/games/{game_id}").get_json()
-    while game["version"] < 12:
+    while game["version"] < SNAPSHOT_EVERY + 2:
         game = step(client, game_id, tokens)  # asserts 200 on every action
     assert snapshot_versions(sqlite_app, game_id) == []
     with fresh_client(sqlite_app) as fresh:  # reads from the store
@@ -494,11 +499,11 @@ def test_on_postgresql_snapshots_go_with_their_events_and_replace_stray_rows(
         hex_id = uuid.UUID(game_id)
         with psycopg.connect(postgres_url, autocommit=True) as db:
             db.execute(
-                "INSERT INTO cantstop_snapshots VALUES (%s, 20, 'domain.game:Game.Snapshot', %s)",
-                (hex_id, b"\x00stray\xff"),
+                "INSERT INTO cantstop_snapshots VALUES (%s, %s, 'domain.game:Game.Snapshot', %s)",
+                (hex_id, 2 * SNAPSHOT_EVERY, b"\x00stray\xff"),
             )
         game = client.get(f"/v1/games/{game_id}").get_json()
-        while game["version"] < 25:
+        while game["version"] < 2 * SNAPSHOT_EVERY + 5:
             game = step(client, game_id, tokens)  # asserts 200 on every action
         with psycopg.connect(postgres_url) as db:
             rows = db.execute(
@@ -506,7 +511,7 @@ def test_on_postgresql_snapshots_go_with_their_events_and_replace_stray_rows(
                 "WHERE originator_id = %s ORDER BY originator_version",
                 (hex_id,),
             ).fetchall()
-        assert [version for version, _ in rows] == [10, 20]
+        assert [version for version, _ in rows] == [SNAPSHOT_EVERY, 2 * SNAPSHOT_EVERY]
         assert all(bytes(state).startswith(b"{") for _, state in rows)  # the stray row is gone
     finally:
         app.extensions["cantstop"].close()

@@ -234,9 +234,11 @@ class Games(Application[uuid.UUID]):
     """Commands and queries on games; the HTTP layer adapts this to the contract."""
 
     name = "cantstop"
-    # A game's past version is read from the nearest snapshot before it, plus fewer than ten
-    # events: as quick at version 5,000 as at version 10 (docs/performance.md).
-    snapshotting_intervals = {Game: 10, Vault: 50}  # noqa: RUF012 (eventsourcing's own API)
+    # A game's past version is read from the nearest snapshot before it, plus fewer than twenty
+    # events: as quick at version 5,000 as at version 10. Every action writes, few reads look
+    # back: every 20 events rather than 10 costs such a read ~0.1 ms and saves ~2% of the CPU
+    # of every action (docs/performance.md).
+    snapshotting_intervals = {Game: 20, Vault: 50}  # noqa: RUF012 (eventsourcing's own API)
 
     SECRETS_CACHE = 10_000
     VIEWS_CACHE = 2_000  # the latest view of this many games
