@@ -39,9 +39,10 @@ class WsgiClient:
 
     def call(self, method: str, path: str, body: Any = None, token: str | None = None) -> Any:
         data = json.dumps(body).encode() if body is not None else b""
-        environ = {
+        environ = {  # as gunicorn builds it (gunicorn/http/wsgi.py), so the same branches run
             "REQUEST_METHOD": method,
             "PATH_INFO": path,
+            "RAW_URI": path,
             "QUERY_STRING": "",
             "SERVER_NAME": "127.0.0.1",
             "SERVER_PORT": "8000",
@@ -52,6 +53,7 @@ class WsgiClient:
             "CONTENT_LENGTH": str(len(data)),
             "wsgi.url_scheme": "http",
             "wsgi.input": io.BytesIO(data),
+            "wsgi.input_terminated": True,
             "wsgi.errors": sys.stderr,
             "wsgi.multithread": True,
             "wsgi.multiprocess": True,
