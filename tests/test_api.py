@@ -145,6 +145,22 @@ def test_oversized_body_is_413(client: FlaskClient) -> None:
     problem(response, 413, "payload_too_large")
 
 
+def test_a_body_shorter_than_its_content_length_is_422_and_records_nothing(
+    client: FlaskClient,
+) -> None:
+    """The client went away mid-body (or lied about the length): nothing is read as a game."""
+    game, tokens = create(client, players=["Ann", "Bob"])
+    short = client.post(
+        f"/v1/games/{game['id']}/actions",
+        data=b'{"type": "stop"}',
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {tokens[game['turn']['player']]}"},
+        environ_overrides={"CONTENT_LENGTH": "40"},
+    )
+    assert "ended after 16 of its 40 bytes" in problem(short, 422, "invalid_request")["detail"]
+    assert state(client, game["id"])["version"] == game["version"]
+
+
 @pytest.mark.parametrize(
     "path",
     ["/v1/games/not-a-uuid", f"/v1/games/{UNKNOWN}", f"/v1/games/{UNKNOWN}/events"],

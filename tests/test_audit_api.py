@@ -198,6 +198,17 @@ def test_an_import_may_exceed_the_usual_body_limit(database_url: str) -> None:
         too_big = client.post("/v1/transcripts/verify", data=exported, content_type=NDJSON)
         assert problem_code(too_big, 413) == "payload_too_large"
         ok(client.post("/v1/games/import", data=exported, content_type=NDJSON), 201)
+        # A transcript as JSON too: the import raises the limit for its own request only.
+        turn = [
+            {"type": "roll", "dice": [3, 4, 2, 6]},
+            {"type": "move", "sums": [7, 8]},
+            {"type": "stop"},
+        ]
+        transcript = {"players": ["Ann", "Bob"], "actions": turn * 12}
+        assert len(json.dumps({"transcript": transcript})) > 1024
+        too_big = client.post("/v1/transcripts/verify", json=transcript)
+        assert problem_code(too_big, 413) == "payload_too_large"
+        ok(client.post("/v1/games/import", json={"transcript": transcript}), 201)
     finally:
         app.extensions["cantstop"].close()
 

@@ -141,6 +141,49 @@ def test_gunicorn_passes_over_long_lines_and_headers_to_the_app_which_answers_pr
         assert send(port, "GET", "/v1/games", headers={"X-Padding": "b" * 30_000}).status == 200
 
 
+@pytest.mark.slow
+def test_bodies_sent_with_a_length_or_in_chunks_are_read_alike_and_limited(
+    tmp_path: Path,
+) -> None:
+    """A body that says its length is read straight from gunicorn's stream (the action path's
+    shortcut); a chunked one, through Werkzeug. Both are the same JSON to the app."""
+    port = free_port()
+    args = ("--host", HOST, "--port", str(port), "--workers", "1")
+    env = {"CANTSTOP_THREADS": "4", "CANTSTOP_MAX_BODY_BYTES": "2048"}
+    with serving(tmp_path, *args, env=env, ready_port=port):
+        created = send(port, "POST", "/v1/games", {"players": ["Ann", "Bob"]})
+        assert created.status == 201, created.body
+        game = created.json()["game"]
+        token = created.json()["seats"][game["turn"]["player"]]["token"]
+        action = json.dumps(game["legal_actions"][0]).encode()
+
+        def chunked(path: str, chunks: list[bytes]) -> Reply:
+            conn = http.client.HTTPConnection(HOST, port, timeout=30)
+            try:
+                headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
+                conn.request("POST", path, body=iter(chunks), headers=headers, encode_chunked=True)
+                response = conn.getresponse()
+                headers = {name.lower(): value for name, value in response.getheaders()}
+                return Reply(response.status, headers, response.read(), 0.0)
+            finally:
+                conn.close()
+
+        moved = chunked(f"/v1/games/{game['id']}/actions", [action[:5], action[5:]])
+        assert moved.status == 200, moved.body
+        assert moved.json()["game"]["version"] == game["version"] + 1
+        # Over CANTSTOP_MAX_BODY_BYTES: 413 either way, and nothing recorded.
+        padded = {"players": ["Ann", "Bob"], "pad": "x" * 3000}
+        problem(send(port, "POST", "/v1/games", padded), 413, "payload_too_large")
+        path = f"/v1/games/{game['id']}/actions"
+        problem(
+            chunked(path, [b'{"type": "stop", "pad": "', b"x" * 3000, b'"}']),
+            413,
+            "payload_too_large",
+        )
+        now = send(port, "GET", f"/v1/games/{game['id']}").json()
+        assert now["version"] == game["version"] + 1
+
+
 # ------------------------------------------------------------------------- configuration
 @pytest.mark.parametrize(
     ("variable", "value"),

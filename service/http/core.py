@@ -11,10 +11,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import flask
 import orjson
 from flask import Flask, Response, current_app, render_template, request
 from marshmallow import Schema, ValidationError
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from domain import jsondoc
 from domain.errors import DomainError
@@ -96,6 +97,18 @@ class BadRequest(HttpProblem):
 
 class NotAcceptable(HttpProblem):
     code = "not_acceptable"
+
+
+def request_class(max_body_bytes: int) -> type[flask.Request]:
+    """Flask's request, with the body limit a plain attribute (as Werkzeug has it), set to
+    ``max_body_bytes``; a view may still raise it for its own request (the import). Flask's
+    property reads the app's config through two context lookups each time: 1.5% of an action's
+    instructions (docs/performance.md)."""
+
+    class Request(flask.Request):
+        max_content_length = max_body_bytes
+
+    return Request
 
 
 def runtime() -> Runtime:
@@ -236,10 +249,22 @@ def json_body() -> Any:
     return parse_json(json_bytes())
 
 
-def json_bytes() -> bytes:
-    """The request's body, unparsed, once its size and media type are right (413, 415)."""
+def json_bytes(environ: Mapping[str, Any] | None = None) -> bytes:
+    """The request's body, unparsed, once its size and media type are right (413, 415).
+    ``environ``: the request's, when the caller holds it already."""
+    if environ is None:
+        environ = request.environ
+    if environ.get("CONTENT_TYPE") == "application/json":  # as nearly every client sends it
+        data = _sized_body(environ)
+        if data is not None:
+            return data
     data = request.get_data(cache=True)  # 413 first: the size is wrong whatever the type
-    if request.content_type == "application/json":  # as nearly every client sends it
+    limit = request.max_content_length
+    if limit is not None and len(data) >= limit and "CONTENT_LENGTH" not in environ:
+        # A body without a length (chunked) stops at the limit, silently in Werkzeug: as it
+        # cannot tell whether more was coming, one that reaches the limit is refused.
+        raise RequestEntityTooLarge()
+    if request.content_type == "application/json":
         return data
     if not is_json(request.mimetype):
         raise UnsupportedMediaType(
@@ -249,6 +274,28 @@ def json_bytes() -> bytes:
     charset = request.mimetype_params.get("charset", "utf-8").lower()
     if charset not in ("utf-8", "utf8"):
         raise UnsupportedMediaType(f"JSON bodies are UTF-8, not {charset}")
+    return data
+
+
+def _sized_body(environ: Mapping[str, Any]) -> bytes | None:
+    """The body of a request that says its length (``Content-Length``, no ``Transfer-Encoding``:
+    nearly every client), read from the server's stream as Werkzeug would, without its stream
+    wrapper (3% of an action's instructions, docs/performance.md); None for any other request,
+    which takes Werkzeug's way. Too long a body is 413, a short one 422, like any body that is
+    not a JSON document; Werkzeug's ``get_data`` answers the same bytes afterwards."""
+    length = environ.get("CONTENT_LENGTH")
+    if not length or not length.isdigit() or not length.isascii():
+        return None
+    if "HTTP_TRANSFER_ENCODING" in environ:
+        return None
+    size = int(length)
+    limit = request.max_content_length
+    if limit is not None and size > limit:
+        raise RequestEntityTooLarge()
+    data: bytes = environ["wsgi.input"].read(size) if size else b""
+    if len(data) != size:  # the client went away mid-body, or sent less than it said
+        raise BadRequest(f"the body ended after {len(data)} of its {size} bytes")
+    request._cached_data = data  # what get_data reads first (werkzeug.wrappers.Request)
     return data
 
 
@@ -295,8 +342,10 @@ def version_arg() -> int | None:
     return int(raw)
 
 
-def bearer_token() -> str | None:
-    header: str = request.environ.get("HTTP_AUTHORIZATION", "")
+def bearer_token(environ: Mapping[str, Any] | None = None) -> str | None:
+    """The ``Authorization: Bearer`` token sent, if any. ``environ``: the request's, when the
+    caller holds it already (each read of ``request`` is a context lookup: ``request_environ``)."""
+    header: str = (request.environ if environ is None else environ).get("HTTP_AUTHORIZATION", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         return None
@@ -311,11 +360,11 @@ def not_modified(version_tag: str) -> bool:
     return request.if_none_match.contains_weak(version_tag)
 
 
-def required_versions() -> frozenset[int] | None:
+def required_versions(environ: Mapping[str, Any] | None = None) -> frozenset[int] | None:
     """RFC 9110 If-Match on an action: None when absent or ``*`` (the game exists, so ``*``
     always matches); else the versions its strong tags name. A weak tag never matches (If-Match
     compares strongly), so a list of weak tags only is an empty set: 412."""
-    if "HTTP_IF_MATCH" not in request.environ:
+    if "HTTP_IF_MATCH" not in (request.environ if environ is None else environ):
         return None
     tags = request.if_match
     if tags.star_tag:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from flask import Blueprint, Response, request
@@ -137,12 +138,13 @@ def rematch(game_id: str) -> Response:
 
 @games_api.post("/v1/games/<game_id>/actions")
 def act(game_id: str) -> Response:
+    environ = request.environ  # read once: each read of ``request`` is a context lookup
     gid = parse_game_id(game_id)
     games = runtime().games
-    seat = games.authenticate(gid, bearer_token())
-    command = action_command()
-    if_match = required_versions()
-    key = request.environ.get("HTTP_IDEMPOTENCY_KEY")
+    seat = games.authenticate(gid, bearer_token(environ))
+    command = action_command(environ)
+    if_match = required_versions(environ)
+    key = environ.get("HTTP_IDEMPOTENCY_KEY")
     if key is not None and not IDEMPOTENCY_KEY.match(key):
         raise BadRequest("Idempotency-Key must be 1 to 200 visible ASCII characters")
     try:
@@ -155,9 +157,9 @@ def act(game_id: str) -> Response:
     return json_response({"game": result.state, "events": result.events}, headers=headers)
 
 
-def action_command() -> Command:
+def action_command(environ: Mapping[str, Any]) -> Command:
     """The request's action as a command: parsed once per distinct body (``PARSED_ACTIONS``)."""
-    body = json_bytes()
+    body = json_bytes(environ)
     command = PARSED_ACTIONS.get(body)
     if command is None:
         command = parse_action(load(ACTION, parse_json(body)))
