@@ -1,0 +1,103 @@
+"""Instructions per action, counted by valgrind: a figure that the VM's noise does not move.
+
+`bench/inproc.py` times CPU, which on a shared VM drifts by ±10% or more from one batch to
+the next (2026-11-24: the same tree against itself gave pairs from 0.87 to 1.34). Instructions
+do not drift: each tree plays the bench's games in process (`bench/inproc.py`'s player, the
+WSGI app called directly) under `valgrind --tool=cachegrind`, with the dice and tokens drawn
+from one fixed seed, so every tree plays the same games. The same tree twice agrees within
+about 0.5%. Instructions are not time (cache misses, system calls and waits are not in them),
+so confirm a change with `bench/inproc.py` or `bench/ab.py`; but a change of 1% shows.
+
+    apt-get install -y valgrind
+    python -m bench.instructions /tmp/before . [--actions 500] [--warmup 100]
+
+Each tree runs twice (the warm-up alone, then warm-up and actions): the difference divided by
+the actions is what an action costs, start-up and imports excluded. About 1.5 minutes a tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SEED = 1234
+
+
+def play(actions: int) -> None:
+    """In the tree's process (PYTHONPATH): ``actions`` actions of the bench's games."""
+    draws = random.Random(SEED)
+
+    def fixed(n: int) -> bytes:
+        return draws.randbytes(n)
+
+    os.urandom = fixed  # uuid4, secrets (tokens, seeds): the same games in every tree
+    random._urandom = fixed  # type: ignore[attr-defined]  # SystemRandom's source
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]  # http is not http
+    folder = tempfile.mkdtemp(prefix="cantstop-instructions-")
+    os.environ["CANTSTOP_DATABASE_URL"] = f"sqlite:///{folder}/bench.sqlite"
+    os.environ["CANTSTOP_RATE_LIMITS"] = "off"
+    spec = importlib.util.spec_from_file_location("bench_inproc", HERE / "inproc.py")
+    assert spec is not None and spec.loader is not None
+    inproc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(inproc)
+    from service.http.app import create_app  # the tree's own code
+
+    games = inproc.Games(inproc.WsgiClient(create_app(create_tables=True)))
+    for _ in range(actions):
+        games.act()
+
+
+def count(tree: Path, actions: int) -> int:
+    """Instructions of a whole run of ``actions`` actions in ``tree``."""
+    command = [
+        "valgrind",
+        "--tool=cachegrind",
+        "--cache-sim=no",
+        "--cachegrind-out-file=/dev/null",
+        sys.executable,
+        __file__,
+        "--play",
+        str(actions),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(tree.resolve())}
+    done = subprocess.run(command, env=env, cwd=tree, capture_output=True, text=True, check=False)
+    found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
+    if done.returncode != 0 or found is None:
+        raise SystemExit(f"{tree}: the run failed\n{done.stderr[-2000:]}")
+    return int(found.group(1).replace(",", ""))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("trees", nargs="*", type=Path)
+    parser.add_argument("--actions", type=int, default=500)
+    parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument("--play", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.play is not None:
+        play(args.play)
+        return
+    if not args.trees:
+        parser.error("give one or more source trees")
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed: apt-get install -y valgrind")
+    first = None
+    for tree in args.trees:
+        per_action = (count(tree, args.warmup + args.actions) - count(tree, args.warmup)) / (
+            args.actions
+        )
+        first = first or per_action
+        print(f"{per_action:12,.0f} instructions per action ({per_action / first:.3f})  {tree}")
+
+
+if __name__ == "__main__":
+    main()
