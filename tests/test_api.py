@@ -145,6 +145,19 @@ def test_oversized_body_is_413(client: FlaskClient) -> None:
     problem(response, 413, "payload_too_large")
 
 
+def test_over_long_targets_and_header_blocks_are_refused_before_the_view(
+    client: FlaskClient,
+) -> None:
+    """414 and 431 as problem+json, for a route that exists and whatever the view would say
+    (here: a game that does not exist, which would be 404)."""
+    missing = f"/v1/games/{uuid.uuid4()}"
+    too_long = problem(client.get(missing + "?pad=" + "a" * 9000), 414, "uri_too_long")
+    assert "8190 bytes" in too_long["detail"]
+    too_big = client.get(missing, headers={"X-Padding": "b" * 40_000})
+    assert "32768 bytes" in problem(too_big, 431, "headers_too_large")["detail"]
+    problem(client.get(missing + "?pad=" + "a" * 8000), 404, "not_found")  # under the limits
+
+
 def test_a_body_shorter_than_its_content_length_is_422_and_records_nothing(
     client: FlaskClient,
 ) -> None:

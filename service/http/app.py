@@ -14,7 +14,7 @@ from service.config import Settings
 from service.http import limits, meta
 from service.http.audit import audit_api
 from service.http.bots import bots_api
-from service.http.core import install_error_handlers, install_request_limits, request_class
+from service.http.core import install_error_handlers, request_class
 from service.http.games import games_api
 from service.http.pages import pages
 from service.http.sheets import sheets_api
@@ -61,13 +61,14 @@ def create_app(settings: Settings | None = None, *, create_tables: bool = False)
     app = Flask("cantstop")
     app.session_interface = NoSessions()
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
-    app.request_class = request_class(settings.max_body_bytes)
+    app.request_class = request_class(
+        max_body_bytes=settings.max_body_bytes,
+        max_line=settings.max_uri_bytes,
+        max_headers=settings.max_header_bytes,
+    )
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["cantstop"] = Runtime(settings, create_tables=create_tables)
 
-    install_request_limits(
-        app, max_line=settings.max_uri_bytes, max_headers=settings.max_header_bytes
-    )
     meta.register(app)  # /healthz, /openapi.yaml, /docs
     app.register_blueprint(pages)  # /: the lobby or the JSON index; game, replay pages
     app.register_blueprint(games_api)  # seed commitments, games, players, actions, history
