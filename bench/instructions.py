@@ -4,8 +4,8 @@
 the next (2026-11-24: the same tree against itself gave pairs from 0.87 to 1.34). Instructions
 do not drift: each tree plays the bench's games in process (`bench/inproc.py`'s player, the
 WSGI app called directly) under `valgrind --tool=cachegrind`, with the dice and tokens drawn
-from one fixed seed, so every tree plays the same games. The same tree twice agrees within
-about 0.5%. Instructions are not time (cache misses, system calls and waits are not in them),
+from one fixed seed (and string hashing fixed), so every tree plays the same games. The same
+tree twice agrees within about 0.5%. Instructions are not time (cache misses, system calls and waits are not in them),
 so confirm a change with `bench/inproc.py` or `bench/ab.py`; but a change of 1% shows.
 
     apt-get install -y valgrind
@@ -68,7 +68,7 @@ def count(tree: Path, actions: int) -> int:
         "--play",
         str(actions),
     ]
-    env = {**os.environ, "PYTHONPATH": str(tree.resolve())}
+    env = {**os.environ, "PYTHONPATH": str(tree.resolve()), "PYTHONHASHSEED": "0"}
     done = subprocess.run(command, env=env, cwd=tree, capture_output=True, text=True, check=False)
     found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
     if done.returncode != 0 or found is None:
