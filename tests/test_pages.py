@@ -106,6 +106,7 @@ def test_a_page_that_does_not_exist_is_an_html_page_for_a_browser(
     assert "<h1>Not found</h1>" in html
     assert 'href="/"' in html  # back to the lobby
     assert "'unsafe-inline'" not in response.headers["Content-Security-Policy"]
+    assert "Accept" in response.headers["Vary"]  # outside /v1, an error is a page or JSON
 
 
 @pytest.mark.parametrize("accept", [BROWSER, None, "*/*", "application/json"])
@@ -117,12 +118,14 @@ def test_the_api_keeps_problem_json_whatever_the_client_accepts(
     assert response.status_code == 404
     assert response.mimetype == "application/problem+json"
     assert response.get_json()["code"] == "not_found"
+    assert "Vary" not in response.headers  # the API's errors are always problem+json
 
 
 def test_an_unknown_path_is_problem_json_for_an_api_client(client: FlaskClient) -> None:
     response = client.get("/nowhere")
     assert response.status_code == 404
     assert response.mimetype == "application/problem+json"
+    assert "Accept" in response.headers["Vary"]
 
 
 def test_a_name_in_an_error_page_is_escaped(client: FlaskClient) -> None:

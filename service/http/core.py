@@ -147,6 +147,22 @@ def runtime() -> Runtime:
 
 
 # ------------------------------------------------------------------------------ answers
+CSP = "; ".join(
+    [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self' data:",
+        "connect-src 'self'",
+        "font-src 'self'",
+        "object-src 'none'",
+        "base-uri 'none'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ]
+)
+
+
 def wants_page() -> bool:
     """A browser asking for a page, not the API: it prefers text/html to JSON (``*/*`` and no
     ``Accept`` mean JSON), and the path is not under ``/v1``."""
@@ -156,11 +172,30 @@ def wants_page() -> bool:
     return accept.best_match(["application/json", "text/html"]) == "text/html"
 
 
+def html_policy(response: Response) -> Response:
+    """The headers of every HTML answer of the app, pages and error pages alike: a strict
+    policy (no inline script or style, nothing from elsewhere), no sniffing, no referrer
+    beyond the site."""
+    response.headers.setdefault("Content-Security-Policy", CSP)
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    response.headers.setdefault("Referrer-Policy", "same-origin")
+    return response
+
+
 def problem(status: int, code: str, detail: str, **extra: Any) -> Response:
+    """An error's answer: problem+json, or an HTML page to a browser asking for a page. Outside
+    the API (``/v1``) an error may be either, so it varies with ``Accept``."""
+    response = _problem(status, code, detail, **extra)
+    if not request.path.startswith("/v1/"):
+        response.vary.add("Accept")
+    return response
+
+
+def _problem(status: int, code: str, detail: str, **extra: Any) -> Response:
     title = TITLES.get(code, code.replace("_", " ").capitalize())
     if wants_page():  # the pages' errors are pages (service/http/pages/templates)
         html = render_template("pages/error.html", status=status, title=title, detail=detail)
-        return Response(html, status, mimetype="text/html")
+        return html_policy(Response(html, status, mimetype="text/html"))
     body = {
         "type": PROBLEM_TYPES + code,
         "title": title,

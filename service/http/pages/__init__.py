@@ -9,18 +9,25 @@ header of the API calls those modules make; no page route reads or takes a token
 ``/`` is negotiated: the lobby page to a browser (``Accept`` preferring ``text/html``), the JSON
 index to everyone else, with ``Vary: Accept``. Every HTML answer (pages, and the error pages that
 ``service.http.core`` renders for browsers) carries a Content-Security-Policy without
-``unsafe-inline``, except the API viewer at ``/docs``, which keeps its own.
+``unsafe-inline`` (``core.html_policy``), except the API viewer at ``/docs``, which keeps its own.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Response, render_template, request
+from flask import Blueprint, Response, render_template
 
 from domain.record_sheet import record_sheet
 from service.application.games import parse_game_id
-from service.http.core import BadRequest, int_arg, json_response, runtime, wants_page
+from service.http.core import (
+    BadRequest,
+    html_policy,
+    int_arg,
+    json_response,
+    runtime,
+    wants_page,
+)
 from service.render.sheet import render_csv, render_pdf, render_text
 
 pages = Blueprint(
@@ -31,21 +38,6 @@ pages = Blueprint(
     static_url_path="/assets",
 )
 
-CSP = "; ".join(
-    [
-        "default-src 'self'",
-        "script-src 'self'",
-        "style-src 'self'",
-        "img-src 'self' data:",
-        "connect-src 'self'",
-        "font-src 'self'",
-        "object-src 'none'",
-        "base-uri 'none'",
-        "form-action 'self'",
-        "frame-ancestors 'none'",
-    ]
-)
-OWN_POLICY = ("/docs",)  # the API viewer (flask-swagger-ui) keeps its own
 SHEETS = {
     "txt": ("text/plain", "inline"),
     "csv": ("text/csv", "attachment"),
@@ -60,15 +52,12 @@ INDEX = {
 }
 
 
-@pages.after_app_request
+@pages.after_request
 def _page_headers(response: Response) -> Response:
-    """Every HTML answer of the app, pages and error pages alike: a strict policy."""
-    if response.mimetype == "text/html" and not request.path.startswith(OWN_POLICY):
-        response.headers.setdefault("Content-Security-Policy", CSP)
-        response.headers.setdefault("X-Content-Type-Options", "nosniff")
-        response.headers.setdefault("Referrer-Policy", "same-origin")
-    if response.status_code >= 400 and not request.path.startswith("/v1/"):
-        response.vary.add("Accept")  # an error outside the API: a page or problem+json
+    """The pages' HTML answers carry the strict policy (their error pages get it where they
+    are made, ``service.http.core.problem``; API answers never pass here)."""
+    if response.mimetype == "text/html":
+        html_policy(response)
     return response
 
 
