@@ -64,7 +64,10 @@ AT_PATTERN = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
 
 def format_at(timestamp: datetime) -> str:
     """An event's time as served: UTC, microseconds, ``Z`` (``AT_FORMAT``; isoformat is the
-    same text for years 1000 to 9999, in less time)."""
+    same text for years 1000 to 9999, in less time). A time in UTC already (every event's) is
+    written as it is, its ``+00:00`` replaced."""
+    if timestamp.tzinfo is UTC:
+        return timestamp.isoformat(timespec="microseconds")[:-6] + "Z"
     utc = timestamp.astimezone(UTC).replace(tzinfo=None)
     return utc.isoformat(timespec="microseconds") + "Z"
 

@@ -11,6 +11,7 @@ import dataclasses
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -27,7 +28,7 @@ from hypothesis import strategies as st
 
 from domain.commands import NewGame
 from domain.errors import DomainError, GameOver, IllegalAction, InvalidDice, NotYourTurn
-from domain.game import Game
+from domain.game import AT_FORMAT, Game, format_at, parse_at
 from domain.view import game_state
 from service.application.aggregates import Vault
 from service.application.games import GameEventMapper
@@ -425,3 +426,16 @@ def test_what_orjson_would_write_otherwise_takes_the_librarys_way() -> None:
     huge = dataclasses.replace(first, hash=str(2**70), prev_hash=2**70)
     assert fast.to_stored_event(huge) == library.to_stored_event(huge)
     assert fast.to_domain_event(fast.to_stored_event(huge)) == huge
+
+
+@given(
+    when=st.datetimes(min_value=datetime(1000, 1, 2), max_value=datetime(9999, 12, 30)),
+    offset_minutes=st.integers(min_value=-23 * 60, max_value=23 * 60),
+)
+def test_a_time_is_served_in_utc_whatever_its_zone(when: datetime, offset_minutes: int) -> None:
+    """In UTC already or in another zone: the same instant, the same text, read back alike."""
+    utc = when.replace(tzinfo=UTC)
+    elsewhere = utc.astimezone(timezone(timedelta(minutes=offset_minutes)))
+    text = format_at(utc)
+    assert text == utc.strftime(AT_FORMAT) == format_at(elsewhere)
+    assert parse_at(text) == utc
