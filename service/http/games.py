@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import Any
 
+import flask
 from flask import Blueprint, Response, request
 
 from domain.commands import Command, NewGame, Roll, parse_action
@@ -27,6 +27,7 @@ from service.http.core import (
     parse_json,
     required_versions,
     runtime,
+    this_request,
     version_arg,
 )
 
@@ -138,11 +139,12 @@ def rematch(game_id: str) -> Response:
 
 @games_api.post("/v1/games/<game_id>/actions")
 def act(game_id: str) -> Response:
-    environ = request.environ  # read once: each read of ``request`` is a context lookup
+    req = this_request()  # each read of ``flask.request`` is a context lookup
+    environ = req.environ
     gid = parse_game_id(game_id)
     games = runtime().games
     seat = games.authenticate(gid, bearer_token(environ))
-    command = action_command(environ)
+    command = action_command(req)
     if_match = required_versions(environ)
     key = environ.get("HTTP_IDEMPOTENCY_KEY")
     if key is not None and not IDEMPOTENCY_KEY.match(key):
@@ -157,9 +159,9 @@ def act(game_id: str) -> Response:
     return json_response({"game": result.state, "events": result.events}, headers=headers)
 
 
-def action_command(environ: Mapping[str, Any]) -> Command:
+def action_command(req: flask.Request) -> Command:
     """The request's action as a command: parsed once per distinct body (``PARSED_ACTIONS``)."""
-    body = json_bytes(environ)
+    body = json_bytes(req)
     command = PARSED_ACTIONS.get(body)
     if command is None:
         command = parse_action(load(ACTION, parse_json(body)))
