@@ -14,6 +14,7 @@ State is kept in plain lists and string-free structures indexed by column, so sn
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -62,10 +63,13 @@ AT_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 AT_PATTERN = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
 
 
+@functools.lru_cache(maxsize=256)
 def format_at(timestamp: datetime) -> str:
     """An event's time as served: UTC, microseconds, ``Z`` (``AT_FORMAT``; isoformat is the
     same text for years 1000 to 9999, in less time). A time in UTC already (every event's) is
-    written as it is, its ``+00:00`` replaced."""
+    written as it is, its ``+00:00`` replaced. Each is written about three times (its hash,
+    the answer, the stream), so the last few are kept: equal times are the same instant, and
+    so the same text."""
     if timestamp.tzinfo is UTC:
         return timestamp.isoformat(timespec="microseconds")[:-6] + "Z"
     utc = timestamp.astimezone(UTC).replace(tzinfo=None)
