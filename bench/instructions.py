@@ -5,8 +5,9 @@ the next (2026-11-24: the same tree against itself gave pairs from 0.87 to 1.34)
 do not drift: each tree plays the bench's games in process (`bench/inproc.py`'s player, the
 WSGI app called directly) under `valgrind --tool=cachegrind`, with the dice and tokens drawn
 from one fixed seed (and string hashing fixed), so every tree plays the same games. The same
-tree twice agrees within about 0.5%. Instructions are not time (cache misses, system calls and waits are not in them),
-so confirm a change with `bench/inproc.py` or `bench/ab.py`; but a change of 1% shows.
+tree twice agrees within 0.02%. Instructions are not time (cache misses, system calls and waits
+are not in them), so confirm a change with `bench/inproc.py` or `bench/ab.py`; but a change of
+0.5% shows.
 
     apt-get install -y valgrind
     python -m bench.instructions /tmp/before . [--actions 500] [--warmup 100]
