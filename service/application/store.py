@@ -60,6 +60,7 @@ from eventsourcing.sqlite import (
     SQLiteFactory,
 )
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import tuple_row
 from psycopg.sql import Identifier
 
 from service.application.errors import ApplicationError
@@ -274,7 +275,7 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
                 conn = pool.getconn()
                 try:
                     assert conn.autocommit  # else putconn would roll the insert back
-                    with conn.cursor() as curs:
+                    with conn.cursor(row_factory=tuple_row) as curs:
                         return self._execute(
                             curs, events, snapshots, stored_snapshots, prepare=True
                         )
@@ -282,7 +283,10 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
                     pool.putconn(conn)
             except psycopg.Error as exc:
                 raise _library_error(exc) from exc
-        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+        with (
+            self.datastore.get_connection() as conn,
+            conn.cursor(row_factory=tuple_row) as curs,
+        ):
             assert conn.autocommit
             if len(events) <= ROWS_PER_STATEMENT:
                 return self._execute(curs, events, snapshots, stored_snapshots, prepare=True)
@@ -301,7 +305,7 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
         statement = self._statement(len(events), snapshots, len(stored_snapshots))
         params = [value for row in (*stored_snapshots, *events) for value in _columns(row)]
         curs.execute(statement, params, prepare=prepare)
-        return sorted(row["notification_id"] for row in curs.fetchall())
+        return sorted(notification_id for (notification_id,) in curs.fetchall())
 
     def _statement(self, events: int, snapshots: Any, rows: int) -> bytes:
         """``INSERT … VALUES (…), … RETURNING notification_id`` for ``events`` rows, after a
