@@ -11,6 +11,7 @@ are not in them), so confirm a change with `bench/inproc.py` or `bench/ab.py`; b
 
     apt-get install -y valgrind
     python -m bench.instructions /tmp/before . [--actions 500] [--warmup 100]
+    python -m bench.instructions /tmp/before . --postgres postgresql://postgres@127.0.0.1/postgres
 
 Each tree runs twice (the warm-up alone, then warm-up and actions): the difference divided by
 the actions is what an action costs, start-up and imports excluded. About 1.5 minutes a tree.
@@ -19,6 +20,7 @@ the actions is what an action costs, start-up and imports excluded. About 1.5 mi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import os
 import random
@@ -27,7 +29,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 HERE = Path(__file__).resolve().parent
 SEED = 1234
@@ -43,8 +47,9 @@ def play(actions: int) -> None:
     os.urandom = fixed  # uuid4, secrets (tokens, seeds): the same games in every tree
     random._urandom = fixed  # type: ignore[attr-defined]  # SystemRandom's source
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]  # http is not http
-    folder = tempfile.mkdtemp(prefix="cantstop-instructions-")
-    os.environ["CANTSTOP_DATABASE_URL"] = f"sqlite:///{folder}/bench.sqlite"
+    if not os.environ.get("CANTSTOP_DATABASE_URL"):  # else a fresh PostgreSQL database
+        folder = tempfile.mkdtemp(prefix="cantstop-instructions-")
+        os.environ["CANTSTOP_DATABASE_URL"] = f"sqlite:///{folder}/bench.sqlite"
     os.environ["CANTSTOP_RATE_LIMITS"] = "off"
     spec = importlib.util.spec_from_file_location("bench_inproc", HERE / "inproc.py")
     assert spec is not None and spec.loader is not None
@@ -57,7 +62,27 @@ def play(actions: int) -> None:
         games.act()
 
 
-def count(tree: Path, actions: int) -> int:
+@contextlib.contextmanager
+def fresh_database(server_url: str | None) -> Iterator[str | None]:
+    """A new, empty PostgreSQL database on ``server_url`` for one run, dropped afterwards (the
+    games' ids are seeded, so a reused database would hold them already); None for SQLite."""
+    if server_url is None:
+        yield None
+        return
+    import psycopg  # the service's own dependency
+
+    name = f"cantstop_instructions_{os.getpid()}"
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield urlsplit(server_url)._replace(path=f"/{name}").geturl()
+    finally:
+        with psycopg.connect(server_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def count(tree: Path, actions: int, postgres: str | None = None) -> int:
     """Instructions of a whole run of ``actions`` actions in ``tree``."""
     command = [
         "valgrind",
@@ -70,7 +95,13 @@ def count(tree: Path, actions: int) -> int:
         str(actions),
     ]
     env = {**os.environ, "PYTHONPATH": str(tree.resolve()), "PYTHONHASHSEED": "0"}
-    done = subprocess.run(command, env=env, cwd=tree, capture_output=True, text=True, check=False)
+    env.pop("CANTSTOP_DATABASE_URL", None)
+    with fresh_database(postgres) as url:
+        if url is not None:
+            env["CANTSTOP_DATABASE_URL"] = url
+        done = subprocess.run(
+            command, env=env, cwd=tree, capture_output=True, text=True, check=False
+        )
     found = re.search(r"I\s+refs:\s+([\d,]+)", done.stderr)
     if done.returncode != 0 or found is None:
         raise SystemExit(f"{tree}: the run failed\n{done.stderr[-2000:]}")
@@ -82,6 +113,11 @@ def main() -> None:
     parser.add_argument("trees", nargs="*", type=Path)
     parser.add_argument("--actions", type=int, default=500)
     parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument(
+        "--postgres",
+        metavar="URL",
+        help="play on PostgreSQL: a server URL whose user may create databases (one per run)",
+    )
     parser.add_argument("--play", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.play is not None:
@@ -93,9 +129,8 @@ def main() -> None:
         raise SystemExit("valgrind is not installed: apt-get install -y valgrind")
     first = None
     for tree in args.trees:
-        per_action = (count(tree, args.warmup + args.actions) - count(tree, args.warmup)) / (
-            args.actions
-        )
+        total = count(tree, args.warmup + args.actions, args.postgres)
+        per_action = (total - count(tree, args.warmup, args.postgres)) / args.actions
         first = first or per_action
         print(f"{per_action:12,.0f} instructions per action ({per_action / first:.3f})  {tree}")
 
