@@ -283,6 +283,7 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
                     pool.putconn(conn)
             except psycopg.Error as exc:
                 raise _library_error(exc) from exc
+        # The library's way: a pool not opened yet (get_connection opens it), or an import.
         with (
             self.datastore.get_connection() as conn,
             conn.cursor(row_factory=tuple_row) as curs,

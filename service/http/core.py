@@ -399,7 +399,7 @@ def version_arg() -> int | None:
 
 def bearer_token(environ: Mapping[str, Any] | None = None) -> str | None:
     """The ``Authorization: Bearer`` token sent, if any. ``environ``: the request's, when the
-    caller holds it already (each read of ``request`` is a context lookup: ``request_environ``)."""
+    caller holds it already (each read of ``request`` is a context lookup: ``this_request``)."""
     header: str = (request.environ if environ is None else environ).get("HTTP_AUTHORIZATION", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
