@@ -11,7 +11,10 @@ request path before `make bench` (docs/performance.md, "Simultaneous A/B").
 
 Each tree runs `python -m service.cli serve` from its own folder (its code, this interpreter and
 its installed packages), on a fresh SQLite file, or with ``--store postgres`` on a fresh database
-of BENCH_POSTGRES_URL (a throwaway pgserver when unset).
+of BENCH_POSTGRES_URL (a throwaway pgserver when unset). With PostgreSQL on this host, each round
+also gives the CPU of the database's server processes that served each tree (its backends, found
+by database name; read from /proc from the warm-up on, so a little over the counted actions'):
+the database's work is part of what an action costs.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -63,6 +67,7 @@ def main() -> None:
     args = parser.parse_args()
     trees = [tree.resolve() for tree in args.trees]
     folder = Path(tempfile.mkdtemp(prefix="cantstop-ab-"))
+    base = ""
     with contextlib.ExitStack() as stack:
         if args.store == "postgres":
             base = stack.enter_context(postgres_url())
@@ -74,16 +79,26 @@ def main() -> None:
             server.start()
             stack.callback(server.stop)
         rounds: list[list[Figures]] = []
+        database: list[float] = []  # per round, B/A of service and database CPU together
         for _ in range(args.rounds):
+            before = [backend_cpu(base, i) for i in range(2)] if args.store == "postgres" else []
             clients = [measure(s, args.clients, args.seconds) for s in servers]
             figures = [Figures(**json.loads(c.communicate()[0])) for c in clients]
             rounds.append(figures)
             a, b = figures
-            print(
+            line = (
                 f"  A {a.rate:6,.0f}/s {a.server_cpu:5.2f} ms CPU | B {b.rate:6,.0f}/s "
-                f"{b.server_cpu:5.2f} ms CPU | B/A CPU {b.server_cpu / a.server_cpu:.3f}",
-                flush=True,
+                f"{b.server_cpu:5.2f} ms CPU | B/A CPU {b.server_cpu / a.server_cpu:.3f}"
             )
+            if before:
+                ms = [
+                    (backend_cpu(base, i) - before[i]) / (f.rate * args.seconds) * 1000
+                    for i, f in enumerate(figures)
+                ]
+                both = (b.server_cpu + ms[1]) / (a.server_cpu + ms[0])
+                database.append(both)
+                line += f" | database A {ms[0]:4.2f} B {ms[1]:4.2f} ms | B/A with it {both:.3f}"
+            print(line, flush=True)
     ratios = [b.server_cpu / a.server_cpu for a, b in rounds]
     rates = [b.rate / a.rate for a, b in rounds]
     print(f"A = {trees[0]}\nB = {trees[1]}")
@@ -91,6 +106,30 @@ def main() -> None:
         f"B/A, median of {len(rounds)} rounds: CPU per action {statistics.median(ratios):.3f} "
         f"(range {min(ratios):.3f}-{max(ratios):.3f}), actions/s {statistics.median(rates):.3f}"
     )
+    if database:
+        print(
+            f"B/A with the database's processes, median: {statistics.median(database):.3f} "
+            f"(range {min(database):.3f}-{max(database):.3f})"
+        )
+
+
+def backend_cpu(url: str, tree: int) -> float:
+    """CPU seconds used so far by the PostgreSQL processes serving tree ``tree``'s database
+    (those alive now: a pool's connections live as long as the service)."""
+    with psycopg.connect(url, autocommit=True) as db:
+        rows = db.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s", (f"cantstop_ab_{tree}",)
+        ).fetchall()
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for (pid,) in rows:
+        try:
+            text = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue  # another host's server, or the backend ended
+        fields = text[text.rindex(")") + 2 :].split()
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
 
 def create_database(url: str, name: str) -> str:
