@@ -272,6 +272,30 @@ def test_a_new_sqlite_file_is_readable_by_its_owner_only(tmp_path: Path) -> None
         os.umask(previous)
 
 
+def test_every_sqlite_connection_has_the_stores_pragmas(tmp_path: Path) -> None:
+    """The writer and the pool's connections alike: any committing connection checkpoints the
+    WAL, and each must wait for the same longer WAL (docs/performance.md)."""
+    path = tmp_path / "cantstop.sqlite"
+    app = create_app(Settings(database_url=f"sqlite:///{path}"), create_tables=True)
+    try:
+        assert app.test_client().post("/v1/games", json={"players": ["Ann"]}).status_code == 201
+        pool = app.extensions["cantstop"].games.recorder.datastore.pool
+        pooled = pool.get_connection()
+        try:
+            cursors = {"writer": pool.writer().cursor(), "pooled": pooled.cursor()}
+            for name, cursor in cursors.items():
+                cursor.execute("PRAGMA wal_autocheckpoint")
+                assert cursor.fetchone()[0] == 10_000, name
+                cursor.execute("PRAGMA synchronous")
+                assert cursor.fetchone()[0] == 1, name  # NORMAL, the default
+                cursor.execute("PRAGMA journal_mode")
+                assert cursor.fetchone()[0] == "wal", name
+        finally:
+            pool.put_connection(pooled)
+    finally:
+        app.extensions["cantstop"].close()
+
+
 @pytest.mark.slow
 def test_serve_port_overrides_the_port_of_cantstop_bind(tmp_path: Path) -> None:
     port, bind_port = free_port(), free_port()

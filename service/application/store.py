@@ -378,6 +378,18 @@ class _SQLitePool(SQLiteConnectionPool):
 
     synchronous = "NORMAL"
     writers_fd: int | None = None
+    # Pages in the WAL before a commit copies them back into the database (SQLite's default is
+    # 1,000). A checkpoint syncs the WAL and then the database file (two fsyncs, under NORMAL
+    # too) and writes each page once however often the WAL holds it, and actions rewrite the
+    # same few hot pages: with 10,000 (a WAL file of ~40 MB at 4 KiB pages), 2-4% less CPU per
+    # action and 6-9% more actions/s, the trees served at once; the same instructions in
+    # process: what it saves is the kernel's (docs/performance.md). Every connection sets it:
+    # any committing connection checkpoints. Durability: under FULL every commit is synced, as
+    # before; under NORMAL a commit survives any process's crash, as before, and a power cut
+    # may lose what the WAL held unsynced: up to 10,000 pages instead of 1,000 (~2 s of the
+    # bench's load instead of ~0.2 s, at ~2.9 pages per action; the kernel writes dirty pages
+    # back within ~30 s anyway).
+    wal_autocheckpoint = 10_000
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -386,8 +398,16 @@ class _SQLitePool(SQLiteConnectionPool):
 
     def _create_connection(self) -> SQLiteConnection:
         connection = super()._create_connection()
-        connection.cursor().execute(f"PRAGMA synchronous={self.synchronous}")
+        cursor = connection.cursor()
+        for pragma in self.pragmas():
+            cursor.execute(pragma)
         return connection
+
+    def pragmas(self) -> list[str]:
+        return [
+            f"PRAGMA synchronous={self.synchronous}",
+            f"PRAGMA wal_autocheckpoint={self.wal_autocheckpoint}",
+        ]
 
     def queue_writers(self, path: str) -> None:
         self.writers_fd = os.open(f"{path}.writers", os.O_CREAT | os.O_RDWR, 0o600)
@@ -447,7 +467,8 @@ class _SQLitePool(SQLiteConnectionPool):
                 isolation_level=None,
                 timeout=self.lock_timeout or 10,
             )
-            self._writer.execute(f"PRAGMA synchronous={self.synchronous}")
+            for pragma in self.pragmas():
+                self._writer.execute(pragma)
         return self._writer
 
     def close(self) -> None:
@@ -573,14 +594,15 @@ def _row(event: Any) -> tuple[Any, ...]:
 
 
 class SQLiteStore(SQLiteFactory):
-    """eventsourcing's SQLite factory: an owner-only file, WAL, the chosen ``synchronous``."""
+    """eventsourcing's SQLite factory: an owner-only file, WAL, the chosen ``synchronous``, a
+    longer WAL between checkpoints (``_SQLitePool.wal_autocheckpoint``)."""
 
     aggregate_recorder_class = GuardedSQLiteAggregateRecorder
     application_recorder_class = GuardedSQLiteApplicationRecorder
 
     def __init__(self, env: Any) -> None:
         super().__init__(env)
-        # The library's pool has not connected yet: replace it with one that sets the pragma.
+        # The library's pool has not connected yet: replace it with one that sets the pragmas.
         library_pool = self.datastore.pool
         pool = _SQLitePool(db_name=library_pool.db_name, lock_timeout=library_pool.lock_timeout)
         pool.synchronous = (self.env.get("CANTSTOP_SQLITE_SYNCHRONOUS") or "normal").upper()
