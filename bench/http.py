@@ -16,8 +16,12 @@ the production defaults) with the access log off for all of them, on loopback po
 A closed loop of client threads (each sends its next request when the last is answered) plays
 whole two-player server-dice games — always a legal action, stopping after two moves — against a
 service, or posts the same action bodies to the hello-world. Each measurement is taken twice,
-alternating the servers, and printed with the ratios the issue asks for. Then a past position is
-read at version 10 and at version 5,000 of one long game.
+alternating the servers, and printed with the ratios the issue asks for. In each round the
+hello-world is measured at the start and again at the end of the many-client measurements, and
+the services are compared with the mean of the two: the yardstick brackets what it measures, so
+a drift of the VM's speed during the round, or one unusual window of the hello-world's own, moves
+the ratios half as much. Then a past position is read at version 10 and at version 5,000 of one
+long game.
 
 Run `make bench`, or `python -m bench.http [--seconds S] [--only sqlite,postgres]`.
 """
@@ -314,6 +318,16 @@ def past_reads(port: int, game_id: str, versions: range) -> float:
     return statistics.median(latencies) * 1000
 
 
+def bracket(first: Figures, last: Figures) -> Figures:
+    """The hello-world's figures of one round: the mean of its first and last measurements."""
+    return Figures(
+        (first.rate + last.rate) / 2,
+        (first.p50 + last.p50) / 2,
+        (first.p99 + last.p99) / 2,
+        (first.server_cpu + last.server_cpu) / 2,
+    )
+
+
 # ------------------------------------------------------------------------------ main
 @contextlib.contextmanager
 def postgres_url() -> Iterator[str]:
@@ -370,12 +384,15 @@ def main() -> None:
             results: dict[tuple[str, int], list[Figures]] = {}
             for _ in range(args.rounds):
                 for clients in (args.clients, 1):
-                    for server in servers:
-                        if clients == 1 and server.name not in ("hello", "sqlite"):
-                            continue
+                    if clients == 1:
+                        order = [s for s in servers if s.name in ("hello", "sqlite")]
+                    else:  # the hello-world first and last: the yardstick brackets the round
+                        order = [*servers, servers[0]]
+                    for i, server in enumerate(order):
+                        name = "hello-again" if i and server is servers[0] else server.name
                         figures = load(server, clients, args.seconds)
-                        results.setdefault((server.name, clients), []).append(figures)
-                        print(f"  {server.name:12} {clients} client(s): {figures}", flush=True)
+                        results.setdefault((name, clients), []).append(figures)
+                        print(f"  {name:12} {clients} client(s): {figures}", flush=True)
             report(results, args.clients)
             by_name = {s.name: s for s in servers}
             if "sqlite" in by_name:
@@ -402,9 +419,21 @@ def main() -> None:
 
 
 def report(results: dict[tuple[str, int], list[Figures]], clients: int) -> None:
-    hello_many = results[("hello", clients)]
-    print("ratios to the hello-world, per round (the same round's figures; the server CPU does")
-    print("not count the PostgreSQL server's own processes):")
+    hello_many = [
+        bracket(first, last)
+        for first, last in zip(
+            results[("hello", clients)], results[("hello-again", clients)], strict=True
+        )
+    ]
+    shown = ", ".join(
+        f"{first.rate:,.0f} and {last.rate:,.0f}"
+        for first, last in zip(
+            results[("hello", clients)], results[("hello-again", clients)], strict=True
+        )
+    )
+    print(f"hello-world at {clients} clients, first and last of each round: {shown} actions/s")
+    print("ratios to the hello-world (the mean of its round's first and last), per round; the")
+    print("server CPU does not count the PostgreSQL server's own processes:")
     notes = {"sqlite-full": " (durable against power cuts)", "sqlite-bots": " (bots playing)"}
     for name, target in (
         ("sqlite", 0.6),
