@@ -517,6 +517,61 @@ def test_on_postgresql_snapshots_go_with_their_events_and_replace_stray_rows(
         app.extensions["cantstop"].close()
 
 
+@pytest.mark.postgres
+def test_on_postgresql_the_insert_stores_every_byte_and_maps_a_conflict(postgres_url: str) -> None:
+    """A command's insert goes through libpq itself (its own parameters, prepared per
+    session): rows come back exactly as given, a duplicate version is the library's
+    IntegrityError (a conflict, judged again), and nothing of a refused statement is stored."""
+    app = create_app(Settings(database_url=postgres_url), create_tables=True)
+    try:
+        recorder = app.extensions["cantstop"].games.recorder
+        recorder.datastore.pool.open()  # as after the first request: the fast path's condition
+        originator = uuid.uuid4()
+        rows = [
+            StoredEvent(originator, 1, "tests:Évènement ✓", b"\x00\xff{}\x00"),
+            StoredEvent(originator, 2**40, "tests:Event", bytes(range(256))),
+        ]
+        ids = recorder.insert_events(rows)
+        assert len(ids) == 2 and ids == sorted(ids)
+        assert recorder.select_events(originator) == rows
+        with pytest.raises(IntegrityError):
+            recorder.insert_events([StoredEvent(originator, 3, "t", b"x"), rows[0]])
+        assert recorder.select_events(originator) == rows
+    finally:
+        app.extensions["cantstop"].close()
+
+
+@pytest.mark.postgres
+def test_on_postgresql_a_session_that_lost_its_prepared_insert_still_records(
+    postgres_url: str,
+) -> None:
+    """A session whose prepared statements went (``DEALLOCATE ALL``, as a pooler or a
+    ``DISCARD ALL`` does) prepares the insert again: the action is recorded, once."""
+    app = create_app(Settings(database_url=postgres_url), create_tables=True)
+    try:
+        client = app.test_client()
+        game_id, tokens = new_manual_game(client)
+        for _ in range(20):  # the pool takes its connections in turn: each prepares the insert
+            game = step(client, game_id, tokens)
+        pool = app.extensions["cantstop"].games.recorder.datastore.pool
+        taken = [pool.getconn() for _ in range(pool.get_stats()["pool_size"])]
+        try:
+            for conn in taken:
+                conn.execute("DEALLOCATE ALL")
+        finally:
+            for conn in taken:
+                pool.putconn(conn)
+        for _ in range(20):
+            after = step(client, game_id, tokens)  # asserts 200
+        assert after["version"] > game["version"]
+        versions = [
+            e["version"] for e in client.get(f"/v1/games/{game_id}/events").get_json()["events"]
+        ]
+        assert versions == list(range(1, after["version"] + 1))
+    finally:
+        app.extensions["cantstop"].close()
+
+
 # ----------------------------------------------------------------------- hostile bodies
 DEEP = b"[" * 1000 + b"]" * 1000
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import logging
 import os
@@ -29,7 +30,8 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -216,11 +218,61 @@ def _columns(event: Any) -> tuple[Any, ...]:
     return (event.originator_id, event.originator_version, event.topic, event.state)
 
 
-def _values_insert(recorder: PostgresAggregateRecorder, rows: int) -> str:
-    """``INSERT INTO <recorder's table> (…) VALUES (…), …`` for ``rows`` stored events."""
+def _values_insert(
+    recorder: PostgresAggregateRecorder, rows: int, *, numbered: bool, first: int = 1
+) -> str:
+    """``INSERT INTO <recorder's table> (…) VALUES (…), …`` for ``rows`` stored events, with
+    psycopg's ``%s`` placeholders or libpq's ``$1``, ``$2``, … from ``first``."""
     table = Identifier(recorder.datastore.schema, recorder.events_table_name).as_string()
-    values = ",".join(["(%s,%s,%s,%s)"] * rows)
+    if numbered:
+        values = ",".join(
+            "({},{},{},{})".format(*(f"${n}" for n in range(first + 4 * i, first + 4 * i + 4)))
+            for i in range(rows)
+        )
+    else:
+        values = ",".join(["(%s,%s,%s,%s)"] * rows)
     return f"INSERT INTO {table} (originator_id, originator_version, topic, state) VALUES {values}"
+
+
+# A write of at most this many events (a command's few) goes through libpq itself, its
+# statement prepared once per session and kept there: at most 2 x 16 shapes per session. A
+# larger one (an import) goes through psycopg, whose prepared statements are bounded.
+PREPARED_ROWS = 16
+# The parameters' types, as the columns have them (uuid, bigint, text, bytea): the uuid and the
+# bytea go in binary, the others as text.
+_PARAM_TYPES = (2950, 20, 25, 17)
+_PARAM_FORMATS = (1, 0, 0, 1)
+_NO_SUCH_STATEMENT = "26000"  # invalid_sql_statement_name: not prepared in this session
+
+
+def _params(rows: Iterable[Any]) -> list[bytes]:
+    """Stored events (or snapshots) as libpq parameters: 16 bytes of uuid, the version in
+    decimal, the topic in UTF-8, the state as it is."""
+    params: list[bytes] = []
+    for row in rows:
+        originator_id = row.originator_id
+        if not isinstance(originator_id, uuid.UUID):
+            originator_id = uuid.UUID(str(originator_id))
+        params += (
+            originator_id.bytes,
+            b"%d" % row.originator_version,
+            row.topic.encode(),
+            bytes(row.state),
+        )
+    return params
+
+
+def _raise_for(pgconn: Any, result: Any) -> None:
+    """A failed libpq result as the psycopg error psycopg would raise for it."""
+    message = result.error_message.decode(errors="replace") or "the statement failed"
+    if pgconn.status != psycopg.pq.ConnStatus.OK:
+        raise psycopg.OperationalError(message)
+    sqlstate = result.error_field(psycopg.pq.DiagnosticField.SQLSTATE)
+    try:
+        error = psycopg.errors.lookup(sqlstate.decode()) if sqlstate else psycopg.DatabaseError
+    except KeyError:
+        error = psycopg.DatabaseError
+    raise error(message)
 
 
 class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorder):
@@ -236,6 +288,12 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._statements: dict[tuple[int, str, int], bytes] = {}
+        self._prepares: dict[tuple[int, str, int], tuple[bytes, bytes]] = {}
+        # The statements each pooled connection's session has prepared, by connection.
+        self._prepared: weakref.WeakKeyDictionary[Any, set[bytes]] = weakref.WeakKeyDictionary()
+        self._prepared_lock = threading.Lock()
+        # libpq's parameters are built for the library's default column types (``_params``).
+        assert self.datastore.originator_id_type == "uuid"
 
     def insert_events(self, stored_events: Any, **kwargs: Any) -> Any:
         if kwargs or not stored_events:
@@ -262,11 +320,12 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
         sync and COMMIT: about eleven waits on the socket, and twice the CPU in this process;
         docs/performance.md.) The rows are plain ``VALUES`` (psycopg dumps uuid, integer, text
         and bytea in C), and the statement is text built once per shape, so psycopg parses it
-        once and the server runs it prepared."""
+        once and the server runs it prepared; a command's goes through libpq itself
+        (``_execute_prepared``)."""
         snapshots, stored_snapshots = with_snapshots or (None, ())
         events = list(stored_events)
         pool = self.datastore.pool
-        if len(events) <= ROWS_PER_STATEMENT and not pool.closed:
+        if len(events) <= PREPARED_ROWS and not pool.closed:
             # The pool's connection straight, not through the library's get_connection and the
             # pool's connection(): two generator context managers, 3% of an action's
             # instructions. Errors become the library's, as there; the pool checks the
@@ -275,15 +334,13 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
                 conn = pool.getconn()
                 try:
                     assert conn.autocommit  # else putconn would roll the insert back
-                    with conn.cursor(row_factory=tuple_row) as curs:
-                        return self._execute(
-                            curs, events, snapshots, stored_snapshots, prepare=True
-                        )
+                    return self._execute_prepared(conn, events, snapshots, stored_snapshots)
                 finally:
                     pool.putconn(conn)
             except psycopg.Error as exc:
                 raise _library_error(exc) from exc
-        # The library's way: a pool not opened yet (get_connection opens it), or an import.
+        # The library's way: a pool not opened yet (get_connection opens it), or more events
+        # than a command makes (an import).
         with (
             self.datastore.get_connection() as conn,
             conn.cursor(row_factory=tuple_row) as curs,
@@ -300,6 +357,47 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
                     ids += self._execute(curs, chunk, snapshots, first, prepare=False)
             return ids
 
+    def _execute_prepared(
+        self, conn: Any, events: list[Any], snapshots: Any, stored_snapshots: Any
+    ) -> list[int]:
+        """The statement through libpq itself, prepared once per session: psycopg's cursor,
+        its prepared-statement manager and its adapters cost twice the CPU of the call (in a
+        loop, ~63 against ~29 µs per single-row insert; docs/performance.md). libpq lets go of
+        the GIL while it waits, as psycopg does. ``conn`` is this thread's alone (the pool's);
+        it is in autocommit, so the statement is its own transaction."""
+        name, text = self._prepare_text(len(events), snapshots, len(stored_snapshots))
+        pgconn = conn.pgconn
+        with self._prepared_lock:
+            prepared = self._prepared.setdefault(conn, set())
+        params = _params(stored_snapshots) + _params(events)
+        count = len(params) // 4
+        for attempt in (1, 2):
+            if name not in prepared:
+                result = pgconn.prepare(name, text, _PARAM_TYPES * count)
+                if result.status != psycopg.pq.ExecStatus.COMMAND_OK:
+                    _raise_for(pgconn, result)
+                prepared.add(name)
+            result = pgconn.exec_prepared(name, params, _PARAM_FORMATS * count)
+            if result.status == psycopg.pq.ExecStatus.TUPLES_OK:
+                return sorted(int(result.get_value(i, 0)) for i in range(result.ntuples))
+            sqlstate = result.error_field(psycopg.pq.DiagnosticField.SQLSTATE)
+            if attempt == 1 and sqlstate == _NO_SUCH_STATEMENT.encode():
+                prepared.discard(name)  # the session lost it (DISCARD ALL, a pooler): again
+                continue
+            _raise_for(pgconn, result)
+        raise AssertionError("unreachable")
+
+    def _prepare_text(self, events: int, snapshots: Any, rows: int) -> tuple[bytes, bytes]:
+        """A name, and the statement of ``_text`` with libpq's ``$n`` placeholders."""
+        key = (events, snapshots.events_table_name if snapshots is not None else "", rows)
+        found = self._prepares.get(key)
+        if found is None:
+            text = self._text(events, snapshots, rows, True)
+            # Named by its text: threads building statements at once agree on every name.
+            name = f"cantstop_insert_{hashlib.sha256(text).hexdigest()[:24]}".encode()
+            found = self._prepares[key] = (name, text)
+        return found
+
     def _execute(
         self, curs: Any, events: list[Any], snapshots: Any, stored_snapshots: Any, *, prepare: bool
     ) -> list[int]:
@@ -309,20 +407,27 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
         return sorted(notification_id for (notification_id,) in curs.fetchall())
 
     def _statement(self, events: int, snapshots: Any, rows: int) -> bytes:
-        """``INSERT … VALUES (…), … RETURNING notification_id`` for ``events`` rows, after a
-        ``WITH`` inserting ``rows`` snapshot rows into ``snapshots``' table (if any)."""
+        """The statement of ``_text`` with psycopg's placeholders."""
         key = (events, snapshots.events_table_name if snapshots is not None else "", rows)
         statement = self._statements.get(key)
         if statement is None:
-            text = f"{_values_insert(self, events)} RETURNING notification_id"
-            if snapshots is not None and rows:
-                text = (
-                    f"WITH snapshots AS ({_values_insert(snapshots, rows)} "
-                    "ON CONFLICT (originator_id, originator_version) "
-                    "DO UPDATE SET topic = EXCLUDED.topic, state = EXCLUDED.state) " + text
-                )
-            statement = self._statements[key] = text.encode()
+            statement = self._statements[key] = self._text(events, snapshots, rows, False)
         return statement
+
+    def _text(self, events: int, snapshots: Any, rows: int, numbered: bool) -> bytes:
+        """``INSERT … VALUES (…), … RETURNING notification_id`` for ``events`` rows, after a
+        ``WITH`` inserting ``rows`` snapshot rows into ``snapshots``' table (if any): their
+        parameters come first."""
+        first = 4 * rows + 1 if snapshots is not None and rows else 1
+        text = f"{_values_insert(self, events, numbered=numbered, first=first)}"
+        text += " RETURNING notification_id"
+        if snapshots is not None and rows:
+            text = (
+                f"WITH snapshots AS ({_values_insert(snapshots, rows, numbered=numbered)} "
+                "ON CONFLICT (originator_id, originator_version) "
+                "DO UPDATE SET topic = EXCLUDED.topic, state = EXCLUDED.state) " + text
+            )
+        return text.encode()
 
     def _lock_table(self, curs: Any) -> None:
         pass
