@@ -572,6 +572,25 @@ def test_on_postgresql_a_session_that_lost_its_prepared_insert_still_records(
         app.extensions["cantstop"].close()
 
 
+@pytest.mark.postgres
+def test_on_postgresql_a_session_that_holds_the_insert_already_uses_it(postgres_url: str) -> None:
+    """A server session may hold the insert from an earlier client of the same server
+    connection (a pooler, or this worker's record of it lost): preparing it again is refused
+    there (duplicate_prepared_statement), and the statement prepared is used."""
+    app = create_app(Settings(database_url=postgres_url), create_tables=True)
+    try:
+        client = app.test_client()
+        game_id, tokens = new_manual_game(client)
+        for _ in range(20):  # every pooled connection prepares the insert
+            game = step(client, game_id, tokens)
+        app.extensions["cantstop"].games.recorder._prepared.clear()  # forget they did
+        for _ in range(20):
+            after = step(client, game_id, tokens)  # asserts 200
+        assert after["version"] > game["version"]
+    finally:
+        app.extensions["cantstop"].close()
+
+
 # ----------------------------------------------------------------------- hostile bodies
 DEEP = b"[" * 1000 + b"]" * 1000
 

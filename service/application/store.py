@@ -242,7 +242,10 @@ PREPARED_ROWS = 16
 # bytea go in binary, the others as text.
 _PARAM_TYPES = (2950, 20, 25, 17)
 _PARAM_FORMATS = (1, 0, 0, 1)
-_NO_SUCH_STATEMENT = "26000"  # invalid_sql_statement_name: not prepared in this session
+_NO_SUCH_STATEMENT = b"26000"  # invalid_sql_statement_name: not prepared in this session
+# duplicate_prepared_statement: prepared already in this session (by an earlier client of a
+# pooled server connection); a name is its text's hash, so it is the same statement.
+_SAME_STATEMENT = b"42P05"
 
 
 def _params(rows: Iterable[Any]) -> list[bytes]:
@@ -374,14 +377,16 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
         for attempt in (1, 2):
             if name not in prepared:
                 result = pgconn.prepare(name, text, _PARAM_TYPES * count)
-                if result.status != psycopg.pq.ExecStatus.COMMAND_OK:
+                if result.status != psycopg.pq.ExecStatus.COMMAND_OK and (
+                    result.error_field(psycopg.pq.DiagnosticField.SQLSTATE) != _SAME_STATEMENT
+                ):
                     _raise_for(pgconn, result)
                 prepared.add(name)
             result = pgconn.exec_prepared(name, params, _PARAM_FORMATS * count)
             if result.status == psycopg.pq.ExecStatus.TUPLES_OK:
                 return sorted(int(result.get_value(i, 0)) for i in range(result.ntuples))
             sqlstate = result.error_field(psycopg.pq.DiagnosticField.SQLSTATE)
-            if attempt == 1 and sqlstate == _NO_SUCH_STATEMENT.encode():
+            if attempt == 1 and sqlstate == _NO_SUCH_STATEMENT:
                 prepared.discard(name)  # the session lost it (DISCARD ALL, a pooler): again
                 continue
             _raise_for(pgconn, result)
