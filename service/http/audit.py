@@ -22,7 +22,9 @@ from service.http.core import (
     json_response,
     load,
     runtime,
+    this_request,
     version_arg,
+    whole_body,
 )
 from service.render.board_svg import render_board
 
@@ -61,7 +63,7 @@ def import_game() -> Response:
     games = runtime().games
     source: str | None = None
     if request.mimetype == NDJSON:
-        game_id, source = import_export(games, request.get_data(cache=False))
+        game_id, source = import_export(games, whole_body(this_request()))
         kind = "export"
     elif is_json(request.mimetype):
         body: Any = json_body()

@@ -261,7 +261,9 @@ def install_error_handlers(app: Flask) -> None:
         status = exc.code or 500
         code = HTTP_CODES.get(status, "invalid_request")
         if status == 413:
-            detail = f"the body is larger than {app.config['MAX_CONTENT_LENGTH']} bytes"
+            # The request's own limit: an import raises it for its request (audit.py).
+            limit = request.max_content_length or app.config["MAX_CONTENT_LENGTH"]
+            detail = f"the body is larger than {limit} bytes"
         elif status == 429:
             detail = f"too many requests from this client ({exc.description}); retry later"
         else:
@@ -313,12 +315,7 @@ def json_bytes(req: flask.Request | None = None) -> bytes:
         data = _sized_body(req, environ)
         if data is not None:
             return data
-    data = req.get_data(cache=True)  # 413 first: the size is wrong whatever the type
-    limit = req.max_content_length
-    if limit is not None and len(data) >= limit and "CONTENT_LENGTH" not in environ:
-        # A body without a length (chunked) stops at the limit, silently in Werkzeug: as it
-        # cannot tell whether more was coming, one that reaches the limit is refused.
-        raise RequestEntityTooLarge()
+    data = whole_body(req)  # 413 first: the size is wrong whatever the type
     if req.content_type == "application/json":
         return data
     if not is_json(req.mimetype):
@@ -329,6 +326,17 @@ def json_bytes(req: flask.Request | None = None) -> bytes:
     charset = req.mimetype_params.get("charset", "utf-8").lower()
     if charset not in ("utf-8", "utf8"):
         raise UnsupportedMediaType(f"JSON bodies are UTF-8, not {charset}")
+    return data
+
+
+def whole_body(req: flask.Request) -> bytes:
+    """The request's body, whole, or 413 if it is over the request's limit. A body without a
+    length (chunked) stops at the limit, silently in Werkzeug: as it cannot tell whether more
+    was coming, one that reaches the limit is refused."""
+    data = req.get_data(cache=True)
+    limit = req.max_content_length
+    if limit is not None and len(data) >= limit and "CONTENT_LENGTH" not in req.environ:
+        raise RequestEntityTooLarge()
     return data
 
 
