@@ -641,18 +641,13 @@ class GuardedSQLiteApplicationRecorder(_GuardedLog, SQLiteApplicationRecorder):
         events = list(stored_events)
         if not events:
             return []
-        if len(events) <= ROWS_PER_STATEMENT:
-            # What ``writing`` and ``_sqlite_errors`` do, spelled out: two generator context
-            # managers cost ~3% of an action's instructions on the command path.
-            pool._begin_writing()
-            try:
-                return self._insert_alone(pool.writer(), events)
-            except sqlite3.Error as exc:
-                raise _library_sqlite_error(exc) from exc
-            finally:
-                pool._end_writing()
-        with pool.writing(), _sqlite_errors():
+        # What ``writing`` and ``_sqlite_errors`` do, spelled out: two generator context
+        # managers cost ~3% of an action's instructions on the command path.
+        pool._begin_writing()
+        try:
             db = pool.writer()
+            if len(events) <= ROWS_PER_STATEMENT:
+                return self._insert_alone(db, events)
             ids: list[int] = []
             db.execute("BEGIN IMMEDIATE")
             try:
@@ -663,6 +658,10 @@ class GuardedSQLiteApplicationRecorder(_GuardedLog, SQLiteApplicationRecorder):
                 if db.in_transaction:
                     db.execute("ROLLBACK")
             return ids
+        except sqlite3.Error as exc:
+            raise _library_sqlite_error(exc) from exc
+        finally:
+            pool._end_writing()
 
     @staticmethod
     def _replace(pool: _SQLitePool, table: str, stored: Any) -> None:

@@ -60,7 +60,6 @@ def create_app(settings: Settings | None = None, *, create_tables: bool = False)
     settings = settings or Settings.from_env()
     app = Flask("cantstop")
     app.session_interface = NoSessions()
-    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.request_class = request_class(
         max_body_bytes=settings.max_body_bytes,
         max_line=settings.max_uri_bytes,

@@ -261,9 +261,8 @@ def install_error_handlers(app: Flask) -> None:
         status = exc.code or 500
         code = HTTP_CODES.get(status, "invalid_request")
         if status == 413:
-            # The request's own limit: an import raises it for its request (audit.py).
-            limit = request.max_content_length or app.config["MAX_CONTENT_LENGTH"]
-            detail = f"the body is larger than {limit} bytes"
+            # The request's own limit (``request_class``): an import raises it (audit.py).
+            detail = f"the body is larger than {request.max_content_length} bytes"
         elif status == 429:
             detail = f"too many requests from this client ({exc.description}); retry later"
         else:
