@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -31,7 +30,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench.http import Figures, Server, postgres_url, service
+from bench.http import Figures, Server, postgres_url, processes, service
 
 
 def serve(tree: Path, database_url: str) -> Server:
@@ -120,16 +119,8 @@ def backend_cpu(url: str, tree: int) -> float:
         rows = db.execute(
             "SELECT pid FROM pg_stat_activity WHERE datname = %s", (f"cantstop_ab_{tree}",)
         ).fetchall()
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for (pid,) in rows:
-        try:
-            text = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue  # another host's server, or the backend ended
-        fields = text[text.rindex(")") + 2 :].split()
-        total += (int(fields[11]) + int(fields[12])) / tick
-    return total
+    _, times = processes()  # another host's server: none of its pids is here
+    return sum(times.get(pid, 0.0) for (pid,) in rows)
 
 
 def create_database(url: str, name: str) -> str:

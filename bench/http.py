@@ -172,9 +172,9 @@ def echo(port: int, deadline: float, latencies: list[float]) -> None:
         i += 1
 
 
-def tree_cpu(root: int) -> float:
-    """CPU seconds (user + system) used so far by process ``root`` and its descendants, from
-    /proc (Linux); 0.0 elsewhere."""
+def processes() -> tuple[dict[int, int], dict[int, float]]:
+    """Every process's parent, and the CPU seconds (user + system) it has used so far, from
+    /proc (Linux); nothing elsewhere."""
     parents: dict[int, int] = {}
     times: dict[int, float] = {}
     tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -187,6 +187,13 @@ def tree_cpu(root: int) -> float:
         pid = int(entry.parent.name)
         parents[pid] = int(fields[1])
         times[pid] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return parents, times
+
+
+def tree_cpu(root: int) -> float:
+    """CPU seconds (user + system) used so far by process ``root`` and its descendants, from
+    /proc (Linux); 0.0 elsewhere."""
+    parents, times = processes()
     total, todo = 0.0, [root]
     while todo:
         pid = todo.pop()
