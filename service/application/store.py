@@ -290,8 +290,7 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._statements: dict[tuple[int, str, int], bytes] = {}
-        self._prepares: dict[tuple[int, str, int], tuple[bytes, bytes]] = {}
+        self._statements: dict[tuple[int, str, int, bool], tuple[bytes, bytes]] = {}
         # The statements each pooled connection's session has prepared, by connection.
         self._prepared: weakref.WeakKeyDictionary[Any, set[bytes]] = weakref.WeakKeyDictionary()
         self._prepared_lock = threading.Lock()
@@ -368,7 +367,7 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
         loop, ~63 against ~29 µs per single-row insert; docs/performance.md). libpq lets go of
         the GIL while it waits, as psycopg does. ``conn`` is this thread's alone (the pool's);
         it is in autocommit, so the statement is its own transaction."""
-        name, text = self._prepare_text(len(events), snapshots, len(stored_snapshots))
+        name, text = self._statement(len(events), snapshots, len(stored_snapshots), True)
         pgconn = conn.pgconn
         with self._prepared_lock:
             prepared = self._prepared.setdefault(conn, set())
@@ -392,32 +391,27 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
             _raise_for(pgconn, result)
         raise AssertionError("unreachable")
 
-    def _prepare_text(self, events: int, snapshots: Any, rows: int) -> tuple[bytes, bytes]:
-        """A name, and the statement of ``_text`` with libpq's ``$n`` placeholders."""
-        key = (events, snapshots.events_table_name if snapshots is not None else "", rows)
-        found = self._prepares.get(key)
-        if found is None:
-            text = self._text(events, snapshots, rows, True)
-            # Named by its text: threads building statements at once agree on every name.
-            name = f"cantstop_insert_{hashlib.sha256(text).hexdigest()[:24]}".encode()
-            found = self._prepares[key] = (name, text)
-        return found
-
     def _execute(
         self, curs: Any, events: list[Any], snapshots: Any, stored_snapshots: Any, *, prepare: bool
     ) -> list[int]:
-        statement = self._statement(len(events), snapshots, len(stored_snapshots))
+        _, statement = self._statement(len(events), snapshots, len(stored_snapshots), False)
         params = [value for row in (*stored_snapshots, *events) for value in _columns(row)]
         curs.execute(statement, params, prepare=prepare)
         return sorted(notification_id for (notification_id,) in curs.fetchall())
 
-    def _statement(self, events: int, snapshots: Any, rows: int) -> bytes:
-        """The statement of ``_text`` with psycopg's placeholders."""
-        key = (events, snapshots.events_table_name if snapshots is not None else "", rows)
-        statement = self._statements.get(key)
-        if statement is None:
-            statement = self._statements[key] = self._text(events, snapshots, rows, False)
-        return statement
+    def _statement(
+        self, events: int, snapshots: Any, rows: int, numbered: bool
+    ) -> tuple[bytes, bytes]:
+        """A name for libpq, and the statement of ``_text`` with libpq's ``$n`` placeholders
+        (``numbered``) or psycopg's, built once per shape."""
+        key = (events, snapshots.events_table_name if snapshots is not None else "", rows, numbered)
+        found = self._statements.get(key)
+        if found is None:
+            text = self._text(events, snapshots, rows, numbered)
+            # Named by its text: threads building statements at once agree on every name.
+            name = f"cantstop_insert_{hashlib.sha256(text).hexdigest()[:24]}".encode()
+            found = self._statements[key] = (name, text)
+        return found
 
     def _text(self, events: int, snapshots: Any, rows: int, numbered: bool) -> bytes:
         """``INSERT … VALUES (…), … RETURNING notification_id`` for ``events`` rows, after a
