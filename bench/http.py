@@ -426,18 +426,9 @@ def main() -> None:
 
 
 def report(results: dict[tuple[str, int], list[Figures]], clients: int) -> None:
-    hello_many = [
-        bracket(first, last)
-        for first, last in zip(
-            results[("hello", clients)], results[("hello-again", clients)], strict=True
-        )
-    ]
-    shown = ", ".join(
-        f"{first.rate:,.0f} and {last.rate:,.0f}"
-        for first, last in zip(
-            results[("hello", clients)], results[("hello-again", clients)], strict=True
-        )
-    )
+    pairs = list(zip(results[("hello", clients)], results[("hello-again", clients)], strict=True))
+    hello_many = [bracket(first, last) for first, last in pairs]
+    shown = ", ".join(f"{first.rate:,.0f} and {last.rate:,.0f}" for first, last in pairs)
     print(f"hello-world at {clients} clients, first and last of each round: {shown} actions/s")
     print("ratios to the hello-world (the mean of its round's first and last), per round; the")
     print("server CPU does not count the PostgreSQL server's own processes:")
