@@ -89,6 +89,24 @@ def send(
         conn.close()
 
 
+def post_bytes(
+    port: int, path: str, chunks: list[bytes], headers: dict[str, str], *, chunked: bool
+) -> Reply:
+    """A POST of raw bytes: in chunks (``Transfer-Encoding: chunked``, no length), or whole
+    with its ``Content-Length``."""
+    conn = http.client.HTTPConnection(HOST, port, timeout=30)
+    try:
+        if chunked:
+            conn.request("POST", path, iter(chunks), headers, encode_chunked=True)
+        else:
+            conn.request("POST", path, b"".join(chunks), headers)
+        response = conn.getresponse()
+        found = {name.lower(): value for name, value in response.getheaders()}
+        return Reply(response.status, found, response.read(), 0.0)
+    finally:
+        conn.close()
+
+
 def answers(port: int) -> bool:
     """Whether something accepts connections on ``port``."""
     try:
@@ -158,15 +176,8 @@ def test_bodies_sent_with_a_length_or_in_chunks_are_read_alike_and_limited(
         action = json.dumps(game["legal_actions"][0]).encode()
 
         def chunked(path: str, chunks: list[bytes]) -> Reply:
-            conn = http.client.HTTPConnection(HOST, port, timeout=30)
-            try:
-                headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
-                conn.request("POST", path, body=iter(chunks), headers=headers, encode_chunked=True)
-                response = conn.getresponse()
-                headers = {name.lower(): value for name, value in response.getheaders()}
-                return Reply(response.status, headers, response.read(), 0.0)
-            finally:
-                conn.close()
+            headers = {"Content-Type": "application/json", "Authorization": f"Bearer {token}"}
+            return post_bytes(port, path, chunks, headers, chunked=True)
 
         moved = chunked(f"/v1/games/{game['id']}/actions", [action[:5], action[5:]])
         assert moved.status == 200, moved.body
@@ -217,20 +228,8 @@ def test_a_chunked_export_over_the_import_limit_is_refused_not_cut(tmp_path: Pat
         assert body.index(b"\n", len(kept)) + 1 == IMPORT_MAX_BYTES
 
         def post(chunks: list[bytes], chunked: bool) -> Reply:
-            conn = http.client.HTTPConnection(HOST, port, timeout=30)
-            try:
-                headers = {"Content-Type": "application/x-ndjson"}
-                if chunked:
-                    conn.request(
-                        "POST", "/v1/games/import", iter(chunks), headers, encode_chunked=True
-                    )
-                else:
-                    conn.request("POST", "/v1/games/import", b"".join(chunks), headers)
-                response = conn.getresponse()
-                found = {name.lower(): value for name, value in response.getheaders()}
-                return Reply(response.status, found, response.read(), 0.0)
-            finally:
-                conn.close()
+            headers = {"Content-Type": "application/x-ndjson"}
+            return post_bytes(port, "/v1/games/import", chunks, headers, chunked=chunked)
 
         third = len(body) // 3
         chunks = [body[:third], body[third : 2 * third], body[2 * third :]]
