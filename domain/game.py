@@ -30,7 +30,7 @@ from domain.commands import Move as MoveCommand
 from domain.errors import GameOver, IllegalAction, InvalidDice, InvalidRequest, NotYourTurn
 from domain.fairness import commitment
 from domain.moves import UNCLAIMED, Board, Sums
-from domain.rules import SOLITAIRE_TARGETS, Rules, normalize_rules, solitaire_rating
+from domain.rules import DICE_FACES, SOLITAIRE_TARGETS, Rules, normalize_rules, solitaire_rating
 
 ZERO_HASH = "0" * 64
 MAX_NAME_LENGTH = 40
@@ -132,9 +132,13 @@ def check_clock(clock: Any, players: int) -> dict[str, int] | None:
     return {"turn_seconds": seconds}
 
 
+# Each column's key as served ("7"), for every column of every board (up to 2 x 8 with d8s).
+COLUMN_KEYS = tuple(str(column) for column in range(2 * max(DICE_FACES) + 1))
+
+
 def position_map(positions: Sequence[int]) -> dict[str, int]:
     """Column-indexed positions as the contract serves them: ``{"7": 3}``, absent when 0."""
-    return {str(column): at for column, at in enumerate(positions) if at}
+    return {COLUMN_KEYS[column]: at for column, at in enumerate(positions) if at}
 
 
 class Game(Aggregate):

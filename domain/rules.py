@@ -6,6 +6,7 @@ See docs/rules-rulings.md: columns are the sums of two dice; column ``s`` of a b
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache, lru_cache
@@ -19,6 +20,7 @@ SOLITAIRE_MODES = ("easy", "advanced")
 SOLITAIRE_TARGETS = {"easy": 30, "advanced": 40}
 COLUMNS_PLUS = {2: 5, 3: 4}  # "by_players": 4 or more players play to 3
 RULE_FIELDS = ("columns_to_win", "jumping", "forced_move", "steep_hill", "solitaire", "dice_faces")
+_RULE_VALUES = operator.itemgetter(*RULE_FIELDS)  # a dict's rule values, as a tuple, in C
 
 
 def column_height(column: int, faces: int) -> int:
@@ -59,7 +61,7 @@ class Rules:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Rules:
         """Rebuild from an already normalized dict (as stored in a GameCreated event)."""
-        values = tuple(data[name] for name in RULE_FIELDS)
+        values = _RULE_VALUES(data)
         try:
             return _rules(values)
         except TypeError:  # an unhashable value: not rules as normalized, but built as before

@@ -62,6 +62,21 @@ def game_state(game: Game, game_id: str | None = None) -> dict[str, Any]:
             "target": game.solitaire_target,
             "rating": game.rating,
         }
+    columns = rules.columns
+    names, markers, resigned = game.names, game.markers, game.resigned
+    bots, timeouts = game.bots, game.timeouts
+    players = [
+        {
+            "seat": seat,
+            "name": names[seat],
+            "markers": position_map(markers[seat]),
+            "claimed": [c for c in columns if claimed[c] == seat] if seat in claimed else [],
+            "resigned": resigned[seat],
+            "bot": bots.get(str(seat)),
+            "timeouts_in_a_row": timeouts[seat] if seat < len(timeouts) else 0,
+        }
+        for seat in range(game.seats)
+    ]
     return {
         "id": game_id,
         "version": game.version,
@@ -69,18 +84,7 @@ def game_state(game: Game, game_id: str | None = None) -> dict[str, Any]:
         "rules": _rules(rules),
         "dice": game.dice_mode,
         "columns": _columns(rules, claimed),
-        "players": [
-            {
-                "seat": seat,
-                "name": game.names[seat],
-                "markers": position_map(game.markers[seat]),
-                "claimed": [c for c in rules.columns if claimed[c] == seat],
-                "resigned": game.resigned[seat],
-                "bot": game.bots.get(str(seat)),
-                "timeouts_in_a_row": game.timeouts_of(seat),
-            }
-            for seat in range(game.seats)
-        ],
+        "players": players,
         "turn": turn,
         "legal_actions": legal_actions(game),
         "winner": game.winner,
