@@ -15,13 +15,14 @@ the production defaults) with the access log off for all of them, on loopback po
 
 A closed loop of client threads (each sends its next request when the last is answered) plays
 whole two-player server-dice games — always a legal action, stopping after two moves — against a
-service, or posts the same action bodies to the hello-world. Each measurement is taken twice,
-alternating the servers, and printed with the ratios the issue asks for. In each round the
-hello-world is measured at the start and again at the end of the many-client measurements, and
-the services are compared with the mean of the two: the yardstick brackets what it measures, so
-a drift of the VM's speed during the round, or one unusual window of the hello-world's own, moves
-the ratios half as much. Then a past position is read at version 10 and at version 5,000 of one
-long game.
+service, or posts the same action bodies to the hello-world. In each round every server is
+measured for ``--seconds`` in ``--slices`` windows, the servers taking turns (hello, sqlite, …,
+hello, sqlite, …), and the services are compared with the hello-world of the same round. On a
+shared VM a window's rate drifts by up to ±20% within a minute; taking turns in short windows puts
+that drift on every server alike, where one window each put it on whichever server it fell on
+(until 2026-11-24 the hello-world was measured at the start and the end of each round and the
+mean of the two was the yardstick). Then a past position is read at version 10 and at version
+5,000 of one long game.
 
 Run `make bench`, or `python -m bench.http [--seconds S] [--only sqlite,postgres]`.
 """
@@ -49,6 +50,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = ROOT / "service" / "gunicorn_settings.py"
 BIN = Path(sys.executable).parent
+# The servers measured with one client as well (the p50 target).
+ONE_CLIENT = ("hello", "sqlite")
 
 
 def free_port() -> int:
@@ -203,6 +206,16 @@ def tree_cpu(root: int) -> float:
 
 
 @dataclass
+class Window:
+    """One measurement of one server: every action's latency, the time it took, and the CPU
+    seconds its server's processes used meanwhile."""
+
+    latencies: list[float]
+    elapsed: float
+    cpu: float
+
+
+@dataclass
 class Figures:
     rate: float
     p50: float
@@ -211,6 +224,19 @@ class Figures:
     """ms of CPU per action, the server's processes together (gunicorn's workers, and the
     service's `cantstop worker`): steadier than the rate on a machine whose speed drifts."""
 
+    @classmethod
+    def of(cls, windows: list[Window]) -> Figures:
+        """The figures of a server's windows taken together (its slices of one round)."""
+        latencies = sorted(t for window in windows for t in window.latencies)
+        elapsed = sum(window.elapsed for window in windows)
+        cpu = sum(window.cpu for window in windows)
+        return cls(
+            len(latencies) / elapsed,
+            statistics.median(latencies) * 1000,
+            latencies[max(0, int(len(latencies) * 0.99) - 1)] * 1000,
+            cpu / max(1, len(latencies)) * 1000,
+        )
+
     def __str__(self) -> str:
         return (
             f"{self.rate:7,.0f} actions/s  p50 {self.p50:6.2f} ms  p99 {self.p99:6.2f} ms  "
@@ -218,12 +244,12 @@ class Figures:
         )
 
 
-def load(server: Server, clients: int, seconds: float) -> Figures:
+def load(server: Server, clients: int, seconds: float, warm: float = 1.0) -> Window:
     worker = echo if server.name == "hello" else play
     # A short warm-up (imports, caches, connections), not counted.
-    warm: list[float] = []
+    warm_up: list[float] = []
     warm_threads = [
-        threading.Thread(target=worker, args=(server.port, time.perf_counter() + 1.0, warm))
+        threading.Thread(target=worker, args=(server.port, time.perf_counter() + warm, warm_up))
         for _ in range(clients)
     ]
     for thread in warm_threads:
@@ -244,14 +270,21 @@ def load(server: Server, clients: int, seconds: float) -> Figures:
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - started
-    cpu = tree_cpu(server.process.pid) - cpu_before
-    latencies.sort()
-    return Figures(
-        len(latencies) / elapsed,
-        statistics.median(latencies) * 1000,
-        latencies[max(0, int(len(latencies) * 0.99) - 1)] * 1000,
-        cpu / max(1, len(latencies)) * 1000,
-    )
+    return Window(latencies, elapsed, tree_cpu(server.process.pid) - cpu_before)
+
+
+def taking_turns(
+    servers: list[Server], clients: int, seconds: float, slices: int
+) -> dict[str, Figures]:
+    """Each server's figures over ``seconds``, measured in ``slices`` windows, the servers
+    taking turns (a, b, c, a, b, c, …): the machine's drift, which on a shared VM moves a
+    window's rate by up to ±20% within a minute, falls on every server alike."""
+    windows: dict[str, list[Window]] = {server.name: [] for server in servers}
+    for i in range(slices):
+        for server in servers:
+            window = load(server, clients, seconds / slices, warm=1.0 if i == 0 else 0.5)
+            windows[server.name].append(window)
+    return {name: Figures.of(measured) for name, measured in windows.items()}
 
 
 class BotGames:
@@ -325,16 +358,6 @@ def past_reads(port: int, game_id: str, versions: range) -> float:
     return statistics.median(latencies) * 1000
 
 
-def bracket(first: Figures, last: Figures) -> Figures:
-    """The hello-world's figures of one round: the mean of its first and last measurements."""
-    return Figures(
-        (first.rate + last.rate) / 2,
-        (first.p50 + last.p50) / 2,
-        (first.p99 + last.p99) / 2,
-        (first.server_cpu + last.server_cpu) / 2,
-    )
-
-
 # ------------------------------------------------------------------------------ main
 @contextlib.contextmanager
 def postgres_url() -> Iterator[str]:
@@ -359,13 +382,14 @@ def main() -> None:
     parser.add_argument("--only", default="sqlite,sqlite-full,postgres,sqlite-bots")
     parser.add_argument("--bot-games", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--slices", type=int, default=4, help="windows per server and round")
     args = parser.parse_args()
     wanted = args.only.split(",")
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.python_implementation()} "
         f"{platform.python_version()}; gunicorn settings of the service (2 gthread workers), "
-        f"access log off; {args.clients} clients, {args.seconds:g} s per measurement, "
-        f"{args.rounds} rounds side by side"
+        f"access log off; {args.clients} clients, {args.seconds:g} s per measurement in "
+        f"{args.slices} slices, the servers taking turns; {args.rounds} rounds"
     )
     folder = tempfile.mkdtemp(prefix="cantstop-bench-")
     with postgres_url() if "postgres" in wanted else contextlib.nullcontext("") as pg:
@@ -391,13 +415,9 @@ def main() -> None:
             results: dict[tuple[str, int], list[Figures]] = {}
             for _ in range(args.rounds):
                 for clients in (args.clients, 1):
-                    if clients == 1:
-                        order = [s for s in servers if s.name in ("hello", "sqlite")]
-                    else:  # the hello-world first and last: the yardstick brackets the round
-                        order = [*servers, servers[0]]
-                    for i, server in enumerate(order):
-                        name = "hello-again" if i and server is servers[0] else server.name
-                        figures = load(server, clients, args.seconds)
+                    group = servers if clients > 1 else [s for s in servers if s.name in ONE_CLIENT]
+                    measured = taking_turns(group, clients, args.seconds, args.slices)
+                    for name, figures in measured.items():
                         results.setdefault((name, clients), []).append(figures)
                         print(f"  {name:12} {clients} client(s): {figures}", flush=True)
             report(results, args.clients)
@@ -426,12 +446,11 @@ def main() -> None:
 
 
 def report(results: dict[tuple[str, int], list[Figures]], clients: int) -> None:
-    pairs = list(zip(results[("hello", clients)], results[("hello-again", clients)], strict=True))
-    hello_many = [bracket(first, last) for first, last in pairs]
-    shown = ", ".join(f"{first.rate:,.0f} and {last.rate:,.0f}" for first, last in pairs)
-    print(f"hello-world at {clients} clients, first and last of each round: {shown} actions/s")
-    print("ratios to the hello-world (the mean of its round's first and last), per round; the")
-    print("server CPU does not count the PostgreSQL server's own processes:")
+    hello_many = results[("hello", clients)]
+    shown = ", ".join(f"{h.rate:,.0f}" for h in hello_many)
+    print(f"hello-world at {clients} clients, per round: {shown} actions/s")
+    print("ratios to the hello-world of the same round; the server CPU does not count the")
+    print("PostgreSQL server's own processes:")
     notes = {"sqlite-full": " (durable against power cuts)", "sqlite-bots": " (bots playing)"}
     for name, target in (
         ("sqlite", 0.6),
