@@ -44,10 +44,11 @@ def measure(server: Server, clients: int, seconds: float) -> subprocess.Popen[st
     """A client process loading ``server``; it prints its Figures as JSON."""
     assert server.process is not None
     code = (
-        "import json, sys; from bench.http import Server, load; "
+        "import json, sys; from bench.http import Figures, Server, load; "
         "server = Server('x', [], {}, int(sys.argv[1])); "
         "server.process = type('P', (), {'pid': int(sys.argv[2])})(); "
-        "print(json.dumps(load(server, int(sys.argv[3]), float(sys.argv[4])).__dict__))"
+        "window = load(server, int(sys.argv[3]), float(sys.argv[4])); "
+        "print(json.dumps(Figures.of([window]).__dict__))"
     )
     args = [str(server.port), str(server.process.pid), str(clients), str(seconds)]
     root = Path(__file__).resolve().parent.parent

@@ -11,7 +11,9 @@ the production defaults) with the access log off for all of them, on loopback po
   throwaway pgserver);
 - ``sqlite-bots``: the ``sqlite`` service while ``--bot-games`` games of two expert bots play
   in its `cantstop worker` (at the default pause between a bot's actions), replaced as they
-  finish: do people's requests slow down while bots think?
+  finish: do people's requests slow down while bots think? The bots play only while this server
+  is measured: the rest of the time it is frozen (SIGSTOP), so that their turns do not take the
+  CPU of the other servers' windows (until 2026-11-24 they played through every window).
 
 A closed loop of client threads (each sends its next request when the last is answered) plays
 whole two-player server-dice games — always a legal action, stopping after two moves — against a
@@ -35,6 +37,7 @@ import http.client
 import json
 import os
 import platform
+import signal
 import socket
 import statistics
 import subprocess
@@ -104,10 +107,47 @@ class Server:
                 time.sleep(0.1)
         raise SystemExit(f"{self.name} did not start")
 
+    bots: BotGames | None = None
+    """Bot games that play on this server: they play only while it is measured (``measured``)."""
+
     def stop(self) -> None:
         if self.process is not None:
+            self._signal(signal.SIGCONT)  # a stopped process would not act on SIGTERM
             self.process.terminate()
             self.process.wait(timeout=20)
+
+    @contextlib.contextmanager
+    def measured(self) -> Iterator[None]:
+        """While this server is measured. A server with bot games is frozen (SIGSTOP, its whole
+        process tree) the rest of the time: its bots' turns would take CPU from the others'
+        windows, on a machine meant to be at rest."""
+        if self.bots is None:
+            yield
+            return
+        self._signal(signal.SIGCONT)
+        self.bots.playing.set()
+        try:
+            yield
+        finally:
+            self.freeze()
+
+    def freeze(self) -> None:
+        """Stop this server's bot games and then the server itself, until it is measured."""
+        assert self.bots is not None
+        self.bots.pause()
+        self._signal(signal.SIGSTOP)
+
+    def _signal(self, signum: int) -> None:
+        assert self.process is not None
+        parents, _ = processes()
+        tree, todo = [], [self.process.pid]
+        while todo:
+            pid = todo.pop()
+            tree.append(pid)
+            todo.extend(child for child, parent in parents.items() if parent == pid)
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
 
 
 def service(name: str, database_url: str, **extra: str) -> Server:
@@ -282,7 +322,8 @@ def taking_turns(
     windows: dict[str, list[Window]] = {server.name: [] for server in servers}
     for i in range(slices):
         for server in servers:
-            window = load(server, clients, seconds / slices, warm=1.0 if i == 0 else 0.5)
+            with server.measured():
+                window = load(server, clients, seconds / slices, warm=1.0 if i == 0 else 0.5)
             windows[server.name].append(window)
     return {name: Figures.of(measured) for name, measured in windows.items()}
 
@@ -294,25 +335,47 @@ class BotGames:
     def __init__(self, port: int, count: int) -> None:
         self.port, self.count, self.finished, self.events = port, count, 0, 0
         self.done = threading.Event()
+        self.playing = threading.Event()  # set while the server is measured (Server.measured)
+        self.busy = threading.Lock()  # held while the games are looked at or replaced
+        self.playing.set()
+        client = Client(port)
+        self.games = [self._new(client) for _ in range(count)]
+        client.conn.close()
         self.thread = threading.Thread(target=self._keep, daemon=True)
         self.thread.start()
+
+    def pause(self) -> None:
+        """No more looks until ``playing`` is set again; returns once the current look ends."""
+        self.playing.clear()
+        with self.busy:
+            pass
 
     def _new(self, client: Client) -> str:
         bots = [{"name": "Robo", "bot": "expert"}, {"name": "Droid", "bot": "expert"}]
         return str(client.call("POST", "/v1/games", {"players": bots})["game"]["id"])
 
     def _keep(self) -> None:
-        client = Client(self.port)
-        games = [self._new(client) for _ in range(self.count)]
         seen = [0] * self.count  # each game's version at the last look
         while not self.done.wait(1.0):
-            for i, game_id in enumerate(games):
-                game = client.call("GET", f"/v1/games/{game_id}")
-                self.events += game["version"] - seen[i]
-                seen[i] = game["version"]
-                if game["status"] != "in_progress":
-                    self.finished += 1
-                    games[i], seen[i] = self._new(client), 0
+            if not self.playing.is_set():
+                continue
+            with self.busy:
+                # A connection of its own each time: the server, frozen meanwhile, will have
+                # closed the last one as idle.
+                client = Client(self.port)
+                try:
+                    self._look(client, self.games, seen)
+                finally:
+                    client.conn.close()
+
+    def _look(self, client: Client, games: list[str], seen: list[int]) -> None:
+        for i, game_id in enumerate(games):
+            game = client.call("GET", f"/v1/games/{game_id}")
+            self.events += game["version"] - seen[i]
+            seen[i] = game["version"]
+            if game["status"] != "in_progress":
+                self.finished += 1
+                games[i], seen[i] = self._new(client), 0
 
     def stop(self) -> None:
         self.done.set()
@@ -410,7 +473,11 @@ def main() -> None:
             servers.append(service("sqlite-bots", f"sqlite:///{folder}/bots.sqlite"))
         for server in servers:
             server.start()
-        bots = BotGames(servers[-1].port, args.bot_games) if "sqlite-bots" in wanted else None
+        bots = None
+        if "sqlite-bots" in wanted:
+            bots = BotGames(servers[-1].port, args.bot_games)
+            servers[-1].bots = bots
+            servers[-1].freeze()  # it plays only in its own windows
         try:
             results: dict[tuple[str, int], list[Figures]] = {}
             for _ in range(args.rounds):
