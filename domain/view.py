@@ -64,7 +64,7 @@ def game_state(game: Game, game_id: str | None = None) -> dict[str, Any]:
         }
     columns = rules.columns
     names, markers, resigned = game.names, game.markers, game.resigned
-    bots, timeouts = game.bots, game.timeouts
+    bots = game.bots
     players = [
         {
             "seat": seat,
@@ -73,7 +73,7 @@ def game_state(game: Game, game_id: str | None = None) -> dict[str, Any]:
             "claimed": [c for c in columns if claimed[c] == seat] if seat in claimed else [],
             "resigned": resigned[seat],
             "bot": bots.get(str(seat)),
-            "timeouts_in_a_row": timeouts[seat] if seat < len(timeouts) else 0,
+            "timeouts_in_a_row": game.timeouts_of(seat),
         }
         for seat in range(game.seats)
     ]
