@@ -140,12 +140,7 @@ class Server:
     def _signal(self, signum: int) -> None:
         assert self.process is not None
         parents, _ = processes()
-        tree, todo = [], [self.process.pid]
-        while todo:
-            pid = todo.pop()
-            tree.append(pid)
-            todo.extend(child for child, parent in parents.items() if parent == pid)
-        for pid in tree:
+        for pid in tree(self.process.pid, parents):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
 
@@ -233,16 +228,21 @@ def processes() -> tuple[dict[int, int], dict[int, float]]:
     return parents, times
 
 
+def tree(root: int, parents: dict[int, int]) -> list[int]:
+    """Process ``root`` and its descendants, by ``parents`` (``processes``)."""
+    pids, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        pids.append(pid)
+        todo.extend(child for child, parent in parents.items() if parent == pid)
+    return pids
+
+
 def tree_cpu(root: int) -> float:
     """CPU seconds (user + system) used so far by process ``root`` and its descendants, from
     /proc (Linux); 0.0 elsewhere."""
     parents, times = processes()
-    total, todo = 0.0, [root]
-    while todo:
-        pid = todo.pop()
-        total += times.get(pid, 0.0)
-        todo.extend(child for child, parent in parents.items() if parent == pid)
-    return total
+    return sum(times.get(pid, 0.0) for pid in tree(root, parents))
 
 
 @dataclass
@@ -364,11 +364,12 @@ class BotGames:
                 # closed the last one as idle.
                 client = Client(self.port)
                 try:
-                    self._look(client, self.games, seen)
+                    self._look(client, seen)
                 finally:
                     client.conn.close()
 
-    def _look(self, client: Client, games: list[str], seen: list[int]) -> None:
+    def _look(self, client: Client, seen: list[int]) -> None:
+        games = self.games
         for i, game_id in enumerate(games):
             game = client.call("GET", f"/v1/games/{game_id}")
             self.events += game["version"] - seen[i]
