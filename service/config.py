@@ -210,6 +210,10 @@ class ServerSettings:
     threads: int
     access_log: str | None
     log_level: str
+    cpu_affinity: str = "auto"
+    """``CANTSTOP_CPU_AFFINITY``: ``auto`` (each worker keeps to one CPU unless a CPU quota
+    is found), ``on`` (always) or ``off`` (the kernel places the workers):
+    service/gunicorn_settings.py."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ServerSettings:
@@ -226,4 +230,5 @@ class ServerSettings:
             log_level=env_choice(
                 env, "CANTSTOP_LOG_LEVEL", "info", ("debug", "info", "warning", "error", "critical")
             ),
+            cpu_affinity=env_choice(env, "CANTSTOP_CPU_AFFINITY", "auto", ("auto", "on", "off")),
         )

@@ -186,6 +186,36 @@ def test_gunicorn_settings_import_and_use_threaded_workers(monkeypatch: pytest.M
     assert 0 < cap <= conf.threads - 4
 
 
+def test_workers_are_pinned_only_to_cpus_the_server_has_to_itself(tmp_path: Path) -> None:
+    conf = load_gunicorn_conf()
+    pinned = conf.pinned_cpus
+    assert pinned("auto", {0, 1}, None, 2) == [0, 1]
+    assert pinned("auto", {3, 1}, None, 4) == [1, 3]  # more workers than CPUs: shared out
+    assert pinned("auto", range(8), None, 2) is None  # 2 workers on 8 CPUs: others run there
+    assert pinned("auto", {0, 1}, 1.5, 2) is None  # a quota: CPUs shared with other cgroups
+    assert pinned("auto", {0, 1}, 2.0, 2) == [0, 1]
+    assert pinned("on", range(8), 1.0, 2) == list(range(8))
+    assert pinned("off", {0, 1}, None, 2) is None
+    assert pinned("on", {0}, None, 2) is None  # one CPU: nothing to choose
+    # A new worker takes the CPU fewest live workers keep to (a restarted one takes its gap).
+    assert conf.least_taken([0, 1], []) == 0
+    assert conf.least_taken([0, 1], [0]) == 1
+    assert conf.least_taken([0, 1, 2], [0, 1, None, 2, 0]) == 1
+    # The quota, from cgroup v2 or v1 files.
+    assert conf.cpu_quota(tmp_path) is None
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert conf.cpu_quota(tmp_path) is None
+    (tmp_path / "cpu.max").write_text("150000 100000\n")
+    assert conf.cpu_quota(tmp_path) == 1.5
+    (tmp_path / "cpu.max").unlink()
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert conf.cpu_quota(tmp_path) is None
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("400000\n")
+    assert conf.cpu_quota(tmp_path) == 4.0
+
+
 def test_gunicorn_start_hook_refuses_a_bad_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
     conf = load_gunicorn_conf()
     monkeypatch.setenv("CANTSTOP_RATE_LIMITS", "create=lots")

@@ -138,6 +138,54 @@ def problem(reply: Reply, status: int, code: str) -> Json:
     return body
 
 
+# ------------------------------------------------------------------- CPU affinity
+def worker_cpus(serve_pid: int) -> list[set[str]]:
+    """Each gunicorn worker of ``cantstop serve`` (pid): the CPUs its threads may run on."""
+    children: dict[int, list[int]] = {}
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            text = stat_file.read_text()
+            parent = int(text[text.rindex(")") + 2 :].split()[1])
+            children.setdefault(parent, []).append(int(stat_file.parent.name))
+    # cantstop serve -> the HTTP group (serve --http-only: gunicorn's master) -> its workers
+    masters = [
+        pid
+        for pid in children.get(serve_pid, [])
+        if b"--http-only" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]
+    found = []
+    for master in masters:
+        for worker in children.get(master, []):
+            cpus = set()
+            for task in Path(f"/proc/{worker}/task").iterdir():
+                status = (task / "status").read_text()
+                allowed = next(line for line in status.splitlines() if "Cpus_allowed_list" in line)
+                cpus.add(allowed.split(":")[1].strip())
+            found.append(cpus)
+    return found
+
+
+def test_each_worker_keeps_to_a_cpu_of_its_own_unless_affinity_is_off(tmp_path: Path) -> None:
+    allowed = sorted(os.sched_getaffinity(0))
+    for setting in ("on", "off"):
+        port = free_port()
+        args = ("--host", HOST, "--port", str(port), "--workers", "2")
+        env = {"CANTSTOP_THREADS": "4", "CANTSTOP_CPU_AFFINITY": setting}
+        with serving(tmp_path, *args, env=env, ready_port=port, name=setting) as served:
+            for _ in range(8):  # a few requests: the workers start threads, which inherit it
+                assert send(port, "GET", "/v1/games").status == 200
+            wait_until(lambda: len(worker_cpus(served.process.pid)) == 2, 10, "two workers")
+            workers = worker_cpus(served.process.pid)
+        if setting == "on" and len(allowed) >= 2:
+            # every thread of a worker on one CPU; the two workers on two different ones
+            assert all(len(cpus) == 1 for cpus in workers), workers
+            assert {cpus.pop() for cpus in workers} == {str(allowed[0]), str(allowed[1])}
+        else:  # as this process: the kernel places them
+            status = Path("/proc/self/status").read_text().splitlines()
+            own = next(line for line in status if "Cpus_allowed_list" in line).split(":")[1]
+            assert all(cpus == {own.strip()} for cpus in workers), workers
+
+
 # ------------------------------------------------------------------- gunicorn's own limits
 @pytest.mark.slow
 def test_gunicorn_passes_over_long_lines_and_headers_to_the_app_which_answers_problem_json(
