@@ -210,9 +210,9 @@ class ServerSettings:
     threads: int
     access_log: str | None
     log_level: str
-    cpu_affinity: str = "auto"
-    """``CANTSTOP_CPU_AFFINITY``: ``auto`` (each worker keeps to one CPU unless a CPU quota
-    is found), ``on`` (always) or ``off`` (the kernel places the workers):
+    cpu_affinity: str = "off"
+    """``CANTSTOP_CPU_AFFINITY``: ``off`` (the kernel places the workers), ``auto`` (each
+    worker keeps to one CPU when the server has its CPUs to itself) or ``on`` (always):
     service/gunicorn_settings.py."""
 
     @classmethod
@@ -230,5 +230,5 @@ class ServerSettings:
             log_level=env_choice(
                 env, "CANTSTOP_LOG_LEVEL", "info", ("debug", "info", "warning", "error", "critical")
             ),
-            cpu_affinity=env_choice(env, "CANTSTOP_CPU_AFFINITY", "auto", ("auto", "on", "off")),
+            cpu_affinity=env_choice(env, "CANTSTOP_CPU_AFFINITY", "off", ("off", "auto", "on")),
         )

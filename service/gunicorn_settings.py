@@ -18,18 +18,20 @@ ends its streams at once (see post_fork) rather than holding the restart for gra
 clients reconnect with Last-Event-ID and miss nothing. Values come from the environment variables
 below.
 
-CPU affinity (CANTSTOP_CPU_AFFINITY, ``auto`` by default): each worker keeps to one CPU, the one
-fewest live workers keep to when it starts. A worker's threads take turns at the GIL, and each time
-one lets go of it (a socket, an SQLite call, a contended lock) another takes it, on whichever CPU
-the kernel woke it: the interpreter's data then moves between the cores' caches. Kept to one CPU,
-under the bench's 8 clients on this 2-core VM, the service served 8-18% more actions per second
-at 5-10% less CPU per action, and the hello-world 7-10% more (so the ratio between them did not
-move; docs/performance.md). ``auto`` pins only a server that has its CPUs to itself: at least as
-many workers as the CPUs it may run on (``taskset``, a cpuset), and no CPU quota below them (a
-container's ``--cpus``: cgroup ``cpu.max`` or ``cpu.cfs_quota_us``). Elsewhere (2 workers on a
-64-core host, other servers beside it) pinning would tie every server's first worker to CPU 0,
-so the kernel places them. ``on`` pins anyway, ``off`` never. The `cantstop worker` process
-(clocks, bots) is not pinned.
+CPU affinity (CANTSTOP_CPU_AFFINITY, ``off`` by default): with ``auto`` or ``on``, each worker keeps
+to one CPU, the one fewest live workers keep to when it starts. A worker's threads take turns at
+the GIL, and each time one lets go of it (a socket, an SQLite call, a contended lock) another
+takes it, on whichever CPU the kernel woke it: the interpreter's data then moves between the
+cores' caches. Kept to one CPU, under the bench's 8 clients on this 2-core VM, the service served
+8-18% more actions per second at 5-10% less CPU per action, and one client's requests took
+~0.15 ms less (p50 0.71-0.79 ms instead of 0.90); the hello-world gained as much (docs/
+performance.md). ``auto`` pins only a server that has its CPUs to itself: at least as many
+workers as the CPUs it may run on (``taskset``, a cpuset), and no CPU quota below them (a
+container's ``--cpus``: cgroup ``cpu.max`` or ``cpu.cfs_quota_us``); elsewhere (2 workers on a
+64-core host, other servers beside it) pinning would tie every server's first worker to CPU 0.
+``on`` pins anyway. It stays off by default: a pinned worker cannot move away from a core that
+something else keeps busy, which this 2-core VM at rest cannot show; measure it on the host
+first. The `cantstop worker` process (clocks, bots) is never pinned.
 """
 
 import logging

@@ -24,7 +24,7 @@ from flask import Flask
 
 from service import cli
 from service.application.store import persistence_env
-from service.config import Settings
+from service.config import ServerSettings, Settings
 from service.http.app import create_app
 from service.live.hub import LiveConfig
 
@@ -188,6 +188,10 @@ def test_gunicorn_settings_import_and_use_threaded_workers(monkeypatch: pytest.M
 
 def test_workers_are_pinned_only_to_cpus_the_server_has_to_itself(tmp_path: Path) -> None:
     conf = load_gunicorn_conf()
+    assert ServerSettings.from_env({}).cpu_affinity == "off"  # opt-in
+    assert ServerSettings.from_env({"CANTSTOP_CPU_AFFINITY": "AUTO"}).cpu_affinity == "auto"
+    with pytest.raises(ValueError, match="CANTSTOP_CPU_AFFINITY"):
+        ServerSettings.from_env({"CANTSTOP_CPU_AFFINITY": "yes"})
     pinned = conf.pinned_cpus
     assert pinned("auto", {0, 1}, None, 2) == [0, 1]
     assert pinned("auto", {3, 1}, None, 4) == [1, 3]  # more workers than CPUs: shared out
