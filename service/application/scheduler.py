@@ -73,7 +73,8 @@ class Scheduler:
         while True:
             page = self.reader.read(PAGE)
             for notification in page:
-                game_id = uuid.UUID(str(notification.originator_id))
+                raw = notification.originator_id  # a UUID already, from either store
+                game_id = raw if isinstance(raw, uuid.UUID) else uuid.UUID(str(raw))
                 touched.setdefault(game_id, set()).add(notification.topic)
             if len(page) < PAGE:
                 break
