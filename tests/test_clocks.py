@@ -295,6 +295,38 @@ def test_a_plain_game_is_not_reread_per_event_yet_is_abandoned_on_time(
     assert scheduler.next_due is None  # finished: nothing more is due
 
 
+def test_a_new_game_is_planned_from_its_creation_unless_it_has_a_clock(
+    moved_clock: tuple[Flask, Scheduler, FakeTime], clock_settings: Settings
+) -> None:
+    """Games played before the scheduler first reads them: a plain one is planned from its first
+    event (early, never late: the rest of it is not read); one with a clock, truly."""
+    app, scheduler, _ = moved_clock
+    rt = app.extensions["cantstop"]
+    client = app.test_client()
+    plans = {}
+    for name, extra in (("plain", {}), ("clocked", {"clock": {"turn_seconds": 30}})):
+        created = client.post("/v1/games", json={"players": ["Ann", "Bob"], **extra}).get_json()
+        game_id = created["game"]["id"]
+        token = created["seats"][created["game"]["turn"]["player"]]["token"]
+        reply = client.post(
+            f"/v1/games/{game_id}/actions",
+            json={"type": "roll"},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        assert reply.status_code == 200, reply.get_json()
+        plans[name] = uuid.UUID(game_id)
+    assert scheduler.refresh() == 2
+    events = history(client, str(plans["plain"]))
+    assert len(events) >= 2
+    early = parse_at(events[0]["at"]) + timedelta(seconds=clock_settings.abandon_after)
+    assert scheduler._planned[plans["plain"]] == early  # from the creation, not the last event
+    assert plans["plain"] in scheduler._plain
+    with rt.games.owned(plans["clocked"]) as clocked:
+        truth = rt.timekeeper.due_at(clocked)
+    assert truth is not None and scheduler._planned[plans["clocked"]] == truth  # the deadline
+    assert plans["clocked"] not in scheduler._plain
+
+
 def test_a_computer_player_seated_in_a_planned_lobby_plays_without_waiting(
     moved_clock: tuple[Flask, Scheduler, FakeTime], clock_settings: Settings
 ) -> None:

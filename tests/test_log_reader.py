@@ -7,6 +7,7 @@ import uuid
 
 import psycopg
 import pytest
+from eventsourcing.utils import get_topic
 
 from domain.commands import NewGame
 from domain.game import Game
@@ -67,5 +68,38 @@ def test_sqlite_reads_by_id_from_where_it_left_off(tmp_path: object) -> None:
         assert [n.originator_id for n in reader.read(1)] == [two.id]
         assert [n.originator_id for n in reader.read(100)] == [two.id]
         assert reader.read(100) == []
+    finally:
+        app.extensions["cantstop"].close()
+
+
+@pytest.mark.parametrize("store", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_heads_are_the_notifications_without_their_states(
+    store: str, tmp_path: object, request: pytest.FixtureRequest
+) -> None:
+    """``heads`` reads the same log as ``read`` (ids, games, topics, filtered by topic, from
+    where it left off), without the events' states."""
+    if store == "sqlite":
+        url = f"sqlite:///{tmp_path}/log.sqlite"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    app = create_app(Settings(database_url=url), create_tables=True)
+    games = app.extensions["cantstop"].games
+    try:
+        full, light = LogReader(games.recorder), LogReader(games.recorder)
+        full.skip_to_end()
+        light.skip_to_end()
+        one, two = created_game(games), created_game(games)
+        games.save(one)
+        games.save(two)
+        expected = [(n.id, n.originator_id, n.topic) for n in full.read(100)]
+        assert len(expected) == 4  # two events per new game
+        heads = light.heads(3) + light.heads(3) + light.heads(3)
+        found = [(h.id, uuid.UUID(str(h.originator_id)), h.topic) for h in heads]
+        assert found == expected
+        assert light.heads(100) == []
+        # Filtered by topic, as read is.
+        created = get_topic(Game.GameCreated)
+        only = LogReader(games.recorder, (created,))
+        assert {h.topic for h in only.heads(100)} == {created}
     finally:
         app.extensions["cantstop"].close()

@@ -399,6 +399,20 @@ class Games(Application[uuid.UUID]):
             raise NotFound(f"no game {game_id}")
         return latest
 
+    def at_creation(self, game_id: uuid.UUID) -> Game:
+        """The game as created (version 1): one event read, however long the game is now."""
+        try:
+            first: Aggregate = self.repository.get(game_id, version=1)
+        except AggregateNotFoundError:
+            raise NotFound(f"no game {game_id}") from None
+        except (StoreUnavailable, NotFound):
+            raise
+        except Exception as exc:  # a stored row that cannot be decoded or applied
+            first = self._rebuild(game_id, 1, exc)
+        if not isinstance(first, Game):
+            raise NotFound(f"no game {game_id}")
+        return first
+
     def _past(self, game_id: uuid.UUID, version: int, latest: int) -> Game:
         if not 1 <= version <= latest:
             raise NotFound(f"game {game_id} has versions 1 to {latest}, not {version}")

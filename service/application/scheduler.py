@@ -24,6 +24,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 from eventsourcing.utils import get_topic
 
@@ -38,7 +39,8 @@ log = logging.getLogger("cantstop.scheduler")
 POLL = 0.25  # seconds between reads of the log
 PAGE = 1000
 # After these, a game without a clock or computer players may have one: plan it again.
-REPLAN = frozenset(get_topic(c) for c in (Game.GameCreated, Game.SeatJoined, Game.SeatLeft))
+CREATED = get_topic(Game.GameCreated)
+REPLAN = frozenset({CREATED, *(get_topic(c) for c in (Game.SeatJoined, Game.SeatLeft))})
 # After these, nothing more is due in the game.
 FINAL = frozenset(get_topic(c) for c in (Game.GameFinished, Game.GameAbandoned))
 
@@ -69,30 +71,37 @@ class Scheduler:
     def refresh(self) -> int:
         """Read what was recorded since the last read, and plan those games again (a plain
         game only after an event that may seat a computer player); how many were planned."""
-        touched: dict[uuid.UUID, set[str]] = {}
+        touched: dict[Any, set[str]] = {}  # by each game's id as the store gives it
         while True:
-            page = self.reader.read(PAGE)
-            for notification in page:
-                raw = notification.originator_id  # a UUID already, from either store
-                game_id = raw if isinstance(raw, uuid.UUID) else uuid.UUID(str(raw))
-                touched.setdefault(game_id, set()).add(notification.topic)
+            page = self.reader.heads(PAGE)  # whose each event is and its topic, no state
+            for head in page:
+                touched.setdefault(head.originator_id, set()).add(head.topic)
             if len(page) < PAGE:
                 break
         planned = 0
-        for game_id, topics in touched.items():
+        for raw, topics in touched.items():
+            game_id = raw if isinstance(raw, uuid.UUID) else uuid.UUID(raw)
             if topics & FINAL:
                 self._schedule(game_id, None)
             elif game_id not in self._plain or topics & REPLAN:
-                self.plan(game_id)
+                self.plan(game_id, created=topics & REPLAN == {CREATED})
                 planned += 1
         return planned
 
-    def plan(self, game_id: uuid.UUID) -> None:
+    def plan(self, game_id: uuid.UUID, *, created: bool = False) -> None:
+        """Plan the game's next due time. ``created``: its creation is among what was just read,
+        and no seat was taken or given back since. Then the game as created says whether it is
+        plain, and a plain game's plan from its first event is early, never late (as any plain
+        game's is): the rest of it is not read."""
         plain = False
         try:
-            with self.games.owned(game_id) as game:
-                due = self.timekeeper.due_at(game)
-                plain = self.timekeeper.only_abandonment(game)
+            first = self.games.at_creation(game_id) if created else None
+            if first is not None and self.timekeeper.only_abandonment(first):
+                due, plain = self.timekeeper.due_at(first), True
+            else:
+                with self.games.owned(game_id) as game:
+                    due = self.timekeeper.due_at(game)
+                    plain = self.timekeeper.only_abandonment(game)
         except ApplicationError as exc:  # a damaged or vanished game: nothing to plan
             log.warning("scheduler: cannot plan game %s: %s", game_id, exc.detail)
             due = None

@@ -33,7 +33,7 @@ import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import psycopg
 from eventsourcing.persistence import (
@@ -831,6 +831,14 @@ class SeedCommitments:
 
 
 # ------------------------------------------------------------------------------ the log
+class Head(NamedTuple):
+    """A notification without its event's state: where it is in the log, whose, and what."""
+
+    id: int
+    originator_id: Any  # as the store gives it: a UUID (PostgreSQL) or its hex (SQLite)
+    topic: str
+
+
 class LogReader:
     """Follows the application's notification log (every event of every game) in commit order,
     so that a projection sees every event exactly once.
@@ -860,14 +868,39 @@ class LogReader:
             return list(found)
         return guarded(lambda: self._read_postgres(limit))
 
-    def _read_postgres(self, limit: int) -> list[Notification]:
+    def heads(self, limit: int) -> list[Head]:
+        """As ``read``, without the events' states: for a follower that needs only whose event
+        each is and its topic (the scheduler), the states are neither copied nor wrapped."""
+        if self.postgres:
+            return guarded(lambda: self._read_postgres(limit, heads=True))
+        found = guarded(lambda: self._heads_sqlite(limit))
+        if found:
+            self.position = found[-1].id
+        return found
+
+    def _heads_sqlite(self, limit: int) -> list[Head]:
+        statement = f"SELECT rowid, originator_id, topic FROM {self.recorder.events_table_name} "
+        statement += "WHERE rowid > ? "
+        if self.topics:
+            statement += f"AND topic IN ({','.join('?' * len(self.topics))}) "
+        statement += "ORDER BY rowid LIMIT ?"
+        with self.recorder.datastore.transaction(commit=False) as cursor:
+            cursor.execute(statement, [self.position, *self.topics, limit])
+            return [Head(row[0], row[1], row[2]) for row in cursor.fetchall()]
+
+    def _read_postgres(self, limit: int, *, heads: bool = False) -> list[Any]:
         table = f'"{self.recorder.datastore.schema}"."{self.recorder.events_table_name}"'
         with self.recorder.datastore.transaction(commit=False) as curs:
             if self._window is None:
                 curs.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS x")
                 self._window, self._after = int(curs.fetchone()["x"]), 0
+            columns = (
+                "notification_id, originator_id, topic"
+                if heads
+                else "notification_id, originator_id, originator_version, topic, state"
+            )
             query = (
-                f"SELECT notification_id, originator_id, originator_version, topic, state "
+                f"SELECT {columns} "
                 f"FROM {table} WHERE tx >= %s::text::xid8 AND tx < %s::text::xid8 "
                 "AND notification_id > %s"
             )
@@ -877,16 +910,20 @@ class LogReader:
                 params.append(self.topics)
             curs.execute(query + " ORDER BY notification_id LIMIT %s", [*params, limit])
             rows = curs.fetchall()
-        found = [
-            Notification(
-                id=row["notification_id"],
-                originator_id=row["originator_id"],
-                originator_version=row["originator_version"],
-                topic=row["topic"],
-                state=bytes(row["state"]),
-            )
-            for row in rows
-        ]
+        found: list[Any] = (
+            [Head(row["notification_id"], row["originator_id"], row["topic"]) for row in rows]
+            if heads
+            else [
+                Notification(
+                    id=row["notification_id"],
+                    originator_id=row["originator_id"],
+                    originator_version=row["originator_version"],
+                    topic=row["topic"],
+                    state=bytes(row["state"]),
+                )
+                for row in rows
+            ]
+        )
         if len(found) < limit:  # the window is read: the next read starts a new one
             self.position, self._window = self._window, None
         else:
