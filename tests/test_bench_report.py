@@ -1,0 +1,15 @@
+"""`make bench` says which rounds miss a target; two decimal places would show 0.598 as 0.60."""
+
+from __future__ import annotations
+
+from bench.http import against
+
+
+def test_a_round_just_under_its_target_is_reported_missed() -> None:
+    assert against([0.66, 0.5985], 0.6) == "0.660x, 0.599x (target >= 0.6x: MISSED in round 2)"
+    assert against([0.6, 0.61], 0.6).endswith("met in every round)")
+
+
+def test_an_upper_bound_is_missed_when_exceeded() -> None:
+    assert against([1.36, 1.61], 1.6, at_most=True).endswith("MISSED in round 2)")
+    assert against([1.5], 1.5, at_most=True) == "1.500x (target <= 1.5x: met in every round)"
