@@ -836,6 +836,7 @@ class Head(NamedTuple):
 
     id: int
     originator_id: Any  # as the store gives it: a UUID (PostgreSQL) or its hex (SQLite)
+    originator_version: int
     topic: str
 
 
@@ -879,14 +880,15 @@ class LogReader:
         return found
 
     def _heads_sqlite(self, limit: int) -> list[Head]:
-        statement = f"SELECT rowid, originator_id, topic FROM {self.recorder.events_table_name} "
+        table = self.recorder.events_table_name
+        statement = f"SELECT rowid, originator_id, originator_version, topic FROM {table} "
         statement += "WHERE rowid > ? "
         if self.topics:
             statement += f"AND topic IN ({','.join('?' * len(self.topics))}) "
         statement += "ORDER BY rowid LIMIT ?"
         with self.recorder.datastore.transaction(commit=False) as cursor:
             cursor.execute(statement, [self.position, *self.topics, limit])
-            return [Head(row[0], row[1], row[2]) for row in cursor.fetchall()]
+            return [Head(row[0], row[1], row[2], row[3]) for row in cursor.fetchall()]
 
     def _read_postgres(self, limit: int, *, heads: bool = False) -> list[Any]:
         table = f'"{self.recorder.datastore.schema}"."{self.recorder.events_table_name}"'
@@ -895,7 +897,7 @@ class LogReader:
                 curs.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS x")
                 self._window, self._after = int(curs.fetchone()["x"]), 0
             columns = (
-                "notification_id, originator_id, topic"
+                "notification_id, originator_id, originator_version, topic"
                 if heads
                 else "notification_id, originator_id, originator_version, topic, state"
             )
@@ -911,7 +913,15 @@ class LogReader:
             curs.execute(query + " ORDER BY notification_id LIMIT %s", [*params, limit])
             rows = curs.fetchall()
         found: list[Any] = (
-            [Head(row["notification_id"], row["originator_id"], row["topic"]) for row in rows]
+            [
+                Head(
+                    row["notification_id"],
+                    row["originator_id"],
+                    row["originator_version"],
+                    row["topic"],
+                )
+                for row in rows
+            ]
             if heads
             else [
                 Notification(

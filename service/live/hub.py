@@ -403,13 +403,14 @@ class Hub:
     def _poll(self, reader: LogReader) -> None:
         """Hint each stream of the newest version of its game that the log shows; far behind,
         every stream simply reads the store again."""
-        newest: dict[uuid.UUID, int] = {}
+        newest: dict[Any, int] = {}  # by each game's id as the store gives it
         scanned = 0
         while True:
-            page = reader.read(SCAN_PAGE)
-            for notification in page:
-                gid = uuid.UUID(str(notification.originator_id))
-                newest[gid] = max(newest.get(gid, 0), notification.originator_version)
+            page = reader.heads(SCAN_PAGE)  # without the events' states
+            for head in page:
+                newest[head.originator_id] = max(
+                    newest.get(head.originator_id, 0), head.originator_version
+                )
             scanned += len(page)
             if len(page) < SCAN_PAGE:
                 break
@@ -418,7 +419,8 @@ class Hub:
                 for box in self._all_boxes():
                     box.resync()
                 return
-        for gid, version in newest.items():
+        for raw, version in newest.items():
+            gid = raw if isinstance(raw, uuid.UUID) else uuid.UUID(str(raw))
             for box in self._boxes_of(gid):
                 box.hint(version)
 
