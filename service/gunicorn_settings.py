@@ -23,9 +23,9 @@ to one CPU, the one fewest live workers keep to when it starts. A worker's threa
 the GIL, and each time one lets go of it (a socket, an SQLite call, a contended lock) another
 takes it, on whichever CPU the kernel woke it: the interpreter's data then moves between the
 cores' caches. Kept to one CPU, under the bench's 8 clients on this 2-core VM, the service served
-8-18% more actions per second at 5-10% less CPU per action, and one client's requests took
-~0.15 ms less (p50 0.71-0.79 ms instead of 0.90); the hello-world gained as much (docs/
-performance.md). ``auto`` pins only a server that has its CPUs to itself: at least as many
+8-18% more actions per second at 5-10% less CPU per action, and the hello-world 7-10% more
+(docs/performance.md); with one client, the hello-world's p50 went from 0.65 to 0.58 ms and the
+service's from 0.94 to 0.92. ``auto`` pins only a server that has its CPUs to itself: at least as many
 workers as the CPUs it may run on (``taskset``, a cpuset), and no CPU quota below them (a
 container's ``--cpus``: cgroup ``cpu.max`` or ``cpu.cfs_quota_us``); elsewhere (2 workers on a
 64-core host, other servers beside it) pinning would tie every server's first worker to CPU 0.
