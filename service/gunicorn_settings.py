@@ -25,13 +25,13 @@ takes it, on whichever CPU the kernel woke it: the interpreter's data then moves
 cores' caches. Kept to one CPU, under the bench's 8 clients on this 2-core VM, the service served
 8-18% more actions per second at 5-10% less CPU per action, and the hello-world 7-10% more
 (docs/performance.md); with one client, the hello-world's p50 went from 0.65 to 0.58 ms and the
-service's from 0.94 to 0.92. ``auto`` pins only a server that has its CPUs to itself: at least as many
-workers as the CPUs it may run on (``taskset``, a cpuset), and no CPU quota below them (a
-container's ``--cpus``: cgroup ``cpu.max`` or ``cpu.cfs_quota_us``); elsewhere (2 workers on a
-64-core host, other servers beside it) pinning would tie every server's first worker to CPU 0.
-``on`` pins anyway. It stays off by default: a pinned worker cannot move away from a core that
-something else keeps busy, which this 2-core VM at rest cannot show; measure it on the host
-first. The `cantstop worker` process (clocks, bots) is never pinned.
+service's from 0.94 to 0.92. ``auto`` pins only a server that has its CPUs to itself: at
+least as many workers as the CPUs it may run on (``taskset``, a cpuset), and no CPU quota below
+them (a container's ``--cpus``: cgroup ``cpu.max`` or ``cpu.cfs_quota_us``); elsewhere (2
+workers on a 64-core host, other servers beside it) pinning would tie every server's first
+worker to CPU 0. ``on`` pins anyway. It stays off by default: a pinned worker cannot move away
+from a core that something else keeps busy, which this 2-core VM at rest cannot show; measure it
+on the host first. The `cantstop worker` process (clocks, bots) is never pinned.
 """
 
 import logging
