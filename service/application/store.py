@@ -871,7 +871,8 @@ class LogReader:
 
     def heads(self, limit: int) -> list[Head]:
         """As ``read``, without the events' states: for a follower that needs only whose event
-        each is and its topic (the scheduler), the states are neither copied nor wrapped."""
+        each is, its version and its topic (the scheduler, the live streams' store poller), the
+        states are neither copied nor wrapped."""
         if self.postgres:
             return guarded(lambda: self._read_postgres(limit, heads=True))
         found = guarded(lambda: self._heads_sqlite(limit))
