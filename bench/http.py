@@ -238,11 +238,18 @@ def tree(root: int, parents: dict[int, int]) -> list[int]:
     return pids
 
 
-def tree_cpu(root: int) -> float:
-    """CPU seconds (user + system) used so far by process ``root`` and its descendants, from
-    /proc (Linux); 0.0 elsewhere."""
+def tree_cpus(root: int) -> dict[int, float]:
+    """CPU seconds (user + system) used so far by process ``root`` and by each of its
+    descendants, from /proc (Linux); nothing elsewhere."""
     parents, times = processes()
-    return sum(times.get(pid, 0.0) for pid in tree(root, parents))
+    return {pid: times.get(pid, 0.0) for pid in tree(root, parents)}
+
+
+def busier_share(used: dict[int, float]) -> float:
+    """Of the two processes that used the most CPU (a server's two gunicorn workers), the
+    busier one's share of the two: 0.5 when the kernel gave both workers as many connections."""
+    top = sorted(used.values(), reverse=True)[:2]
+    return top[0] / sum(top) if len(top) == 2 and sum(top) > 0 else 1.0
 
 
 @dataclass
@@ -253,6 +260,8 @@ class Window:
     latencies: list[float]
     elapsed: float
     cpu: float
+    busier: float = 0.5
+    """The busier gunicorn worker's share of the two workers' CPU (``busier_share``)."""
 
 
 @dataclass
@@ -263,6 +272,10 @@ class Figures:
     server_cpu: float = 0.0
     """ms of CPU per action, the server's processes together (gunicorn's workers, and the
     service's `cantstop worker`): steadier than the rate on a machine whose speed drifts."""
+    busier: float = 0.5
+    """The busier worker's share of the workers' CPU, the mean of the windows: how unevenly the
+    kernel shared the clients' connections between the two workers (each window's connections
+    are new). The service spends more CPU per action in a worker that holds more of them."""
 
     @classmethod
     def of(cls, windows: list[Window]) -> Figures:
@@ -275,12 +288,13 @@ class Figures:
             statistics.median(latencies) * 1000,
             latencies[max(0, int(len(latencies) * 0.99) - 1)] * 1000,
             cpu / max(1, len(latencies)) * 1000,
+            statistics.mean(window.busier for window in windows),
         )
 
     def __str__(self) -> str:
         return (
             f"{self.rate:7,.0f} actions/s  p50 {self.p50:6.2f} ms  p99 {self.p99:6.2f} ms  "
-            f"server CPU {self.server_cpu:5.2f} ms/action"
+            f"server CPU {self.server_cpu:5.2f} ms/action  busier worker {self.busier:4.0%}"
         )
 
 
@@ -298,7 +312,7 @@ def load(server: Server, clients: int, seconds: float, warm: float = 1.0) -> Win
         thread.join()
     latencies: list[float] = []
     assert server.process is not None
-    cpu_before = tree_cpu(server.process.pid)
+    cpu_before = tree_cpus(server.process.pid)
     deadline = time.perf_counter() + seconds
     threads = [
         threading.Thread(target=worker, args=(server.port, deadline, latencies))
@@ -310,7 +324,9 @@ def load(server: Server, clients: int, seconds: float, warm: float = 1.0) -> Win
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - started
-    return Window(latencies, elapsed, tree_cpu(server.process.pid) - cpu_before)
+    after = tree_cpus(server.process.pid)
+    used = {pid: cpu - cpu_before.get(pid, 0.0) for pid, cpu in after.items()}
+    return Window(latencies, elapsed, sum(used.values()), busier_share(used))
 
 
 def taking_turns(

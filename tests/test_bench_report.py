@@ -13,3 +13,11 @@ def test_a_round_just_under_its_target_is_reported_missed() -> None:
 def test_an_upper_bound_is_missed_when_exceeded() -> None:
     assert against([1.36, 1.61], 1.6, at_most=True).endswith("MISSED in round 2)")
     assert against([1.5], 1.5, at_most=True) == "1.500x (target <= 1.5x: met in every round)"
+
+
+def test_the_busier_worker_share_is_of_the_two_busiest_processes() -> None:
+    from bench.http import busier_share
+
+    assert busier_share({1: 3.0, 2: 1.0, 3: 0.1}) == 0.75  # the small third: the scheduler
+    assert busier_share({1: 2.0, 2: 2.0}) == 0.5
+    assert busier_share({1: 2.0}) == 1.0
