@@ -24,7 +24,6 @@ import threading
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
 
 from eventsourcing.utils import get_topic
 
@@ -71,7 +70,7 @@ class Scheduler:
     def refresh(self) -> int:
         """Read what was recorded since the last read, and plan those games again (a plain
         game only after an event that may seat a computer player); how many were planned."""
-        touched: dict[Any, set[str]] = {}  # by each game's id as the store gives it
+        touched: dict[uuid.UUID, set[str]] = {}
         while True:
             page = self.reader.heads(PAGE)  # whose each event is and its topic, no state
             for head in page:
@@ -79,8 +78,7 @@ class Scheduler:
             if len(page) < PAGE:
                 break
         planned = 0
-        for raw, topics in touched.items():
-            game_id = raw if isinstance(raw, uuid.UUID) else uuid.UUID(raw)
+        for game_id, topics in touched.items():
             if topics & FINAL:
                 self._schedule(game_id, None)
             elif game_id not in self._plain or topics & REPLAN:

@@ -835,7 +835,7 @@ class Head(NamedTuple):
     """A notification without its event's state: where it is in the log, whose, and what."""
 
     id: int
-    originator_id: Any  # as the store gives it: a UUID (PostgreSQL) or its hex (SQLite)
+    originator_id: uuid.UUID
     originator_version: int
     topic: str
 
@@ -889,7 +889,14 @@ class LogReader:
         statement += "ORDER BY rowid LIMIT ?"
         with self.recorder.datastore.transaction(commit=False) as cursor:
             cursor.execute(statement, [self.position, *self.topics, limit])
-            return [Head(row[0], row[1], row[2], row[3]) for row in cursor.fetchall()]
+            rows = cursor.fetchall()
+        ids: dict[str, uuid.UUID] = {}  # each game's hex parsed once a page, not once a row
+        return [
+            Head(
+                row[0], ids.get(row[1]) or ids.setdefault(row[1], uuid.UUID(row[1])), row[2], row[3]
+            )
+            for row in rows
+        ]
 
     def _read_postgres(self, limit: int, *, heads: bool = False) -> list[Any]:
         table = f'"{self.recorder.datastore.schema}"."{self.recorder.events_table_name}"'

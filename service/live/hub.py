@@ -403,7 +403,7 @@ class Hub:
     def _poll(self, reader: LogReader) -> None:
         """Hint each stream of the newest version of its game that the log shows; far behind,
         every stream simply reads the store again."""
-        newest: dict[Any, int] = {}  # by each game's id as the store gives it
+        newest: dict[uuid.UUID, int] = {}
         scanned = 0
         while True:
             page = reader.heads(SCAN_PAGE)  # without the events' states
@@ -419,8 +419,7 @@ class Hub:
                 for box in self._all_boxes():
                     box.resync()
                 return
-        for raw, version in newest.items():
-            gid = raw if isinstance(raw, uuid.UUID) else uuid.UUID(str(raw))
+        for gid, version in newest.items():
             for box in self._boxes_of(gid):
                 box.hint(version)
 
