@@ -55,6 +55,12 @@ SETTINGS = ROOT / "service" / "gunicorn_settings.py"
 BIN = Path(sys.executable).parent
 # The servers measured with one client as well (the p50 target).
 ONE_CLIENT = ("hello", "sqlite")
+# Each server's time in a round, in windows of 2 s. Each window's connections are new, and how
+# the kernel spreads them over the two workers moves the hello-world's rate by up to ±20% from
+# one window to the next: with four windows a round, the SQLite ratio of rounds run minutes apart
+# spread from 0.55x to 0.68x; with eight, 0.64x to 0.67x (docs/performance.md, "eighth set").
+SECONDS = 16.0
+SLICES = 8
 
 
 def free_port() -> int:
@@ -276,6 +282,8 @@ class Figures:
     """The busier worker's share of the workers' CPU, the mean of the windows: how unevenly the
     kernel shared the clients' connections between the two workers (each window's connections
     are new). The service spends more CPU per action in a worker that holds more of them."""
+    windows: tuple[float, ...] = ()
+    """Each window's actions/s, in the order measured."""
 
     @classmethod
     def of(cls, windows: list[Window]) -> Figures:
@@ -289,6 +297,7 @@ class Figures:
             latencies[max(0, int(len(latencies) * 0.99) - 1)] * 1000,
             cpu / max(1, len(latencies)) * 1000,
             statistics.mean(window.busier for window in windows),
+            tuple(len(window.latencies) / window.elapsed for window in windows),
         )
 
     def __str__(self) -> str:
@@ -457,12 +466,14 @@ def postgres_url() -> Iterator[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=float, default=float(os.environ.get("BENCH_SECONDS", 8)))
+    parser.add_argument(
+        "--seconds", type=float, default=float(os.environ.get("BENCH_SECONDS", SECONDS))
+    )
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--only", default="sqlite,sqlite-full,postgres,sqlite-bots")
     parser.add_argument("--bot-games", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--slices", type=int, default=4, help="windows per server and round")
+    parser.add_argument("--slices", type=int, default=SLICES, help="windows per server and round")
     args = parser.parse_args()
     wanted = args.only.split(",")
     print(
@@ -540,6 +551,16 @@ def against(ratios: list[float], target: float, *, at_most: bool = False) -> str
     return f"{shown} (target {sign} {target}x: {verdict})"
 
 
+def window_ratios(runs: list[Figures], hellos: list[Figures]) -> list[float]:
+    """Each window's rate against the hello-world's window of the same turn and round: how far
+    one window's ratio strays, which a round's ratio (its windows together) averages out."""
+    return [
+        rate / hello_rate
+        for run, hello in zip(runs, hellos, strict=True)
+        for rate, hello_rate in zip(run.windows, hello.windows, strict=True)
+    ]
+
+
 def report(results: dict[tuple[str, int], list[Figures]], clients: int) -> None:
     hello_many = results[("hello", clients)]
     shown = ", ".join(f"{h.rate:,.0f}" for h in hello_many)
@@ -562,6 +583,13 @@ def report(results: dict[tuple[str, int], list[Figures]], clients: int) -> None:
         else:
             shown = ", ".join(f"{r:.2f}x" for r in ratios) + notes[name]
         print(f"  {name:12} {clients} clients, actions/s: {shown}")
+        if target:
+            spread = window_ratios(runs, hello_many)
+            low, high, middle = min(spread), max(spread), statistics.median(spread)
+            print(
+                f"  {'':12} {clients} clients, one window against the hello-world's next to it: "
+                f"{low:.2f}x to {high:.2f}x (median {middle:.2f}x)"
+            )
         cpu = [r.server_cpu / h.server_cpu for r, h in zip(runs, hello_many, strict=True)]
         shown = ", ".join(f"{c:.2f}x" for c in cpu)
         print(f"  {'':12} {clients} clients, server CPU per action: {shown}")

@@ -21,3 +21,14 @@ def test_the_busier_worker_share_is_of_the_two_busiest_processes() -> None:
     assert busier_share({1: 3.0, 2: 1.0, 3: 0.1}) == 0.75  # the small third: the scheduler
     assert busier_share({1: 2.0, 2: 2.0}) == 0.5
     assert busier_share({1: 2.0}) == 1.0
+
+
+def test_each_window_is_compared_with_the_hello_worlds_window_of_its_turn() -> None:
+    from bench.http import Figures, window_ratios
+
+    def figures(*rates: float) -> Figures:
+        return Figures(rate=sum(rates) / len(rates), p50=1.0, p99=2.0, windows=rates)
+
+    service = [figures(600, 700), figures(650, 640)]
+    hello = [figures(1000, 1400), figures(1300, 800)]
+    assert window_ratios(service, hello) == [0.6, 0.5, 0.5, 0.8]
