@@ -387,31 +387,29 @@ class Games(Application[uuid.UUID]):
             else:
                 if isinstance(cached, Game):
                     return cached
-        try:
-            latest: Aggregate = self.repository.get(game_id, deepcopy_from_cache=False)
-        except AggregateNotFoundError:
-            raise NotFound(f"no game {game_id}") from None
-        except (StoreUnavailable, NotFound):
-            raise
-        except Exception as exc:  # a stored row that cannot be decoded or applied
-            latest = self._rebuild(game_id, None, exc)
-        if not isinstance(latest, Game):
-            raise NotFound(f"no game {game_id}")
-        return latest
+        return self._stored(game_id)
 
     def at_creation(self, game_id: uuid.UUID) -> Game:
         """The game as created (version 1): one event read, however long the game is now."""
+        return self._stored(game_id, 1)
+
+    def _stored(self, game_id: uuid.UUID, version: int | None = None) -> Game:
+        """The game read through the repository: the latest (its cached object, brought up to
+        date) or as it was at ``version``. Unknown is NotFound; a stored row that cannot be
+        decoded or applied is rebuilt around (``_rebuild``)."""
         try:
-            first: Aggregate = self.repository.get(game_id, version=1)
+            found: Aggregate = self.repository.get(
+                game_id, version=version, deepcopy_from_cache=False
+            )
         except AggregateNotFoundError:
             raise NotFound(f"no game {game_id}") from None
         except (StoreUnavailable, NotFound):
             raise
         except Exception as exc:  # a stored row that cannot be decoded or applied
-            first = self._rebuild(game_id, 1, exc)
-        if not isinstance(first, Game):
+            found = self._rebuild(game_id, version, exc)
+        if not isinstance(found, Game):
             raise NotFound(f"no game {game_id}")
-        return first
+        return found
 
     def _past(self, game_id: uuid.UUID, version: int, latest: int) -> Game:
         if not 1 <= version <= latest:
