@@ -33,3 +33,9 @@ class InvalidDice(DomainError):
 
 class GameOver(DomainError):
     code = "game_over"
+
+
+class TimedOut(DomainError):
+    """An action for a turn whose deadline had passed: nothing but the timeout is recorded."""
+
+    code = "turn_timed_out"

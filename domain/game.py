@@ -27,7 +27,14 @@ from eventsourcing.domain import Aggregate
 
 from domain.commands import Command, NewGame, Roll, Stop
 from domain.commands import Move as MoveCommand
-from domain.errors import GameOver, IllegalAction, InvalidDice, InvalidRequest, NotYourTurn
+from domain.errors import (
+    GameOver,
+    IllegalAction,
+    InvalidDice,
+    InvalidRequest,
+    NotYourTurn,
+    TimedOut,
+)
 from domain.fairness import commitment
 from domain.moves import UNCLAIMED, Board, Sums
 from domain.rules import DICE_FACES, SOLITAIRE_TARGETS, Rules, normalize_rules, solitaire_rating
@@ -605,7 +612,9 @@ class Game(Aggregate):
         return Rules.from_dict(self.rules)
 
     def _check_active(self, seat: int, *, turn: bool = True) -> None:
-        """Contract order: game in progress, then the turn."""
+        """Contract order: game in progress, then the turn. A seat whose last turn timed out is
+        refused as late (``turn_timed_out``), not as out of turn: its action came after that
+        turn's deadline, whether the timeout was recorded by this action or before it."""
         if self.status == "finished":
             raise GameOver("the game is finished")
         if self.status != "in_progress":
@@ -613,6 +622,10 @@ class Game(Aggregate):
         if not isinstance(seat, int) or not 0 <= seat < self.seats:
             raise NotYourTurn(f"there is no seat {seat}")
         if turn and seat != self.current:
+            if self.timeouts_of(seat):
+                raise TimedOut(
+                    f"seat {seat}'s turn timed out; it is seat {self.current}'s turn now"
+                )
             raise NotYourTurn(f"it is seat {self.current}'s turn, not seat {seat}'s")
 
     def board(self, seat: int | None = None) -> Board:

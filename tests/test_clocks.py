@@ -21,7 +21,7 @@ from flask.testing import FlaskClient
 from domain import fairness
 from domain.audit import audit_records
 from domain.commands import NewGame
-from domain.errors import GameOver, IllegalAction, InvalidRequest
+from domain.errors import GameOver, IllegalAction, InvalidRequest, NotYourTurn, TimedOut
 from domain.game import Game, chain_hash, event_record, format_at, parse_at
 from domain.record_sheet import record_sheet
 from service.application.scheduler import Scheduler
@@ -97,6 +97,27 @@ def test_three_timeouts_in_a_row_resign_the_player_for_inactivity() -> None:
     assert types == ["TurnTimedOut", "PlayerResigned"]
     assert event_record(game.pending_events[-1])["data"]["reason"] == "inactivity"
     assert game.resigned == [False, True, False] and game.current == 2
+
+
+def test_a_seat_whose_turn_timed_out_is_refused_as_late_until_it_plays_again() -> None:
+    """Its action came after that turn's deadline, whoever recorded the timeout first: 409
+    turn_timed_out, not 403 not_your_turn (api-contract: clocks)."""
+    game = clocked(5, players=3)
+    assert game.deadline is not None
+    game.time_out(game.deadline)  # seat 0's turn times out: seat 1 to act
+    recorded = len(game.pending_events)
+    with pytest.raises(TimedOut) as late:
+        game.roll(0, dice=[1, 2, 3, 4])
+    assert late.value.code == "turn_timed_out"
+    with pytest.raises(NotYourTurn):  # seat 2 never timed out: simply not its turn
+        game.roll(2, dice=[1, 2, 3, 4])
+    assert len(game.pending_events) == recorded  # refused: nothing recorded
+    for seat in (1, 2, 0):  # each plays a turn; seat 0's ends in time
+        game.roll(seat, dice=[1, 2, 3, 4])
+        game.move(seat, [3, 7])
+        game.stop(seat)
+    with pytest.raises(NotYourTurn):  # its last turn ended in time
+        game.roll(0, dice=[1, 2, 3, 4])
 
 
 def test_a_timeout_that_leaves_one_player_finishes_the_game() -> None:
@@ -432,6 +453,28 @@ def test_an_action_at_the_deadline_either_wins_or_is_refused_cleanly(
         assert answer.status_code == 409
         assert answer.get_json()["code"] == "turn_timed_out"
         assert not rolled  # refused: nothing but the timeout recorded
+
+
+def test_a_late_action_after_the_scheduler_recorded_the_timeout_is_refused_as_late(
+    moved_clock: tuple[Flask, Scheduler, FakeTime],
+) -> None:
+    """The same answer as when the action finds the deadline passed itself (below): the
+    scheduler recording the timeout first does not turn it into not_your_turn."""
+    app, scheduler, time_ = moved_clock
+    client = app.test_client()
+    game, token, deadline = clocked_game(client)
+    scheduler.refresh()
+    time_.now = deadline
+    assert scheduler.run_due() == 1
+    before = history(client, game["id"])
+    assert before[-1]["type"] == "TurnTimedOut"
+    late = client.post(
+        f"/v1/games/{game['id']}/actions",
+        json={"type": "roll", "dice": [1, 2, 3, 4]},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    assert late.status_code == 409 and late.get_json()["code"] == "turn_timed_out"
+    assert history(client, game["id"]) == before  # nothing recorded
 
 
 def test_a_late_action_records_the_timeout_and_is_refused(clock_settings: Settings) -> None:

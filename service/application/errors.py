@@ -57,12 +57,6 @@ class ImportInvalid(ApplicationError):
     code = "import_invalid"
 
 
-class TurnTimedOut(ApplicationError):
-    """The action came after its turn's deadline: only the timeout was recorded."""
-
-    code = "turn_timed_out"
-
-
 class NotYourSeat(ApplicationError):
     """A token that does not hold the seat it asks to give back."""
 

@@ -30,7 +30,7 @@ from eventsourcing.utils import get_topic, strtobool
 
 from domain import fairness, strategies
 from domain.commands import Command, NewGame, to_dict, visible_ascii
-from domain.errors import DomainError, InvalidRequest
+from domain.errors import DomainError, InvalidRequest, TimedOut
 from domain.game import Draw, Game, event_record, format_at
 from domain.view import game_state
 from service.application.aggregates import (
@@ -47,7 +47,6 @@ from service.application.errors import (
     IdempotencyKeyReused,
     NotFound,
     ReadOnly,
-    TurnTimedOut,
     Unauthorized,
     VersionConflict,
     describe,
@@ -679,7 +678,7 @@ class Games(Application[uuid.UUID]):
                             continue  # perhaps: judged on the latest version
                         self._record_timeout(game, now)
                     new_events = self._apply(game, seat, command, if_match)
-                except (DomainError, VersionConflict, TurnTimedOut):
+                except (DomainError, VersionConflict):
                     if not fresh:
                         continue
                     # Refused on the latest version: unless the same key was recorded meanwhile
@@ -752,10 +751,9 @@ class Games(Application[uuid.UUID]):
         self.finish_up(game)
         with suppress(IntegrityError):  # the timekeeper recorded it first: late all the same
             self.save_changes(game)
-        raise TurnTimedOut(
+        raise TimedOut(
             f"the turn timed out at {format_at(deadline) if deadline else 'its deadline'}; "
-            "nothing was recorded but the timeout",
-            version=game.version,
+            "nothing was recorded but the timeout"
         )
 
     def _recalled(
