@@ -155,8 +155,13 @@ def redis_fanout(url: str) -> None:
         print(
             f"   {subscribers:2} subscribers: {sent / elapsed:8,.0f} published/s, "
             f"{sum(received) / elapsed:9,.0f} delivered/s, "
-            f"lost {1 - statistics.mean(received) / sent:.1%}"
-            + (f" ({sum(cut_off)} cut off by Redis for falling behind)" if any(cut_off) else "")
+            f"each subscriber got {statistics.mean(received) / sent:.1%} of what was published"
+            + (
+                f" ({sum(cut_off)} closed by Redis: the unthrottled publisher outran them past"
+                " its pub/sub output-buffer limit, which the hub survives by reconnecting)"
+                if any(cut_off)
+                else ""
+            )
         )
 
 
