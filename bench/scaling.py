@@ -120,7 +120,8 @@ def redis_fanout(url: str) -> None:
             done: threading.Event = done,
         ) -> None:
             client = redis.Redis.from_url(url)
-            pubsub = client.pubsub()
+            # redis-py leaves Redis.pubsub() unannotated: the PubSub it returns, named here
+            pubsub: redis.client.PubSub = client.pubsub()  # type: ignore[no-untyped-call]
             pubsub.subscribe("bench")
             pubsub.get_message(timeout=1)
             ready.wait()

@@ -381,13 +381,14 @@ def test_every_past_version_can_be_read(
 ) -> None:
     gid, (ann, bob) = manual_game
     seen = {2: state(client, gid)}
-    for token, action in [
+    steps: list[tuple[str, Json]] = [
         (ann, {"type": "roll", "dice": [1, 5, 4, 6]}),
         (ann, {"type": "move", "sums": [6, 10]}),
         (ann, {"type": "stop"}),
         (bob, {"type": "roll", "dice": [2, 2, 3, 3]}),
         (bob, {"type": "move", "sums": [5, 5]}),
-    ]:
+    ]
+    for token, action in steps:
         after = act(client, gid, token, **action).get_json()["game"]
         seen[after["version"]] = after
     for version, expected in seen.items():
@@ -495,7 +496,9 @@ def play_first_legal_until_finished(
     current = game
     for _ in range(5000):
         if current["status"] == "finished":
-            return client.get(f"/v1/games/{gid}/events?limit=1000").get_json()["events"]
+            page = client.get(f"/v1/games/{gid}/events?limit=1000").get_json()
+            events: list[Json] = page["events"]
+            return events
         legal = current["legal_actions"]
         stop = {"type": "stop"}
         action = stop if stop in legal else legal[0]
@@ -536,7 +539,7 @@ def test_client_seed_is_used(client: FlaskClient) -> None:
 
 # ------------------------------------------------------------------------------ transcripts
 def test_transcript_verification_over_http(client: FlaskClient) -> None:
-    transcript = {
+    transcript: Json = {
         "players": ["Ann", "Bob"],
         "actions": [
             {"type": "roll", "dice": [1, 5, 4, 6]},
@@ -654,21 +657,23 @@ def test_long_games_are_snapshotted_so_reads_never_replay_from_the_start(
     game, (ann, bob) = create(client, players=["Ann", "Bob"], dice="manual")
     tokens = {0: ann, 1: bob}
     current = game
+    a_busted_turn: tuple[Json, ...] = (
+        {"type": "roll", "dice": [1, 1, 1, 2]},
+        {"type": "move", "sums": [2, 3]},
+        {"type": "roll", "dice": [6, 6, 6, 6]},
+        {"type": "move", "sums": [12, 12]},
+        {"type": "roll", "dice": [3, 3, 3, 3]},
+    )
     while current["version"] < 130:  # each turn: three runners, then a bust (six events)
         seat = current["turn"]["player"]
-        for action in (
-            {"type": "roll", "dice": [1, 1, 1, 2]},
-            {"type": "move", "sums": [2, 3]},
-            {"type": "roll", "dice": [6, 6, 6, 6]},
-            {"type": "move", "sums": [12, 12]},
-            {"type": "roll", "dice": [3, 3, 3, 3]},
-        ):
+        for action in a_busted_turn:
             response = act(client, game["id"], tokens[seat], **action)
             assert response.status_code == 200, response.get_json()
         current = response.get_json()["game"]
         assert response.get_json()["events"][-1]["type"] == "TurnBusted"
     games: Games = app.extensions["cantstop"].games
     every = games.snapshotting_intervals[Game]
+    assert games.snapshots is not None  # the service keeps snapshots
     snapshots = [s.originator_version for s in games.snapshots.get(uuid.UUID(game["id"]))]
     assert set(range(every, 121, every)) <= set(snapshots)
 

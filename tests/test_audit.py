@@ -16,7 +16,7 @@ import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from flask import Flask
@@ -80,7 +80,9 @@ def domain_game(
     drive(game, draw, 100_000 if actions is None else actions)
     if game.status == "finished":
         game.reveal_seed(seed)
-    return game, [json.loads(json.dumps(event_record(e))) for e in game.collect_events()]
+    return game, [
+        json.loads(json.dumps(event_record(cast(Game.Event, e)))) for e in game.collect_events()
+    ]
 
 
 def rehash(records: Records) -> Records:
@@ -157,7 +159,9 @@ def manual_records(actions: list[dict[str, Any]]) -> Records:
     game = Game.start(uuid.uuid4(), NewGame(players=["Ann", "Bob"], dice="manual"))
     for action in actions:
         apply_action(game, action)
-    return [json.loads(json.dumps(event_record(e))) for e in game.collect_events()]
+    return [
+        json.loads(json.dumps(event_record(cast(Game.Event, e)))) for e in game.collect_events()
+    ]
 
 
 BUSTING = [
@@ -248,11 +252,14 @@ def test_lobbies_resignations_and_variants_replay_cleanly() -> None:
     )
     for name in ("Ann", "Bob", "Cy"):
         game.join(name, draw=draw)
+    assert game.current is not None  # the lobby is full: the game has begun
     game.roll(game.current, draw=draw)
     game.resign((game.current + 1) % 3)
     drive(game, draw, 3000)
     game.reveal_seed(SEED)
-    records = [json.loads(json.dumps(event_record(e))) for e in game.collect_events()]
+    records = [
+        json.loads(json.dumps(event_record(cast(Game.Event, e)))) for e in game.collect_events()
+    ]
     types = {r["type"] for r in records}
     assert {"SeatJoined", "PlayerResigned", "GameFinished", "SeedRevealed"} <= types
     verdict = audit_records(records, live_state=game_state(game))

@@ -26,13 +26,16 @@ NDJSON = "application/x-ndjson"
 
 
 def events_of(client: FlaskClient, game_id: str) -> list[dict[str, Any]]:
-    return ok(client.get(f"/v1/games/{game_id}/events?limit=1000"))["events"]
+    page = ok(client.get(f"/v1/games/{game_id}/events?limit=1000"))
+    events: list[dict[str, Any]] = page["events"]
+    return events
 
 
 def problem_code(response: Any, status: int) -> str:
     assert response.status_code == status, response.get_data(as_text=True)
     assert response.mimetype == "application/problem+json"
-    return response.get_json()["code"]
+    code: str = response.get_json()["code"]
+    return code
 
 
 def server_game_with_actions(client: FlaskClient, actions: int) -> tuple[str, list[str]]:
@@ -148,6 +151,7 @@ def test_what_is_not_an_export_or_a_transcript_is_a_bad_request(client: FlaskCli
     assert problem_code(post("/v1/games/import", data="x", content_type="text/plain"), 415) == (
         "unsupported_media_type"
     )
+    body: dict[str, Any]
     for body in ({}, {"transcript": []}, {"transcript": {"players": []}}, {"other": 1}):
         assert problem_code(post("/v1/games/import", json=body), 422) == "invalid_request"
     unknown_field = {"transcript": {"players": ["Ann", "Bob"], "colour": "red"}}

@@ -80,7 +80,7 @@ def play_to_the_end(
     on_response: Callable[[Any], None] | None = None,
 ) -> dict[str, Any]:
     """Play a started game with ``choose`` until it is finished; the final state."""
-    state = ok(client.get(f"/v1/games/{game_id}"))
+    state: dict[str, Any] = ok(client.get(f"/v1/games/{game_id}"))
     for _ in range(MAX_ACTIONS):
         if state["status"] == "finished":
             return state
@@ -120,9 +120,9 @@ class StoredRows:
             with psycopg.connect(self.url, autocommit=True) as conn:
                 cursor = conn.execute(query, params)
                 return list(cursor.fetchall()) if cursor.description else []
-        with sqlite3.connect(self.url[len("sqlite:///") :]) as conn:
-            rows = conn.execute(statement.replace("{table}", self.table), params).fetchall()
-        conn.close()
+        with sqlite3.connect(self.url[len("sqlite:///") :]) as db:
+            rows = db.execute(statement.replace("{table}", self.table), params).fetchall()
+        db.close()
         return rows
 
     def _id(self, game_id: str) -> Any:

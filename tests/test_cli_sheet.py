@@ -31,7 +31,8 @@ def export_of_a_short_solitaire(client: FlaskClient) -> bytes:
         assert response.status_code == 200, response.get_json()
     export = client.get(f"/v1/games/{gid}/export")
     assert export.status_code == 200
-    return export.data
+    data: bytes = export.data  # werkzeug's Response.data is a property(): Any to mypy
+    return data
 
 
 def sheet(path: Path, *args: str) -> subprocess.CompletedProcess[bytes]:

@@ -19,7 +19,8 @@ def play_solitaire(client: FlaskClient, name: str, rules: Json, dice: str = "ser
     created = client.post("/v1/games", json={"players": [name], "rules": rules, "dice": dice})
     assert created.status_code == 201, created.get_json()
     body = created.get_json()
-    game, token = body["game"], body["seats"][0]["token"]
+    game: Json = body["game"]
+    token = body["seats"][0]["token"]
     for _ in range(5_000):
         if game["status"] == "finished":
             return game

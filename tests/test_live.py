@@ -370,11 +370,12 @@ def test_streams_survive_redis_going_away_and_coming_back(
         redis_process.kill()
         redis_process.wait(timeout=10)
         for server in (one, two):
-            wait_until(
-                lambda s=server: s.health()[1]["checks"]["redis"].startswith("down"),
-                10,
-                "/healthz to report redis down",
-            )
+
+            def redis_down(s: Server = server) -> bool:
+                check: str = s.health()[1]["checks"]["redis"]
+                return check.startswith("down")
+
+            wait_until(redis_down, 10, "/healthz to report redis down")
             status, body = server.health()
             assert status == 200 and body["status"] == "degraded"
         for turn in range(4):  # still recorded; the streams poll the store meanwhile
@@ -383,11 +384,12 @@ def test_streams_survive_redis_going_away_and_coming_back(
 
         redis_process = start_redis()
         for server in (one, two):
-            wait_until(
-                lambda s=server: s.health()[1]["checks"]["redis"] == "ok",
-                10,
-                "/healthz to report redis ok",
-            )
+
+            def redis_ok(s: Server = server) -> bool:
+                check: str = s.health()[1]["checks"]["redis"]
+                return check == "ok"
+
+            wait_until(redis_ok, 10, "/healthz to report redis ok")
         late = streams(two.port, game_id, last_event_id=0)
         wait_open(late)
         for turn in range(3):

@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from flask import Flask
@@ -121,7 +121,7 @@ def open_stream(client: FlaskClient, game_id: str, **headers: str) -> tuple[Any,
     assert response.status_code == 200, response.get_data()
     assert response.mimetype == "text/event-stream"
     assert response.headers["Cache-Control"] == "no-cache"
-    reader = Reader(iter(response.response))
+    reader = Reader(iter(cast(Iterable[bytes], response.response)))  # a WSGI body: bytes
     reader.read_until(lambda r: bool(r.comments))  # the opening comment: the stream is live
     return response, reader
 

@@ -12,10 +12,10 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
 import psycopg
 import pytest
@@ -26,15 +26,8 @@ from service.application.games import Games
 from service.application.store import COOLDOWN
 from service.config import Settings
 from service.http.app import create_app
-from tests.test_server_edges import (
-    HOST,
-    Reply,
-    Served,
-    free_port,
-    problem,
-    send,
-    wait_until,
-)
+from tests.test_live import Served, free_port, wait_until
+from tests.test_server_edges import HOST, Reply, problem, send
 
 Json = dict[str, Any]
 PROMPT = 8.0  # seconds: an upper bound that proves no ~100 s hang, not a benchmark
@@ -235,6 +228,12 @@ def test_postgres_stopped_then_started_answers_503_promptly_and_recovers_losing_
 
 
 # ------------------------------------------------------------ faults below the guard
+class FastInsert(Protocol):
+    """A guarded recorder with an insert of its own (store.py), which ``Faults`` replaces."""
+
+    _insert: Callable[..., Any]
+
+
 class Faults:
     """Faults injected into eventsourcing's own recorder, beneath the service's guard (which
     retries, then answers 503): where a dropped connection or a stopped server shows itself.
@@ -265,7 +264,7 @@ class Faults:
             recorder.__class__ = type(f"Faulty{guarded.__name__}", (guarded, Faulty), {})
         fast_insert = getattr(recorder, "_insert", None)
         if fast_insert is not None:  # SQLite's own insert, beneath the same guard
-            recorder._insert = self._faulty(fast_insert, down_after_commit)
+            cast(FastInsert, recorder)._insert = self._faulty(fast_insert, down_after_commit)
 
     def _faulty(self, insert: Any, down_after_commit: bool) -> Any:
         def faulty_insert(*args: Any) -> Any:

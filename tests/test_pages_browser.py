@@ -33,7 +33,8 @@ from playwright.sync_api import (
 )
 from pypdf import PdfReader
 
-from tests.test_server_edges import HOST, Served, free_port, send, serving
+from tests.test_live import Served, free_port
+from tests.test_server_edges import HOST, send, serving
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
@@ -104,7 +105,7 @@ class Watch:
     errors: list[str] = field(default_factory=list)
     dialogs: list[str] = field(default_factory=list)
 
-    def attach(self, page: Page) -> Page:
+    def attach(self, page: Page) -> None:
         def console(message: ConsoleMessage) -> None:
             if message.type == "error":
                 self.errors.append(f"{page.url}: {message.text}")
@@ -117,7 +118,6 @@ class Watch:
             d.dismiss()
 
         page.on("dialog", dialog)
-        return page
 
 
 @contextlib.contextmanager

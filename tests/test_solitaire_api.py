@@ -19,7 +19,7 @@ class Player:
         created = client.post("/v1/games", json=body).get_json()
         self.id = created["game"]["id"]
         self.tokens = [s["token"] for s in created["seats"]]
-        self.game = created["game"]
+        self.game: Json = created["game"]
 
     def act(self, **action: Any) -> Json:
         seat = self.game["turn"]["player"]

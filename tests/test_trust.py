@@ -58,7 +58,8 @@ def commit(client: FlaskClient) -> str:
 
 def play_to_the_end(client: FlaskClient, created: Json, entropy: bool = True) -> Json:
     """Both seats play: first legal action, stop after one move, every roll with entropy."""
-    game, tokens = created["game"], [s["token"] for s in created["seats"]]
+    game: Json = created["game"]
+    tokens = [s["token"] for s in created["seats"]]
     for step in range(20_000):
         if game["status"] == "finished":
             return game
