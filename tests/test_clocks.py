@@ -17,6 +17,7 @@ from typing import Any, cast
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
+from werkzeug.test import TestResponse
 
 from domain import fairness
 from domain.audit import audit_records
@@ -258,6 +259,15 @@ def clocked_game(client: FlaskClient) -> tuple[Json, str, datetime]:
     return game, token, parse_at(game["turn"]["deadline"])
 
 
+def roll(client: FlaskClient, game_id: str, token: str) -> TestResponse:
+    """The seat's roll of 1, 2, 3, 4 in a manual-dice game: the response."""
+    return client.post(
+        f"/v1/games/{game_id}/actions",
+        json={"type": "roll", "dice": [1, 2, 3, 4]},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+
+
 def history(client: FlaskClient, game_id: str) -> list[Json]:
     found: list[Json] = client.get(f"/v1/games/{game_id}/events?limit=1000").get_json()["events"]
     return found
@@ -434,11 +444,7 @@ def test_an_action_at_the_deadline_either_wins_or_is_refused_cleanly(
     game, token, deadline = clocked_game(client)
     while datetime.now(UTC) < deadline - timedelta(milliseconds=20):
         time.sleep(0.005)
-    answer = client.post(
-        f"/v1/games/{game['id']}/actions",
-        json={"type": "roll", "dice": [1, 2, 3, 4]},
-        headers={"Authorization": f"Bearer {token}"},
-    )
+    answer = roll(client, game["id"], token)
 
     def timed_out() -> list[Json] | None:
         found = history(client, game["id"])
@@ -468,11 +474,7 @@ def test_a_late_action_after_the_scheduler_recorded_the_timeout_is_refused_as_la
     assert scheduler.run_due() == 1
     before = history(client, game["id"])
     assert before[-1]["type"] == "TurnTimedOut"
-    late = client.post(
-        f"/v1/games/{game['id']}/actions",
-        json={"type": "roll", "dice": [1, 2, 3, 4]},
-        headers={"Authorization": f"Bearer {token}"},
-    )
+    late = roll(client, game["id"], token)
     assert late.status_code == 409 and late.get_json()["code"] == "turn_timed_out"
     assert history(client, game["id"]) == before  # nothing recorded
 
@@ -483,11 +485,7 @@ def test_a_late_action_records_the_timeout_and_is_refused(clock_settings: Settin
         client = app.test_client()
         game, token, deadline = clocked_game(client)
         poll(lambda: datetime.now(UTC) > deadline, 10)
-        late = client.post(
-            f"/v1/games/{game['id']}/actions",
-            json={"type": "roll", "dice": [1, 2, 3, 4]},
-            headers={"Authorization": f"Bearer {token}"},
-        )
+        late = roll(client, game["id"], token)
         assert late.status_code == 409 and late.get_json()["code"] == "turn_timed_out"
         kinds = [e["type"] for e in history(client, game["id"])]
         assert kinds[-1] == "TurnTimedOut" and "DiceRolled" not in kinds
