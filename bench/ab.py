@@ -13,8 +13,8 @@ Each tree runs `python -m service.cli serve` from its own folder (its code, this
 its installed packages), on a fresh SQLite file, or with ``--store postgres`` on a fresh database
 of BENCH_POSTGRES_URL (a throwaway pgserver when unset). With PostgreSQL on this host, each round
 also gives the CPU of the database's server processes that served each tree (its backends, found
-by database name; read from /proc from the warm-up on, so a little over the counted actions'):
-the database's work is part of what an action costs.
+by database name, read from /proc just before and after the counted window, once both trees'
+clients have warmed up): the database's work is part of what an action costs.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -41,20 +42,44 @@ def serve(tree: Path, database_url: str) -> Server:
 
 
 def measure(server: Server, clients: int, seconds: float) -> subprocess.Popen[str]:
-    """A client process loading ``server``; it prints its Figures as JSON."""
+    """A client process loading ``server``: it warms up, says ``warm``, waits for a line on its
+    stdin, loads for ``seconds`` and prints its Figures as JSON (``window``)."""
     assert server.process is not None
     code = (
         "import json, sys; from bench.http import Figures, Server, load; "
         "server = Server('x', [], {}, int(sys.argv[1])); "
         "server.process = type('P', (), {'pid': int(sys.argv[2])})(); "
-        "window = load(server, int(sys.argv[3]), float(sys.argv[4])); "
+        "load(server, int(sys.argv[3]), 0.0); "  # the warm-up alone
+        "print('warm', flush=True); sys.stdin.readline(); "
+        "window = load(server, int(sys.argv[3]), float(sys.argv[4]), warm=0.0); "
         "print(json.dumps(Figures.of([window]).__dict__))"
     )
     args = [str(server.port), str(server.process.pid), str(clients), str(seconds)]
     root = Path(__file__).resolve().parent.parent
     return subprocess.Popen(
-        [sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True, cwd=root
+        [sys.executable, "-c", code, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=root,
     )
+
+
+def window(
+    clients: list[subprocess.Popen[str]], between: Callable[[], list[float]]
+) -> tuple[list[Figures], list[float]]:
+    """The client processes' figures, their counted windows started together once all have
+    warmed up; and what ``between`` read just before they started (the database's CPU)."""
+    for client in clients:
+        assert client.stdout is not None
+        if client.stdout.readline().strip() != "warm":
+            raise SystemExit("a client process failed: run it alone to see why")
+    read = between()
+    for client in clients:
+        assert client.stdin is not None
+        client.stdin.write("go\n")
+        client.stdin.flush()
+    return [Figures(**json.loads(client.communicate()[0])) for client in clients], read
 
 
 def main() -> None:
@@ -80,10 +105,12 @@ def main() -> None:
             stack.callback(server.stop)
         rounds: list[list[Figures]] = []
         database: list[float] = []  # per round, B/A of service and database CPU together
+        postgres = args.store == "postgres"
         for _ in range(args.rounds):
-            before = [backend_cpu(base, i) for i in range(2)] if args.store == "postgres" else []
             clients = [measure(s, args.clients, args.seconds) for s in servers]
-            figures = [Figures(**json.loads(c.communicate()[0])) for c in clients]
+            figures, before = window(
+                clients, lambda: [backend_cpu(base, i) for i in range(2)] if postgres else []
+            )
             rounds.append(figures)
             a, b = figures
             line = (
