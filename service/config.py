@@ -157,6 +157,7 @@ class Settings:
     sqlite_synchronous: str = "normal"
     pg_pool_size: int = 5
     pg_max_overflow: int = 10
+    pg_query_timeout: float = 10.0
     cors_origins: tuple[str, ...] = ()
     abandon_after: float = 7 * 24 * 3600
     bot_pause: float = 0.5
@@ -191,6 +192,7 @@ class Settings:
             ),
             pg_pool_size=env_int(env, "CANTSTOP_PG_POOL_SIZE", 5, low=1, high=1000),
             pg_max_overflow=env_int(env, "CANTSTOP_PG_MAX_OVERFLOW", 10, low=0, high=1000),
+            pg_query_timeout=env_number(env, "CANTSTOP_PG_QUERY_TIMEOUT", 10.0, low=0, high=86400),
             cors_origins=parse_origins(env.get("CANTSTOP_CORS_ORIGINS")),
             abandon_after=env_int(
                 env, "CANTSTOP_ABANDON_AFTER", 7 * 24 * 3600, low=1, high=10 * 365 * 86400

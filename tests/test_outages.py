@@ -8,6 +8,9 @@ Idempotency-Key got some 409s instead of the first response.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import threading
 import time
@@ -22,6 +25,7 @@ import pytest
 from eventsourcing.persistence import OperationalError
 from flask import Flask
 
+from bench.http import processes, tree
 from service.application.games import Games
 from service.application.store import COOLDOWN
 from service.config import Settings
@@ -88,6 +92,22 @@ class ThrowawayPostgres:
 
     def running(self) -> bool:
         return (self.pgdata / "postmaster.pid").exists()
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """The server stopped (SIGSTOP, every process of it) without closing a connection: as
+        a hung or frozen host. Its kernel still accepts and acknowledges; nothing answers."""
+        postmaster = int((self.pgdata / "postmaster.pid").read_text().split()[0])
+        parents, _ = processes()
+        pids = tree(postmaster, parents)
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
 
 
 @pytest.fixture
@@ -225,6 +245,120 @@ def test_postgres_stopped_then_started_answers_503_promptly_and_recovers_losing_
         raise
     finally:
         server.stop()
+
+
+# ----------------------------------------------------------- PostgreSQL not answering
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_a_postgres_that_stops_answering_gets_503_within_the_query_timeout_and_loses_nothing(
+    tmp_path: Path, own_postgres: ThrowawayPostgres
+) -> None:
+    """A frozen server keeps its connections open and answers nothing: before the query timeout
+    every request that reached the store, /healthz too, hung for as long as the server did."""
+    port = free_port()
+    server = Served(
+        tmp_path,
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+        env={
+            "CANTSTOP_DATABASE_URL": own_postgres.url(),
+            "CANTSTOP_THREADS": "16",
+            "CANTSTOP_PG_QUERY_TIMEOUT": "2",
+        },
+    )
+    try:
+        server.wait_ready(port)
+        game_id, (ann, _bob) = create_manual_game(port)
+        rolled = act_on(port, game_id, ann, {"type": "roll", "dice": [1, 2, 3, 4]})
+        assert rolled.status == 200, rolled.body
+        acknowledged: list[Json] = rolled.json()["events"]
+        move = {"type": "move", "sums": [3, 7]}
+        key = f"frozen-{uuid.uuid4()}"
+
+        with own_postgres.frozen():
+            unavailable(act_on(port, game_id, ann, move, key), "an action")
+            time.sleep(COOLDOWN + 0.2)  # past the breaker: each request tries the store
+            unavailable(send(port, "GET", f"/v1/games/{game_id}"), "a read of a cached game")
+            time.sleep(COOLDOWN + 0.2)
+            unhealthy(send(port, "GET", "/healthz"))
+
+        # The action may have been recorded after all (the frozen server held it, and ran it
+        # when it woke): retried with its key, it is answered as recorded, once.
+        attempts: list[Reply] = []
+
+        def recorded() -> bool:
+            reply = act_on(port, game_id, ann, move, key)
+            attempts.append(reply)
+            assert reply.status in (200, 503), (reply.status, reply.body)
+            return reply.status == 200
+
+        wait_until(recorded, 30, "the action to succeed once PostgreSQL answers again")
+        acknowledged += attempts[-1].json()["events"]
+        history = send(port, "GET", f"/v1/games/{game_id}/events?limit=1000")
+        assert history.status == 200, history.body
+        stored = history.json()["events"]
+        assert stored[-len(acknowledged) :] == acknowledged  # every one, each once, in order
+        assert [e["version"] for e in stored] == list(range(1, len(stored) + 1))
+        assert send(port, "GET", "/healthz").status == 200
+    except BaseException:
+        print(server.output())
+        raise
+    finally:
+        server.stop()
+
+
+@pytest.mark.postgres
+def test_a_statement_waits_at_most_the_query_timeout_but_creating_the_tables_waits_its_turn(
+    postgres_url: str,
+) -> None:
+    """A lock held elsewhere: the action's insert is cancelled at the query timeout (503,
+    nothing recorded); table creation, whose migration may rewrite a large table, waits."""
+    app = create_app(Settings(database_url=postgres_url, pg_query_timeout=1), create_tables=True)
+    try:
+        games = app.extensions["cantstop"].games
+        game_id, (ann, _bob) = manual_game(app)
+        before = events_of(app, game_id)
+        table = f'"{games.recorder.datastore.schema}"."{games.recorder.events_table_name}"'
+        client = app.test_client()
+        headers = {"Authorization": f"Bearer {ann}"}
+        roll = {"type": "roll", "dice": [1, 2, 3, 4]}
+        with psycopg.connect(postgres_url) as holder:
+            holder.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+            started = time.monotonic()
+            refused = client.post(f"/v1/games/{game_id}/actions", json=roll, headers=headers)
+            assert time.monotonic() - started < PROMPT
+            assert refused.status_code == 503, refused.get_json()
+            assert refused.get_json()["code"] == "store_unavailable"
+
+            created: list[float] = []
+
+            def create() -> None:
+                begun = time.monotonic()
+                games.recorder.create_table()
+                created.append(time.monotonic() - begun)
+
+            creator = threading.Thread(target=create)
+            creator.start()
+            time.sleep(2.5)  # longer than the query timeout, with the lock still held
+            assert creator.is_alive() and not created
+            holder.rollback()  # the lock goes
+            creator.join(30)
+            assert created and created[0] > 2.0  # well past the query timeout
+
+        def answered() -> bool:  # the breaker opened by the refusal closes within a second
+            reply = client.post(f"/v1/games/{game_id}/actions", json=roll, headers=headers)
+            assert reply.status_code in (200, 503), reply.get_json()
+            return reply.status_code == 200
+
+        wait_until(answered, 10, "the action to be recorded once the lock is gone")
+        after = events_of(app, game_id)
+        assert [e["type"] for e in after[len(before) :]] == ["DiceRolled"]  # the refused one: not
+    finally:
+        app.extensions["cantstop"].close()
 
 
 # ------------------------------------------------------------ faults below the guard

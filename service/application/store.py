@@ -8,7 +8,9 @@ factories below, which adapt the library's own:
   tried at most twice, a connection is waited for at most ``CONNECT_TIMEOUT`` seconds, and a
   process-wide circuit breaker answers at once (503 ``store_unavailable`` with ``Retry-After``) for
   ``COOLDOWN`` seconds after a failure, so waiting requests never pile up. The pool reconnects in
-  the background, so service resumes within seconds of the database returning.
+  the background, so service resumes within seconds of the database returning. A PostgreSQL
+  server that stops answering without closing its connections is waited for at most
+  ``CANTSTOP_PG_QUERY_TIMEOUT`` seconds per statement (``DeadlineConnection``).
 - **Every connection option of the URL** (``?sslmode=require``, ``sslrootcert``,
   ``application_name``, a socket directory as ``?host=``) reaches libpq, as psycopg parses it.
 - **SQLite**: the file is created readable by its owner only (it holds unrevealed seeds), in WAL
@@ -21,11 +23,13 @@ factories below, which adapt the library's own:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import fcntl
 import hashlib
 import json
 import logging
 import os
+import select
 import sqlite3
 import threading
 import time
@@ -61,6 +65,7 @@ from eventsourcing.sqlite import (
     SQLiteConnectionPool,
     SQLiteFactory,
 )
+from psycopg.abc import PQGen
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.rows import tuple_row
 from psycopg.sql import Identifier
@@ -139,7 +144,9 @@ def guarded(call: Callable[[], T], *, breaker: Breaker = BREAKER) -> T:
         try:
             result = call()
         except TRANSIENT as exc:
-            if attempt + 1 < ATTEMPTS and not breaker.is_open:
+            # A server that did not answer in time is not asked again at once: that would
+            # double the wait of every request while it is down.
+            if attempt + 1 < ATTEMPTS and not breaker.is_open and not _no_answer(exc):
                 time.sleep(RETRY_PAUSE)
                 continue
             breaker.trip(exc)
@@ -154,6 +161,16 @@ def guarded(call: Callable[[], T], *, breaker: Breaker = BREAKER) -> T:
         breaker.reset()
         return result
     raise AssertionError("unreachable")
+
+
+def _no_answer(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it: the library wraps psycopg's errors) is ``NoAnswer``."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, NoAnswer):
+            return True
+        cause = cause.__cause__
+    return False
 
 
 class _Guarded:
@@ -184,8 +201,103 @@ class _GuardedLog(_Guarded):
 
 
 # ------------------------------------------------------------------------------ PostgreSQL
+QUERY_TIMEOUT = 10.0  # seconds: CANTSTOP_PG_QUERY_TIMEOUT's default
+CANCEL_TIMEOUT = 1.0  # seconds to ask the server to cancel a statement that took too long
+# Inside this, statements have no deadline: creating the tables, whose migration (the ``tx``
+# column added to an existing table of events) rewrites the table and takes what it takes.
+_UNBOUNDED: contextvars.ContextVar[bool] = contextvars.ContextVar("unbounded", default=False)
+R = TypeVar("R")
+
+
+@contextlib.contextmanager
+def _unbounded() -> Iterator[None]:
+    token = _UNBOUNDED.set(True)
+    try:
+        yield
+    finally:
+        _UNBOUNDED.reset(token)
+
+
+class NoAnswer(psycopg.OperationalError):
+    """The database did not answer within the deadline. The statement's outcome is unknown
+    (a write may still commit); the connection was closed; ``guarded`` answers 503 without
+    trying again at once."""
+
+
+class DeadlineConnection(psycopg.Connection[Any]):
+    """A pooled PostgreSQL connection whose every wait for the server ends after ``deadline``
+    seconds (``CANTSTOP_PG_QUERY_TIMEOUT``; subclassed with it by ``bounded``).
+
+    A server that stops answering without closing its connections (a stopped or frozen process,
+    a network that drops packets) is otherwise waited for as long as the kernel keeps the
+    connection, which for a stopped process is for ever: every request that reads or writes,
+    and /healthz, hung (measured in docs/performance.md, the tenth set). psycopg waits for every
+    statement, commit and rollback through ``wait``; given no timeout of its own, this one gives
+    it the deadline. On expiry the server is asked to cancel the statement (a locked or busy
+    server stops it; a stopped one is given ``CANCEL_TIMEOUT``), the connection is closed (the
+    pool replaces it) and ``NoAnswer`` is raised."""
+
+    deadline: float | None = None
+
+    @classmethod
+    def bounded(cls, deadline: float) -> type[DeadlineConnection]:
+        return type("DeadlineConnection", (cls,), {"deadline": deadline})
+
+    def wait(self, gen: PQGen[R], interval: float = 0.1, timeout: float | None = None) -> R:
+        deadline = self.deadline
+        if timeout is not None or deadline is None or _UNBOUNDED.get():
+            return super().wait(gen, interval, timeout)
+        started = time.monotonic()
+        try:
+            return super().wait(gen, interval, deadline)
+        except psycopg.OperationalError as exc:
+            if time.monotonic() - started < deadline:
+                raise  # the connection failed before the deadline: psycopg has judged it
+            raise _give_up(self, deadline) from exc
+
+
+def _give_up(conn: Any, deadline: float) -> NoAnswer:
+    """Cancel ``conn``'s statement if the server still listens, close ``conn``: the error."""
+    with contextlib.suppress(Exception):
+        conn.cancel_safe(timeout=CANCEL_TIMEOUT)
+    with contextlib.suppress(Exception):
+        conn.close()
+    log.warning("the database did not answer within %g s: connection closed", deadline)
+    return NoAnswer(f"the database did not answer within {deadline:g} s")
+
+
+def _exchange(conn: Any) -> Any:
+    """The last result of the statement just sent on ``conn``'s libpq connection (what
+    ``PQexec`` returns), waited for within ``conn``'s deadline (``DeadlineConnection``)."""
+    pgconn = conn.pgconn
+    deadline = getattr(conn, "deadline", None)
+    if _UNBOUNDED.get():
+        deadline = None
+    end = None if deadline is None else time.monotonic() + deadline
+    poller = None
+    last = None
+    while True:
+        while pgconn.is_busy():
+            if poller is None:
+                poller = select.poll()
+                poller.register(pgconn.socket, select.POLLIN)
+            wait_ms = None if end is None else max(0.0, end - time.monotonic()) * 1000
+            if not poller.poll(wait_ms):
+                assert deadline is not None
+                raise _give_up(conn, deadline)
+            pgconn.consume_input()
+        result = pgconn.get_result()
+        if result is None:
+            if last is None:
+                raise psycopg.OperationalError("the database answered nothing")
+            return last
+        last = result
+
+
 class GuardedPostgresAggregateRecorder(_Guarded, PostgresAggregateRecorder):
-    pass
+    def create_table(self) -> None:
+        with _unbounded():
+            super().create_table()
 
 
 # Rows in one multi-row INSERT: actions have a few; an import's thousands go in chunks of this
@@ -364,9 +476,10 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
     ) -> list[int]:
         """The statement through libpq itself, prepared once per session: psycopg's cursor,
         its prepared-statement manager and its adapters cost twice the CPU of the call (in a
-        loop, ~63 against ~29 µs per single-row insert; docs/performance.md). libpq lets go of
-        the GIL while it waits, as psycopg does. ``conn`` is this thread's alone (the pool's);
-        it is in autocommit, so the statement is its own transaction."""
+        loop, ~63 against ~29 µs per single-row insert; docs/performance.md). It is sent, and
+        its answer waited for within the connection's deadline (``_exchange``), letting go of
+        the GIL meanwhile, as psycopg does. ``conn`` is this thread's alone (the pool's); it is
+        in autocommit, so the statement is its own transaction."""
         name, text = self._statement(len(events), snapshots, len(stored_snapshots), True)
         pgconn = conn.pgconn
         with self._prepared_lock:
@@ -375,13 +488,15 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
         count = len(params) // 4
         for attempt in (1, 2):
             if name not in prepared:
-                result = pgconn.prepare(name, text, _PARAM_TYPES * count)
+                pgconn.send_prepare(name, text, _PARAM_TYPES * count)
+                result = _exchange(conn)
                 if result.status != psycopg.pq.ExecStatus.COMMAND_OK and (
                     result.error_field(psycopg.pq.DiagnosticField.SQLSTATE) != _SAME_STATEMENT
                 ):
                     _raise_for(pgconn, result)
                 prepared.add(name)
-            result = pgconn.exec_prepared(name, params, _PARAM_FORMATS * count)
+            pgconn.send_query_prepared(name, params, _PARAM_FORMATS * count)
+            result = _exchange(conn)
             if result.status == psycopg.pq.ExecStatus.TUPLES_OK:
                 return sorted(int(result.get_value(i, 0)) for i in range(result.ntuples))
             sqlstate = result.error_field(psycopg.pq.DiagnosticField.SQLSTATE)
@@ -435,17 +550,18 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
         pass  # nobody LISTENs: readers poll through LogReader
 
     def create_table(self) -> None:
-        super().create_table()
-        table = f'"{self.datastore.schema}"."{self.events_table_name}"'
-        with self.datastore.transaction(commit=True) as curs:
-            curs.execute(
-                f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS tx xid8 NOT NULL "
-                "DEFAULT pg_current_xact_id()"
-            )
-            curs.execute(
-                f'CREATE INDEX IF NOT EXISTS "{self.events_table_name}_tx" ON {table} '
-                "(tx, notification_id)"
-            )
+        with _unbounded():  # the ALTER below rewrites an existing table, once
+            super().create_table()
+            table = f'"{self.datastore.schema}"."{self.events_table_name}"'
+            with self.datastore.transaction(commit=True) as curs:
+                curs.execute(
+                    f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS tx xid8 NOT NULL "
+                    "DEFAULT pg_current_xact_id()"
+                )
+                curs.execute(
+                    f'CREATE INDEX IF NOT EXISTS "{self.events_table_name}_tx" ON {table} '
+                    "(tx, notification_id)"
+                )
 
 
 class PostgresStore(PostgresFactory):
@@ -458,9 +574,13 @@ class PostgresStore(PostgresFactory):
         super().__init__(env)
         options = json.loads(self.env.get("CANTSTOP_PG_OPTIONS") or "{}")
         # The pool has not connected yet: it opens on first use, with these.
-        kwargs = self.datastore.pool.kwargs
+        pool = self.datastore.pool
+        kwargs = pool.kwargs
         assert isinstance(kwargs, dict)
         kwargs.update(options)
+        deadline = float(self.env.get("CANTSTOP_PG_QUERY_TIMEOUT") or QUERY_TIMEOUT)
+        if deadline > 0:
+            pool.connection_class = DeadlineConnection.bounded(deadline)
 
 
 # ------------------------------------------------------------------------------ SQLite
@@ -771,6 +891,7 @@ def persistence_env(settings: Settings, *, create_table: bool) -> dict[str, str]
         "POSTGRES_CONNECT_TIMEOUT": str(CONNECT_TIMEOUT),
         "POSTGRES_PRE_PING": "n",  # a dead pooled connection fails once; guarded() retries
         "CANTSTOP_PG_OPTIONS": json.dumps(options),
+        "CANTSTOP_PG_QUERY_TIMEOUT": str(settings.pg_query_timeout),
         "CREATE_TABLE": create,
     }
 
