@@ -233,9 +233,10 @@ class DeadlineConnection(psycopg.Connection[Any]):
     connection, which for a stopped process is for ever: every request that reads or writes,
     and /healthz, hung (measured in docs/performance.md, the tenth set). psycopg waits for every
     statement, commit and rollback through ``wait``; given no timeout of its own, this one gives
-    it the deadline. On expiry the server is asked to cancel the statement (a locked or busy
-    server stops it; a stopped one is given ``CANCEL_TIMEOUT``), the connection is closed (the
-    pool replaces it) and ``NoAnswer`` is raised."""
+    it the deadline (``wait`` takes a timeout since psycopg 3.3.6, which pyproject.toml asks
+    for). On expiry the server is asked to cancel the statement (a locked or busy server stops
+    it; a stopped one is given ``CANCEL_TIMEOUT``), the connection is closed (the pool replaces
+    it) and ``NoAnswer`` is raised."""
 
     deadline: float | None = None
 
