@@ -135,6 +135,35 @@ def act_on(port: int, game_id: str, token: str, action: Json, key: str | None = 
     return send(port, "POST", f"/v1/games/{game_id}/actions", action, headers)
 
 
+def one_worker_server(
+    tmp_path: Path, postgres: ThrowawayPostgres, **env: str
+) -> tuple[Served, int]:
+    """``cantstop serve`` on ``postgres`` (not started yet) and its port: one worker with 16
+    threads, so that 64 requests waiting on a hung store would hold all of them."""
+    port = free_port()
+    settings = {"CANTSTOP_DATABASE_URL": postgres.url(), "CANTSTOP_THREADS": "16", **env}
+    server = Served(tmp_path, "--host", HOST, "--port", str(port), "--workers", "1", env=settings)
+    return server, port
+
+
+def retried_until_recorded(
+    port: int, game_id: str, token: str, action: Json, key: str
+) -> list[Reply]:
+    """Every attempt at ``action``, retried as a client should (one Idempotency-Key: if an
+    attempt was recorded but its answer lost, the next is answered as that one was) until one
+    is answered 200; each before it 503."""
+    attempts: list[Reply] = []
+
+    def recorded() -> bool:
+        reply = act_on(port, game_id, token, action, key)
+        attempts.append(reply)
+        assert reply.status in (200, 503), (reply.status, reply.body)
+        return reply.status == 200
+
+    wait_until(recorded, 30, "the action to succeed once PostgreSQL answers again")
+    return attempts
+
+
 def unavailable(reply: Reply, what: str) -> None:
     """503 store_unavailable with a Retry-After, promptly."""
     assert reply.seconds < PROMPT, f"{what} took {reply.seconds:.1f} s"
@@ -155,18 +184,7 @@ def unhealthy(reply: Reply) -> None:
 def test_postgres_stopped_then_started_answers_503_promptly_and_recovers_losing_nothing(
     tmp_path: Path, own_postgres: ThrowawayPostgres
 ) -> None:
-    port = free_port()
-    # One worker with 16 threads: 64 requests waiting on a hung store would hold all of them.
-    server = Served(
-        tmp_path,
-        "--host",
-        HOST,
-        "--port",
-        str(port),
-        "--workers",
-        "1",
-        env={"CANTSTOP_DATABASE_URL": own_postgres.url(), "CANTSTOP_THREADS": "16"},
-    )
+    server, port = one_worker_server(tmp_path, own_postgres)
     try:
         server.wait_ready(port)
         game_id, (ann, _bob) = create_manual_game(port)
@@ -217,18 +235,8 @@ def test_postgres_stopped_then_started_answers_503_promptly_and_recovers_losing_
                 unavailable(reply, f"concurrent request {i}")
 
         own_postgres.start()
-        # Retried as a client should, with one Idempotency-Key: if an attempt was recorded but
-        # its answer lost, the next attempt is answered as that one was.
         key = f"after-restart-{uuid.uuid4()}"
-        attempts: list[Reply] = []
-
-        def recorded() -> bool:
-            reply = act_on(port, game_id, ann, move, key)
-            attempts.append(reply)
-            assert reply.status in (200, 503), (reply.status, reply.body)
-            return reply.status == 200
-
-        wait_until(recorded, 30, "an action to succeed once PostgreSQL is back")
+        attempts = retried_until_recorded(port, game_id, ann, move, key)
         assert all(a.seconds < PROMPT for a in attempts), [a.seconds for a in attempts]
         acknowledged += attempts[-1].json()["events"]
         assert send(port, "GET", "/healthz").status == 200
@@ -255,21 +263,7 @@ def test_a_postgres_that_stops_answering_gets_503_within_the_query_timeout_and_l
 ) -> None:
     """A frozen server keeps its connections open and answers nothing: before the query timeout
     every request that reached the store, /healthz too, hung for as long as the server did."""
-    port = free_port()
-    server = Served(
-        tmp_path,
-        "--host",
-        HOST,
-        "--port",
-        str(port),
-        "--workers",
-        "1",
-        env={
-            "CANTSTOP_DATABASE_URL": own_postgres.url(),
-            "CANTSTOP_THREADS": "16",
-            "CANTSTOP_PG_QUERY_TIMEOUT": "2",
-        },
-    )
+    server, port = one_worker_server(tmp_path, own_postgres, CANTSTOP_PG_QUERY_TIMEOUT="2")
     try:
         server.wait_ready(port)
         game_id, (ann, _bob) = create_manual_game(port)
@@ -288,15 +282,7 @@ def test_a_postgres_that_stops_answering_gets_503_within_the_query_timeout_and_l
 
         # The action may have been recorded after all (the frozen server held it, and ran it
         # when it woke): retried with its key, it is answered as recorded, once.
-        attempts: list[Reply] = []
-
-        def recorded() -> bool:
-            reply = act_on(port, game_id, ann, move, key)
-            attempts.append(reply)
-            assert reply.status in (200, 503), (reply.status, reply.body)
-            return reply.status == 200
-
-        wait_until(recorded, 30, "the action to succeed once PostgreSQL answers again")
+        attempts = retried_until_recorded(port, game_id, ann, move, key)
         acknowledged += attempts[-1].json()["events"]
         history = send(port, "GET", f"/v1/games/{game_id}/events?limit=1000")
         assert history.status == 200, history.body
