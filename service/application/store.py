@@ -201,7 +201,6 @@ class _GuardedLog(_Guarded):
 
 
 # ------------------------------------------------------------------------------ PostgreSQL
-QUERY_TIMEOUT = 10.0  # seconds: CANTSTOP_PG_QUERY_TIMEOUT's default
 CANCEL_TIMEOUT = 1.0  # seconds to ask the server to cancel a statement that took too long
 # Inside this, statements have no deadline: creating the tables, whose migration (the ``tx``
 # column added to an existing table of events) rewrites the table and takes what it takes.
@@ -579,7 +578,7 @@ class PostgresStore(PostgresFactory):
         kwargs = pool.kwargs
         assert isinstance(kwargs, dict)
         kwargs.update(options)
-        deadline = float(self.env.get("CANTSTOP_PG_QUERY_TIMEOUT") or QUERY_TIMEOUT)
+        deadline = float(self.env.get("CANTSTOP_PG_QUERY_TIMEOUT") or Settings.pg_query_timeout)
         if deadline > 0:
             pool.connection_class = DeadlineConnection.bounded(deadline)
 
