@@ -65,8 +65,8 @@ def to_dict(command: Command) -> dict[str, Any]:
     """The contract's JSON form of a command (``{"type": "move", "sums": [6, 8]}``)."""
     if isinstance(command, Roll):
         out: dict[str, Any] = {"type": "roll"}
-        if command.dice is not None:
-            out["dice"] = list(command.dice)
+        if command.dice is not None:  # as sent: a list (kept as a tuple), or anything else
+            out["dice"] = list(command.dice) if isinstance(command.dice, tuple) else command.dice
         if command.entropy is not None:
             out["entropy"] = command.entropy
         return out

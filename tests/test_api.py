@@ -323,22 +323,31 @@ def test_malformed_actions_are_422(
 
 
 @pytest.mark.parametrize(
-    "dice", [None, [1, 2, 3], [1, 2, 3, 4, 5], [0, 1, 2, 3], [1, 2, 3, 7], [True, 1, 2, 3], "1234"]
+    "dice",
+    [
+        *(None, [1, 2, 3], [1, 2, 3, 4, 5], [0, 1, 2, 3], [1, 2, 3, 7], [True, 1, 2, 3], "1234"),
+        # not a list at all: once a 500 (the parsed-body cache and the key's fingerprint
+        # iterated them)
+        *(7, 2.5, True, {"a": 1}),
+    ],
 )
+@pytest.mark.parametrize("key", [None, "roll-1"], ids=["no key", "Idempotency-Key"])
 def test_bad_manual_dice_are_invalid_dice(
-    client: FlaskClient, manual_game: tuple[str, list[str]], dice: Any
+    client: FlaskClient, manual_game: tuple[str, list[str]], dice: Any, key: str | None
 ) -> None:
     gid, (ann, _) = manual_game
     action = {"type": "roll"} if dice is None else {"type": "roll", "dice": dice}
-    problem(act(client, gid, ann, **action), 422, "invalid_dice")
+    headers = {"Idempotency-Key": key} if key else None
+    problem(act(client, gid, ann, headers, **action), 422, "invalid_dice")
     assert state(client, gid)["version"] == 2
 
 
-def test_dice_sent_to_a_server_dice_game_are_refused(client: FlaskClient) -> None:
+@pytest.mark.parametrize("dice", [[1, 2, 3, 4], 7, 2.5, True])
+def test_dice_sent_to_a_server_dice_game_are_refused(client: FlaskClient, dice: Any) -> None:
     game, tokens = create(client, players=["Ann", "Bob"])
     first = game["turn"]["player"]
     problem(
-        act(client, game["id"], tokens[first], type="roll", dice=[1, 2, 3, 4]),
+        act(client, game["id"], tokens[first], type="roll", dice=dice),
         422,
         "invalid_request",
     )

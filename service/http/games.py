@@ -173,11 +173,12 @@ def action_command(req: flask.Request) -> Command:
 
 
 def shareable(command: Command) -> bool:
-    """Immutable all the way down (manual dice are kept as sent: a list inside would not be)."""
+    """Immutable all the way down (manual dice are kept as sent, whatever was sent: only a
+    tuple of plain integers is)."""
     return (
         not isinstance(command, Roll)
         or command.dice is None
-        or all(type(die) is int for die in command.dice)
+        or (isinstance(command.dice, tuple) and all(type(die) is int for die in command.dice))
     )
 
 
