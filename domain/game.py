@@ -19,7 +19,7 @@ import hashlib
 import json
 import re
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
@@ -947,3 +947,14 @@ def event_record(event: Game.Event) -> dict[str, Any]:
         "prev_hash": event.prev_hash,
         "hash": event.hash,
     }
+
+
+def event_records(events: Iterable[object]) -> list[dict[str, Any]]:
+    """Events as the API serves them; each must be a game's (the library types the events of
+    ``pending_events`` and ``collect_events`` only as its own base class)."""
+    records = []
+    for event in events:
+        if not isinstance(event, Game.Event):
+            raise TypeError(f"not a game event: {type(event).__name__}")
+        records.append(event_record(event))
+    return records

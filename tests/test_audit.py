@@ -16,16 +16,17 @@ import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
+from eventsourcing.domain import Snapshot
 from flask import Flask
 from flask.testing import FlaskClient
 
 from domain import fairness
 from domain.audit import audit_records, parse_export
 from domain.commands import NewGame
-from domain.game import ZERO_HASH, Game, chain_hash, event_record
+from domain.game import ZERO_HASH, Game, chain_hash, event_records
 from domain.transcript import apply_action
 from domain.view import game_state
 from service import cli
@@ -80,9 +81,7 @@ def domain_game(
     drive(game, draw, 100_000 if actions is None else actions)
     if game.status == "finished":
         game.reveal_seed(seed)
-    return game, [
-        json.loads(json.dumps(event_record(cast(Game.Event, e)))) for e in game.collect_events()
-    ]
+    return game, [json.loads(json.dumps(r)) for r in event_records(game.collect_events())]
 
 
 def rehash(records: Records) -> Records:
@@ -110,6 +109,13 @@ def finished() -> tuple[Game, Records]:
 
 
 # ------------------------------------------------------------------------------ pure audit
+def test_event_records_serve_game_events_and_refuse_anything_else() -> None:
+    game, records = domain_game(actions=3)
+    assert [r["version"] for r in records] == list(range(1, len(records) + 1))
+    with pytest.raises(TypeError, match="not a game event: Snapshot"):
+        event_records([Snapshot.take(game)])
+
+
 def test_a_finished_server_dice_game_verifies_every_check(finished: tuple[Game, Records]) -> None:
     game, records = finished
     verdict = audit_records(records, live_state=game_state(game, "any id"))
@@ -159,9 +165,7 @@ def manual_records(actions: list[dict[str, Any]]) -> Records:
     game = Game.start(uuid.uuid4(), NewGame(players=["Ann", "Bob"], dice="manual"))
     for action in actions:
         apply_action(game, action)
-    return [
-        json.loads(json.dumps(event_record(cast(Game.Event, e)))) for e in game.collect_events()
-    ]
+    return [json.loads(json.dumps(r)) for r in event_records(game.collect_events())]
 
 
 BUSTING = [
@@ -257,9 +261,7 @@ def test_lobbies_resignations_and_variants_replay_cleanly() -> None:
     game.resign((game.current + 1) % 3)
     drive(game, draw, 3000)
     game.reveal_seed(SEED)
-    records = [
-        json.loads(json.dumps(event_record(cast(Game.Event, e)))) for e in game.collect_events()
-    ]
+    records = [json.loads(json.dumps(r)) for r in event_records(game.collect_events())]
     types = {r["type"] for r in records}
     assert {"SeatJoined", "PlayerResigned", "GameFinished", "SeedRevealed"} <= types
     verdict = audit_records(records, live_state=game_state(game))

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from flask import Flask
@@ -23,7 +23,7 @@ from domain import fairness
 from domain.audit import audit_records
 from domain.commands import NewGame
 from domain.errors import GameOver, IllegalAction, InvalidRequest, NotYourTurn, TimedOut
-from domain.game import Game, chain_hash, event_record, format_at, parse_at
+from domain.game import Game, chain_hash, event_records, format_at, parse_at
 from domain.record_sheet import record_sheet
 from service.application.scheduler import Scheduler
 from service.config import Settings
@@ -68,7 +68,7 @@ def test_a_timeout_ends_the_turn_as_a_bust_would() -> None:
     game.time_out(deadline)
     timed_out = game.pending_events[-1]
     assert type(timed_out).__name__ == "TurnTimedOut"
-    assert event_record(cast(Game.Event, timed_out))["data"] == {
+    assert event_records([timed_out])[0]["data"] == {
         "seat": 0,
         "deadline": format_at(deadline),
         "lost": {"3": 1, "7": 1},
@@ -96,7 +96,7 @@ def test_three_timeouts_in_a_row_resign_the_player_for_inactivity() -> None:
     game.time_out(max(now, game.deadline or now))  # seat 1's third in a row
     types = [type(e).__name__ for e in game.pending_events[-2:]]
     assert types == ["TurnTimedOut", "PlayerResigned"]
-    assert event_record(cast(Game.Event, game.pending_events[-1]))["data"]["reason"] == "inactivity"
+    assert event_records(game.pending_events)[-1]["data"]["reason"] == "inactivity"
     assert game.resigned == [False, True, False] and game.current == 2
 
 
@@ -169,7 +169,7 @@ def test_a_game_idle_long_enough_is_abandoned_without_a_winner() -> None:
 def test_a_timed_out_turn_is_a_T_on_the_record_sheet() -> None:
     game = clocked(5)
     game.time_out(game.deadline or T0)
-    records = [event_record(cast(Game.Event, e)) for e in game.pending_events]
+    records = event_records(game.pending_events)
     sheet = record_sheet(records, 0)
     assert [(r["result"], r["text"]) for r in sheet["rows"]] == [("timeout", "T")]
 
@@ -178,7 +178,7 @@ def test_the_audit_rederives_timeouts_from_the_recorded_times() -> None:
     game = clocked(5)
     game.time_out(game.deadline or T0)
     game.time_out(game.deadline or T0)
-    records = [event_record(cast(Game.Event, e)) for e in game.pending_events]
+    records = event_records(game.pending_events)
     assert audit_records(records)["valid"] is True
     # A timeout recorded before its deadline is refused by the rules (hash recomputed).
     early = [dict(r) for r in records]

@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
 import orjson
 from eventsourcing.application import AggregateNotFoundError, Application
@@ -31,7 +31,7 @@ from eventsourcing.utils import get_topic, strtobool
 from domain import fairness, strategies
 from domain.commands import Command, NewGame, to_dict, visible_ascii
 from domain.errors import DomainError, InvalidRequest, TimedOut
-from domain.game import Draw, Game, event_record, format_at
+from domain.game import Draw, Game, event_record, event_records, format_at
 from domain.view import game_state
 from service.application.aggregates import (
     ImportedGame,
@@ -735,7 +735,7 @@ class Games(Application[uuid.UUID]):
     @staticmethod
     def pending_records(game: Game) -> list[dict[str, Any]]:
         """The game's pending events as they will be served."""
-        return [event_record(cast(Game.Event, e)) for e in game.pending_events]
+        return event_records(game.pending_events)
 
     def save_changes(self, game: Game, *others: Aggregate) -> list[dict[str, Any]]:
         """Save what a command changed in an owned game (raises IntegrityError if the game
