@@ -158,7 +158,8 @@ TO_ACT: dict[str, int] = {}
 
 class SeatToken:
     """In a game the workflows created or joined, an action is sent with the token of the seat
-    to act, and a seat is given back with its own token: then the answer is the game's, and the
+    to act, a seat is given back with its own token, and the seat a token holds is asked with
+    one of the game's tokens: then the answer is the game's, and the
     auth checks send the request again without the token, and with a wrong one, to see it
     refused. Elsewhere the generated token stays (401)."""
 
@@ -173,7 +174,9 @@ class SeatToken:
         case.headers["Authorization"] = f"Bearer {token}"
 
 
-schema.auth(refresh_interval=None).apply_to(operation_id=["act", "leaveGame"])(SeatToken)
+schema.auth(refresh_interval=None).apply_to(operation_id=["act", "leaveGame", "whichSeat"])(
+    SeatToken
+)
 
 
 def remember(case: Case, response: Response) -> None:

@@ -119,6 +119,11 @@ def test_every_action_and_join_on_an_imported_game_is_refused_read_only(
             assert problem_code(client.post(path, json=action, headers=headers), 409) == "read_only"
     join = client.post(f"/v1/games/{waiting}/players", json={"name": "Bob"})
     assert problem_code(join, 409) == "read_only"
+    # An imported game has no seats to hold, whatever token is sent.
+    for headers in ({}, bearer(tokens[0]), bearer("made-up")):
+        assert problem_code(client.get(f"/v1/games/{played}/seat", headers=headers), 409) == (
+            "read_only"
+        )
     # The originals are untouched and still playable.
     assert ok(client.get(f"/v1/games/{lobby}"))["status"] == "waiting"
     ok(client.post(f"/v1/games/{lobby}/players", json={"name": "Bob"}), 201)

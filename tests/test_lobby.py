@@ -77,6 +77,47 @@ def test_a_seat_given_back_opens_again_and_its_token_stops_working(client: Flask
     assert ann["token"] != cy["token"]
 
 
+def test_a_token_tells_which_seat_it_holds_and_nothing_else(client: FlaskClient) -> None:
+    created = client.post(
+        "/v1/games", json={"players": ["Ann", "Bob", {"name": "R", "bot": "random"}]}
+    )
+    body = created.get_json()
+    game_id = body["game"]["id"]
+    for seat in body["seats"][:2]:
+        answer = client.get(f"/v1/games/{game_id}/seat", headers=bearer(seat["token"]))
+        assert answer.status_code == 200
+        assert answer.get_json() == {"seat": seat["seat"]}
+        assert answer.headers["Cache-Control"] == "no-store"  # it depends on the token
+    path = f"/v1/games/{game_id}/seat"
+    problem(client.get(path), 401, "unauthorized")
+    problem(client.get(path, headers=bearer("made-up")), 401, "unauthorized")
+    other = lobby(client)
+    joined = join(client, other, "Cy")
+    problem(client.get(path, headers=bearer(joined["token"])), 401, "unauthorized")
+    problem(
+        client.get(f"/v1/games/{other}/seat", headers=bearer(body["seats"][0]["token"])),
+        401,
+        "unauthorized",
+    )
+    unknown = "00000000-0000-4000-8000-000000000000"
+    problem(
+        client.get(f"/v1/games/{unknown}/seat", headers=bearer(joined["token"])), 404, "not_found"
+    )
+
+
+def test_a_lobby_seat_is_found_by_its_token_until_it_is_given_back(client: FlaskClient) -> None:
+    game_id = lobby(client)
+    join(client, game_id, "Ann")
+    bob = join(client, game_id, "Bob")
+    path = f"/v1/games/{game_id}/seat"
+    assert client.get(path, headers=bearer(bob["token"])).get_json() == {"seat": bob["seat"]}
+    left = client.delete(f"/v1/games/{game_id}/players/{bob['seat']}", headers=bearer(bob["token"]))
+    assert left.status_code == 200
+    problem(client.get(path, headers=bearer(bob["token"])), 401, "unauthorized")
+    cy = join(client, game_id, "Cy")
+    assert client.get(path, headers=bearer(cy["token"])).get_json() == {"seat": bob["seat"]}
+
+
 def test_leaving_is_refused_with_another_seats_token_or_once_started(client: FlaskClient) -> None:
     game_id = lobby(client, seats=2)
     ann = join(client, game_id, "Ann")

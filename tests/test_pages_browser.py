@@ -602,3 +602,27 @@ def test_the_creator_hands_out_a_seat_by_its_link_shown_once(
         assert "token" not in bob.url
         token = bob_link.split("#token=", 1)[1].split("&", 1)[0]
         assert token not in server.log()
+
+
+def test_a_link_with_the_token_alone_finds_its_seat_at_once(
+    server: Server, browser: Browser
+) -> None:
+    """The contract's link carries only ``#token=``: the page asks which seat it holds before
+    anyone acts, and shows the controls only on that seat's turn."""
+    body = {"players": ["Ann", "Bob"], "dice": "manual", "first_player": 0}
+    created = server.api("POST", "/v1/games", body)
+    game_id, ann, bob = created["game"]["id"], *(s["token"] for s in created["seats"])
+    with context(browser, server) as (ctx, watch):
+        page = ctx.new_page()
+        page.goto(f"/games/{game_id}#token={bob}")
+        expect(page.get_by_text("You play Bob (seat 1), orange.")).to_be_visible()
+        assert "token" not in page.url
+        expect(page.get_by_role("button", name="Resign")).to_be_visible()
+        expect(page.get_by_role("button", name="Roll")).to_have_count(0)  # Ann's turn
+        path = f"/v1/games/{game_id}/actions"
+        rolled = server.api("POST", path, {"type": "roll", "dice": [1, 2, 3, 4]}, ann)
+        server.api("POST", path, rolled["game"]["legal_actions"][0], ann)
+        server.api("POST", path, {"type": "stop"}, ann)
+        expect(page.get_by_role("button", name="Roll")).to_be_visible()  # Bob's, heard live
+        assert not watch.errors
+    assert bob not in server.log()

@@ -130,6 +130,15 @@ def leave_game(game_id: str, seat: str) -> Response:
     return json_response(state, headers=etag(state["version"]))
 
 
+@games_api.get("/v1/games/<game_id>/seat")
+def which_seat(game_id: str) -> Response:
+    """The seat that the token sent holds in this game: for a client given only a token (a
+    ``#token=`` link, a bot's configuration). It answers what the token's holder may know
+    already, and nothing about anyone else's seat."""
+    seat = runtime().games.authenticate(parse_game_id(game_id), bearer_token())
+    return json_response({"seat": seat}, headers={"Cache-Control": "no-store"})
+
+
 @games_api.post("/v1/games/<game_id>/rematch")
 def rematch(game_id: str) -> Response:
     """Claim your seat in the one rematch of a finished game, with your token of it."""

@@ -742,6 +742,25 @@ $("#advice-toggle").addEventListener("click", (event) => {
 });
 
 // ---------------------------------------------------------------------------------- start
+/** A token handed over without its seat (a bare #token= link): ask which seat it holds. */
+async function findSeat() {
+  if (!held || held.seat !== null) return;
+  const token = held.token;
+  try {
+    const { seat } = await api(`/v1/games/${gameId}/seat`, { token });
+    if (!held || held.token !== token) return; // forgotten meanwhile
+    held = { ...held, seat };
+    rememberSeat(gameId, token, seat);
+  } catch (e) {
+    if (e.status === 401 && held && held.token === token) {
+      say("This browser's token does not hold a seat of this game.");
+    }
+    return; // otherwise the answers to its actions tell (learnSeat)
+  }
+  render();
+}
+
 setInterval(renderDeadline, 1000);
 render();
+findSeat();
 loadHistory();
