@@ -187,6 +187,15 @@ def test_unknown_route_and_method_are_problems(client: FlaskClient) -> None:
     assert client.delete("/v1/games").status_code == 405
 
 
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE", "PATCH"])
+def test_the_import_path_is_the_imports_alone(client: FlaskClient, method: str) -> None:
+    """``/v1/games/import`` is not a game called "import": only POST is allowed there."""
+    response = client.open("/v1/games/import", method=method)
+    problem(response, 405, "method_not_allowed")
+    assert set(response.headers["Allow"].split(", ")) == {"POST", "OPTIONS"}  # no GET
+    problem(client.get("/v1/games/importer"), 404, "not_found")  # a made-up id, as any
+
+
 # ------------------------------------------------------------------------------ lobby
 def test_lobby_starts_when_the_last_seat_is_taken(client: FlaskClient) -> None:
     game, tokens = create(client, seats=3, dice="manual", first_player=2)

@@ -5,14 +5,9 @@ follows the document's links (create a game, then read, join, act on, audit and 
 answer must not be a 500, must have a documented status, content type, headers and body, must
 refuse invalid data, must accept valid data, and must honour authentication.
 
-Every check runs, with two narrow exceptions, each for one operation and one reason:
-
-- ``allow_header_conformance`` and ``unsupported_method`` for ``importGame``: ``/v1/games/import``
-  also fits the route ``/v1/games/<game_id>``, so the router answers ``GET`` on it (404: "import"
-  is no game id, where 405 is expected) and names ``GET`` in its ``Allow``. Routes that take only
-  UUIDs (Flask's ``uuid`` converter) would answer both as documented.
-- ``positive_data_acceptance`` where a schema-valid request is refused because of what the server
-  holds, which no schema can know (``refused_by_state``).
+Every check runs, with one narrow exception: ``positive_data_acceptance`` where a schema-valid
+request is refused because of what the server holds, which no schema can know
+(``refused_by_state``).
 
 JSON Schema counts ``2.0`` as an integer; the service reads integers written as integers (as the
 document says). Generated bodies are therefore sent with ``2.0`` written ``2``.
@@ -28,11 +23,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from schemathesis.core.transport import Response
-from schemathesis.specs.openapi.checks import (
-    allow_header_conformance,
-    positive_data_acceptance,
-    unsupported_method,
-)
+from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from service.config import Settings
 from service.http.app import create_app
@@ -44,9 +35,6 @@ Case = schemathesis.Case[Any]
 _STORE = tempfile.TemporaryDirectory(prefix="cantstop-fuzz-")
 app = create_app(Settings(database_url=f"sqlite:///{_STORE.name}/fuzz.sqlite"), create_tables=True)
 schema = schemathesis.openapi.from_wsgi("/openapi.yaml", app)
-
-# Checks that cannot hold for one operation, by operationId (see the module's docstring).
-NOT_CHECKED: dict[str, list[Any]] = {"importGame": [allow_header_conformance, unsupported_method]}
 
 
 # A player's name (openapi.yaml, PlayerName): its pattern spells out ~280,000 code points, which
@@ -129,7 +117,7 @@ def refused_by_state(case: Case, response: Response) -> bool:
 
 
 def excluded_checks(case: Case, response: Response) -> list[Any]:
-    excluded = list(NOT_CHECKED.get(case.operation.definition.raw.get("operationId"), []))
+    excluded: list[Any] = []
     positive = case.meta is not None and case.meta.generation.mode.is_positive
     if positive and response.status_code >= 400 and refused_by_state(case, response):
         excluded.append(positive_data_acceptance)

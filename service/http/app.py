@@ -14,7 +14,7 @@ from service.config import Settings
 from service.http import limits, meta
 from service.http.audit import audit_api
 from service.http.bots import bots_api
-from service.http.core import install_error_handlers, request_class
+from service.http.core import GameIdConverter, install_error_handlers, request_class
 from service.http.games import games_api
 from service.http.pages import pages
 from service.http.sheets import sheets_api
@@ -60,6 +60,7 @@ def create_app(settings: Settings | None = None, *, create_tables: bool = False)
     settings = settings or Settings.from_env()
     app = Flask("cantstop")
     app.session_interface = NoSessions()
+    app.url_map.converters["game"] = GameIdConverter  # before the routes that use it
     app.request_class = request_class(
         max_body_bytes=settings.max_body_bytes,
         max_line=settings.max_uri_bytes,

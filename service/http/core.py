@@ -21,6 +21,7 @@ from werkzeug.exceptions import (
     RequestHeaderFieldsTooLarge,
     RequestURITooLarge,
 )
+from werkzeug.routing import BaseConverter
 
 from domain import jsondoc
 from domain.errors import DomainError
@@ -138,6 +139,16 @@ def request_class(*, max_body_bytes: int, max_line: int, max_headers: int) -> ty
                 self.routing_exception = RequestHeaderFieldsTooLarge(detail)
 
     return Request
+
+
+class GameIdConverter(BaseConverter):
+    """``/v1/games/<game:game_id>``: any path segment but ``import``, which names the import's
+    own route (``POST /v1/games/import``). Without it, ``GET /v1/games/import`` read a game
+    called "import" (404) and a 405 from that path named ``GET`` in its ``Allow``; now the path
+    is the import's alone: 405, ``Allow: POST``. Other ids are judged by the view (404 with the
+    id named), as before."""
+
+    regex = r"(?!import$)[^/]+"
 
 
 def runtime() -> Runtime:

@@ -103,7 +103,7 @@ def list_games() -> Response:
     return json_response({"games": page, "total": len(rows), "next_offset": next_offset})
 
 
-@games_api.get("/v1/games/<game_id>")
+@games_api.get("/v1/games/<game:game_id>")  # not "import" (core.GameIdConverter)
 def get_game(game_id: str) -> Response:
     state = runtime().games.state(parse_game_id(game_id), version_arg())
     if not_modified(str(state["version"])):
