@@ -217,6 +217,12 @@ def _unbounded() -> Iterator[None]:
         _UNBOUNDED.reset(token)
 
 
+def _deadline_of(conn: Any) -> float | None:
+    """How long ``conn`` waits for the server now: its deadline (``DeadlineConnection``), or no
+    bound for another connection or inside ``_unbounded``."""
+    return None if _UNBOUNDED.get() else getattr(conn, "deadline", None)
+
+
 class NoAnswer(psycopg.OperationalError):
     """The database did not answer within the deadline. The statement's outcome is unknown
     (a write may still commit); the connection was closed; ``guarded`` answers 503 without
@@ -244,8 +250,8 @@ class DeadlineConnection(psycopg.Connection[Any]):
         return type("DeadlineConnection", (cls,), {"deadline": deadline})
 
     def wait(self, gen: PQGen[R], interval: float = 0.1, timeout: float | None = None) -> R:
-        deadline = self.deadline
-        if timeout is not None or deadline is None or _UNBOUNDED.get():
+        deadline = _deadline_of(self)
+        if timeout is not None or deadline is None:
             return super().wait(gen, interval, timeout)
         started = time.monotonic()
         try:
@@ -270,9 +276,7 @@ def _exchange(conn: Any) -> Any:
     """The last result of the statement just sent on ``conn``'s libpq connection (what
     ``PQexec`` returns), waited for within ``conn``'s deadline (``DeadlineConnection``)."""
     pgconn = conn.pgconn
-    deadline = getattr(conn, "deadline", None)
-    if _UNBOUNDED.get():
-        deadline = None
+    deadline = _deadline_of(conn)
     end = None if deadline is None else time.monotonic() + deadline
     poller = None
     last = None
