@@ -164,6 +164,15 @@ def retried_until_recorded(
     return attempts
 
 
+def stored_history(port: int, game_id: str) -> list[Json]:
+    """The game's recorded events, read back: versions 1, 2, … with none missing or repeated."""
+    history = send(port, "GET", f"/v1/games/{game_id}/events?limit=1000")
+    assert history.status == 200, history.body
+    stored: list[Json] = history.json()["events"]
+    assert [e["version"] for e in stored] == list(range(1, len(stored) + 1))
+    return stored
+
+
 def unavailable(reply: Reply, what: str) -> None:
     """503 store_unavailable with a Retry-After, promptly."""
     assert reply.seconds < PROMPT, f"{what} took {reply.seconds:.1f} s"
@@ -241,12 +250,9 @@ def test_postgres_stopped_then_started_answers_503_promptly_and_recovers_losing_
         acknowledged += attempts[-1].json()["events"]
         assert send(port, "GET", "/healthz").status == 200
 
-        history = send(port, "GET", f"/v1/games/{game_id}/events?limit=1000")
-        assert history.status == 200, history.body
-        stored = history.json()["events"]
+        stored = stored_history(port, game_id)
         for event in acknowledged:
             assert event in stored, f"acknowledged event {event['version']} was lost"
-        assert [e["version"] for e in stored] == list(range(1, len(stored) + 1))
         assert stored[-len(attempts[-1].json()["events"]) :] == attempts[-1].json()["events"]
     except BaseException:
         print(server.output())
@@ -284,11 +290,8 @@ def test_a_postgres_that_stops_answering_gets_503_within_the_query_timeout_and_l
         # when it woke): retried with its key, it is answered as recorded, once.
         attempts = retried_until_recorded(port, game_id, ann, move, key)
         acknowledged += attempts[-1].json()["events"]
-        history = send(port, "GET", f"/v1/games/{game_id}/events?limit=1000")
-        assert history.status == 200, history.body
-        stored = history.json()["events"]
+        stored = stored_history(port, game_id)
         assert stored[-len(acknowledged) :] == acknowledged  # every one, each once, in order
-        assert [e["version"] for e in stored] == list(range(1, len(stored) + 1))
         assert send(port, "GET", "/healthz").status == 200
     except BaseException:
         print(server.output())
@@ -329,7 +332,7 @@ def test_a_statement_waits_at_most_the_query_timeout_but_creating_the_tables_wai
 
             creator = threading.Thread(target=create)
             creator.start()
-            time.sleep(2.5)  # longer than the query timeout, with the lock still held
+            creator.join(2.5)  # longer than the query timeout, with the lock still held
             assert creator.is_alive() and not created
             holder.rollback()  # the lock goes
             creator.join(30)
