@@ -53,17 +53,20 @@ def test_two_runs_play_the_same_games_with_the_same_dice(tmp_path: Path) -> None
     assert rolls and all(len(e[3]["dice"]) == 4 for e in rolls)
 
 
-def fake_valgrind(folder: Path, report: str, status: int = 0) -> None:
+def fake_valgrind(
+    monkeypatch: pytest.MonkeyPatch, folder: Path, report: str, status: int = 0
+) -> None:
+    """A ``valgrind`` first on PATH that prints ``report`` and exits with ``status``."""
     script = folder / "valgrind"
     script.write_text(f"#!/bin/sh\necho '{report}' >&2\nexit {status}\n")
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
 
 
 def test_the_count_is_read_from_valgrinds_report(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake_valgrind(tmp_path, "==1== I   refs:      1,234,567,890")
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    fake_valgrind(monkeypatch, tmp_path, "==1== I   refs:      1,234,567,890")
     assert instructions.count(ROOT, 10) == 1_234_567_890
 
 
@@ -71,7 +74,6 @@ def test_the_count_is_read_from_valgrinds_report(
 def test_a_failed_run_stops_the_bench_with_its_output(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, report: str, status: int
 ) -> None:
-    fake_valgrind(tmp_path, report, status)
-    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    fake_valgrind(monkeypatch, tmp_path, report, status)
     with pytest.raises(SystemExit, match="the run failed"):
         instructions.count(ROOT, 10)

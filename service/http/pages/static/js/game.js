@@ -35,6 +35,7 @@ const EVENT_TYPES = [
   "SeedRevealed",
 ];
 const NAME_KEY = "cantstop:name";
+const NOT_A_SEAT = "This browser's token does not hold a seat of this game.";
 
 let state = JSON.parse($("#initial-state").textContent);
 let held = heldSeat(gameId); // {token, seat} or null: a watcher
@@ -584,7 +585,7 @@ async function act(body) {
     busy = false;
     if (e.code === "not_your_turn" && state.turn) notMine.add(state.turn.player);
     if (e.code === "version_conflict") say("The game moved on meanwhile: here it is now.");
-    else if (e.status === 401) say("This browser's token does not hold a seat of this game.");
+    else if (e.status === 401) say(NOT_A_SEAT);
     else say(e.detail);
     controlsKey = "";
     render();
@@ -753,7 +754,7 @@ async function findSeat() {
     rememberSeat(gameId, token, seat);
   } catch (e) {
     if (e.status === 401 && held && held.token === token) {
-      say("This browser's token does not hold a seat of this game.");
+      say(NOT_A_SEAT);
     }
     return; // otherwise the answers to its actions tell (learnSeat)
   }
