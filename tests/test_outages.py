@@ -30,8 +30,8 @@ from service.application.games import Games
 from service.application.store import COOLDOWN
 from service.config import Settings
 from service.http.app import create_app
-from tests.test_live import Served, free_port, wait_until
-from tests.test_server_edges import HOST, Reply, problem, send
+from tests.test_live import free_port, wait_until
+from tests.test_server_edges import HOST, Reply, problem, send, serving
 
 Json = dict[str, Any]
 PROMPT = 8.0  # seconds: an upper bound that proves no ~100 s hang, not a benchmark
@@ -135,15 +135,15 @@ def act_on(port: int, game_id: str, token: str, action: Json, key: str | None = 
     return send(port, "POST", f"/v1/games/{game_id}/actions", action, headers)
 
 
-def one_worker_server(
-    tmp_path: Path, postgres: ThrowawayPostgres, **env: str
-) -> tuple[Served, int]:
-    """``cantstop serve`` on ``postgres`` (not started yet) and its port: one worker with 16
-    threads, so that 64 requests waiting on a hung store would hold all of them."""
+@contextlib.contextmanager
+def one_worker_server(tmp_path: Path, postgres: ThrowawayPostgres, **env: str) -> Iterator[int]:
+    """``cantstop serve`` on ``postgres``, started, and its port: one worker with 16 threads,
+    so that 64 requests waiting on a hung store would hold all of them."""
     port = free_port()
     settings = {"CANTSTOP_DATABASE_URL": postgres.url(), "CANTSTOP_THREADS": "16", **env}
-    server = Served(tmp_path, "--host", HOST, "--port", str(port), "--workers", "1", env=settings)
-    return server, port
+    args = ("--host", HOST, "--port", str(port), "--workers", "1")
+    with serving(tmp_path, *args, env=settings, ready_port=port):
+        yield port
 
 
 def retried_until_recorded(
@@ -193,9 +193,7 @@ def unhealthy(reply: Reply) -> None:
 def test_postgres_stopped_then_started_answers_503_promptly_and_recovers_losing_nothing(
     tmp_path: Path, own_postgres: ThrowawayPostgres
 ) -> None:
-    server, port = one_worker_server(tmp_path, own_postgres)
-    try:
-        server.wait_ready(port)
+    with one_worker_server(tmp_path, own_postgres) as port:
         game_id, (ann, _bob) = create_manual_game(port)
         acknowledged: list[Json] = []
         rolled = act_on(port, game_id, ann, {"type": "roll", "dice": [1, 2, 3, 4]})
@@ -254,11 +252,6 @@ def test_postgres_stopped_then_started_answers_503_promptly_and_recovers_losing_
         for event in acknowledged:
             assert event in stored, f"acknowledged event {event['version']} was lost"
         assert stored[-len(attempts[-1].json()["events"]) :] == attempts[-1].json()["events"]
-    except BaseException:
-        print(server.output())
-        raise
-    finally:
-        server.stop()
 
 
 # ----------------------------------------------------------- PostgreSQL not answering
@@ -269,9 +262,7 @@ def test_a_postgres_that_stops_answering_gets_503_within_the_query_timeout_and_l
 ) -> None:
     """A frozen server keeps its connections open and answers nothing: before the query timeout
     every request that reached the store, /healthz too, hung for as long as the server did."""
-    server, port = one_worker_server(tmp_path, own_postgres, CANTSTOP_PG_QUERY_TIMEOUT="2")
-    try:
-        server.wait_ready(port)
+    with one_worker_server(tmp_path, own_postgres, CANTSTOP_PG_QUERY_TIMEOUT="2") as port:
         game_id, (ann, _bob) = create_manual_game(port)
         rolled = act_on(port, game_id, ann, {"type": "roll", "dice": [1, 2, 3, 4]})
         assert rolled.status == 200, rolled.body
@@ -293,11 +284,6 @@ def test_a_postgres_that_stops_answering_gets_503_within_the_query_timeout_and_l
         stored = stored_history(port, game_id)
         assert stored[-len(acknowledged) :] == acknowledged  # every one, each once, in order
         assert send(port, "GET", "/healthz").status == 200
-    except BaseException:
-        print(server.output())
-        raise
-    finally:
-        server.stop()
 
 
 @pytest.mark.postgres

@@ -120,11 +120,15 @@ def answers(port: int) -> bool:
 def serving(
     tmp: Path, *args: str, env: dict[str, str], ready_port: int, name: str = "server"
 ) -> Iterator[Served]:
-    """A started server (``/healthz`` answers 200 on ``ready_port``), stopped afterwards."""
+    """A started server (``/healthz`` answers 200 on ``ready_port``), stopped afterwards; if
+    the block fails, the end of the server's log is printed (pytest shows it with the failure)."""
     server = Served(tmp, *args, env=env, name=name)
     try:
         server.wait_ready(ready_port)
         yield server
+    except BaseException:
+        print(server.output())
+        raise
     finally:
         server.stop()
 
