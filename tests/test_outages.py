@@ -246,7 +246,9 @@ def test_postgres_stopped_then_started_answers_503_promptly_and_recovers_losing_
         attempts = retried_until_recorded(port, game_id, ann, move, key)
         assert all(a.seconds < PROMPT for a in attempts), [a.seconds for a in attempts]
         acknowledged += attempts[-1].json()["events"]
-        assert send(port, "GET", "/healthz").status == 200
+        health = send(port, "GET", "/healthz")
+        assert health.status == 200
+        assert health.json()["checks"]["writes"] == "ok"  # the one worker's last write worked
 
         stored = stored_history(port, game_id)
         for event in acknowledged:
@@ -414,6 +416,62 @@ def events_of(app: Flask, game_id: str) -> list[Json]:
     assert reply.status_code == 200, reply.get_json()
     events: list[Json] = reply.get_json()["events"]
     return events
+
+
+def test_a_full_disk_refuses_writes_with_503_keeps_reads_and_healthz_tells_until_a_write_works(
+    tmp_path: Path,
+) -> None:
+    """SQLite's own "database or disk is full" (SQLITE_FULL), made real by capping the file at
+    the pages it has, on the connection that every action of this process writes through."""
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'full.sqlite'}")
+    app = create_app(settings, create_tables=True)
+    try:
+        client = app.test_client()
+        game_id, tokens = manual_game(app)
+        assert client.get("/healthz").get_json()["checks"]["writes"] == "ok"
+        writer = app.extensions["cantstop"].games.recorder.datastore.pool.writer()
+        pages = writer.execute("PRAGMA page_count").fetchone()[0]
+        writer.execute(f"PRAGMA max_page_count = {pages}")
+
+        def next_action() -> Any:
+            game = client.get(f"/v1/games/{game_id}").get_json()
+            assert game["status"] == "in_progress", "the game ended before the file filled"
+            legal = game["legal_actions"]
+            action = (
+                {"type": "roll", "dice": [1, 2, 3, 4]}
+                if legal == [{"type": "roll"}]
+                else ({"type": "stop"} if {"type": "stop"} in legal else legal[0])
+            )
+            token = tokens[game["turn"]["player"]]
+            return client.post(
+                f"/v1/games/{game_id}/actions",
+                json=action,
+                headers={"Authorization": f"Bearer {token}"},
+            )
+
+        history = events_of(app, game_id)
+        refused = next_action()
+        while refused.status_code == 200:  # the rows fill the pages there are, then need more
+            history += refused.get_json()["events"]
+            refused = next_action()
+        assert refused.status_code == 503, refused.get_json()
+        assert refused.get_json()["code"] == "store_unavailable"
+
+        assert events_of(app, game_id) == history  # reads go on; the refused action left nothing
+        health = client.get("/healthz")
+        assert health.status_code == 200  # the database answers: games can still be read
+        assert health.get_json()["status"] == "degraded"
+        assert health.get_json()["checks"]["database"] == "ok"
+        writes = health.get_json()["checks"]["writes"]
+        assert writes.startswith("failing since 20") and "full" in writes, writes
+
+        writer.execute("PRAGMA max_page_count = 1073741823")  # room again
+        assert next_action().status_code == 200
+        health = client.get("/healthz")
+        assert health.get_json()["status"] == "ok"
+        assert health.get_json()["checks"]["writes"] == "ok"
+    finally:
+        app.extensions["cantstop"].close()
 
 
 def test_an_action_whose_answer_was_lost_after_commit_is_answered_200_and_recorded_once(

@@ -163,6 +163,37 @@ def guarded(call: Callable[[], T], *, breaker: Breaker = BREAKER) -> T:
     raise AssertionError("unreachable")
 
 
+class WriteHealth:
+    """How a recorder's last write of events went, for /healthz: a store can go on answering
+    reads while it refuses every write (a full disk), and a read is all the health check itself
+    does."""
+
+    def __init__(self) -> None:
+        self.failed_at: float | None = None  # wall-clock seconds (time.time) of the failure
+        self.reason = ""
+
+    def failed(self, exc: BaseException) -> None:
+        root = exc.__cause__ or exc
+        self.reason = f"{type(root).__name__}: {root}"
+        self.failed_at = time.time()
+
+    def succeeded(self) -> None:
+        if self.failed_at is not None:
+            self.failed_at, self.reason = None, ""
+
+
+def guarded_write(call: Callable[[], T], *, breaker: Breaker, writes: WriteHealth) -> T:
+    """``guarded`` for a write, whose outcome is kept in ``writes``. A conflict
+    (IntegrityError) says the store works, and changes nothing there."""
+    try:
+        result = guarded(call, breaker=breaker)
+    except StoreUnavailable as exc:
+        writes.failed(exc)
+        raise
+    writes.succeeded()
+    return result
+
+
 def _no_answer(exc: BaseException) -> bool:
     """Whether ``exc`` (or what caused it: the library wraps psycopg's errors) is ``NoAnswer``."""
     cause: BaseException | None = exc
@@ -178,12 +209,20 @@ class _Guarded:
 
     breaker = BREAKER
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.writes = WriteHealth()
+
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         inherited = getattr(super(), name)
         raw = getattr(inherited, "__wrapped__", None)  # eventsourcing.utils.retry's wrapper
-        if raw is not None:
-            return guarded(lambda: raw(self, *args, **kwargs), breaker=self.breaker)
-        return guarded(lambda: inherited(*args, **kwargs), breaker=self.breaker)
+
+        def call() -> Any:
+            return raw(self, *args, **kwargs) if raw is not None else inherited(*args, **kwargs)
+
+        if name == "insert_events":
+            return guarded_write(call, breaker=self.breaker, writes=self.writes)
+        return guarded(call, breaker=self.breaker)
 
     def insert_events(self, *args: Any, **kwargs: Any) -> Any:
         return self._call("insert_events", *args, **kwargs)
@@ -416,7 +455,9 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
     def insert_events(self, stored_events: Any, **kwargs: Any) -> Any:
         if kwargs or not stored_events:
             return super().insert_events(stored_events, **kwargs)
-        return guarded(lambda: self._insert(stored_events), breaker=self.breaker)
+        return guarded_write(
+            lambda: self._insert(stored_events), breaker=self.breaker, writes=self.writes
+        )
 
     def insert_with_snapshots(
         self, stored_events: Any, snapshots: AggregateRecorder, stored_snapshots: Any
@@ -425,9 +466,10 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
         ``WITH``): all rows or none, one round trip. As on SQLite, a stray snapshot row at the
         same version is replaced."""
         assert isinstance(snapshots, PostgresAggregateRecorder)
-        return guarded(
+        return guarded_write(
             lambda: self._insert(stored_events, (snapshots, stored_snapshots)),
             breaker=self.breaker,
+            writes=self.writes,
         )
 
     def _insert(
@@ -725,7 +767,9 @@ class GuardedSQLiteApplicationRecorder(_GuardedLog, SQLiteApplicationRecorder):
         pool = self.datastore.pool
         if not isinstance(pool, _SQLitePool) or pool.is_sqlite_memory_mode or kwargs:
             return super().insert_events(stored_events, **kwargs)
-        return guarded(lambda: self._insert(pool, stored_events), breaker=self.breaker)
+        return guarded_write(
+            lambda: self._insert(pool, stored_events), breaker=self.breaker, writes=self.writes
+        )
 
     def insert_with_snapshots(
         self, stored_events: Any, snapshots: AggregateRecorder, stored_snapshots: Any
@@ -745,7 +789,9 @@ class GuardedSQLiteApplicationRecorder(_GuardedLog, SQLiteApplicationRecorder):
             ids = self.insert_events(stored_events)
             snapshots.insert_events(stored_snapshots)
             return ids
-        ids = guarded(lambda: self._insert(pool, stored_events), breaker=self.breaker)
+        ids = guarded_write(
+            lambda: self._insert(pool, stored_events), breaker=self.breaker, writes=self.writes
+        )
         table = snapshots.events_table_name
         try:
             guarded(lambda: self._replace(pool, table, stored_snapshots), breaker=self.breaker)

@@ -3,11 +3,14 @@ is negotiated with the lobby page: service/http/pages)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 from flask import Blueprint, Flask, Response
 from flask_swagger_ui import get_swaggerui_blueprint
 
+from domain.game import format_at
+from service.application.store import WriteHealth
 from service.http.core import json_response, runtime
 
 meta_api = Blueprint("meta", __name__)
@@ -36,10 +39,22 @@ def healthz() -> Response:
     except Exception as exc:  # any failure of the store is reported, not raised
         checks["database"] = f"down: {type(exc).__name__}"
         status = 503
+    # A store that answers reads may still refuse writes (a full disk): this worker's last
+    # write says so. Still 200: games can be read, and a write may succeed again.
+    checks["writes"] = writes_status(rt.games.recorder)
     checks["redis"] = rt.redis_status()  # down: still 200; actions are recorded, streams poll
-    healthy = status == 200 and not checks["redis"].startswith("down")
+    healthy = status == 200 and checks["writes"] == "ok" and not checks["redis"].startswith("down")
     body = {"status": "ok" if healthy else "degraded", "checks": checks}
     return json_response(body, status)
+
+
+def writes_status(recorder: object) -> str:
+    """How this worker's last write of events went: "ok", or "failing since <time>: <why>"."""
+    writes = getattr(recorder, "writes", None)
+    if not isinstance(writes, WriteHealth) or writes.failed_at is None:
+        return "ok"
+    at = format_at(datetime.fromtimestamp(writes.failed_at, UTC))
+    return f"failing since {at}: {writes.reason}"
 
 
 def register(app: Flask) -> None:
