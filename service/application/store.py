@@ -194,6 +194,13 @@ def guarded_write(call: Callable[[], T], *, breaker: Breaker, writes: WriteHealt
     return result
 
 
+def _plain(kwargs: dict[str, Any]) -> bool:
+    """Whether an ``insert_events`` call asks for nothing but the events: the library's
+    ``Application.save`` passes ``tracking=None`` (only a process application tracks), which
+    must not send a game's creation down the library's slower path."""
+    return not kwargs or (len(kwargs) == 1 and kwargs.get("tracking", 0) is None)
+
+
 def _no_answer(exc: BaseException) -> bool:
     """Whether ``exc`` (or what caused it: the library wraps psycopg's errors) is ``NoAnswer``."""
     cause: BaseException | None = exc
@@ -453,7 +460,7 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
         assert self.datastore.originator_id_type == "uuid"
 
     def insert_events(self, stored_events: Any, **kwargs: Any) -> Any:
-        if kwargs or not stored_events:
+        if not _plain(kwargs) or not stored_events:
             return super().insert_events(stored_events, **kwargs)
         return guarded_write(
             lambda: self._insert(stored_events), breaker=self.breaker, writes=self.writes
@@ -765,7 +772,7 @@ class GuardedSQLiteApplicationRecorder(_GuardedLog, SQLiteApplicationRecorder):
 
     def insert_events(self, stored_events: Any, **kwargs: Any) -> Any:
         pool = self.datastore.pool
-        if not isinstance(pool, _SQLitePool) or pool.is_sqlite_memory_mode or kwargs:
+        if not isinstance(pool, _SQLitePool) or pool.is_sqlite_memory_mode or not _plain(kwargs):
             return super().insert_events(stored_events, **kwargs)
         return guarded_write(
             lambda: self._insert(pool, stored_events), breaker=self.breaker, writes=self.writes
