@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -463,7 +464,9 @@ def test_a_full_disk_refuses_writes_with_503_keeps_reads_and_healthz_tells_until
         assert health.get_json()["status"] == "degraded"
         assert health.get_json()["checks"]["database"] == "ok"
         writes = health.get_json()["checks"]["writes"]
-        assert writes.startswith("failing since 20") and "full" in writes, writes
+        assert re.fullmatch(r"failing since 20\S+Z: OperationalError", writes), writes
+        assert next_action().status_code == 503  # still full: still failing, since the first
+        assert client.get("/healthz").get_json()["checks"]["writes"] == writes
 
         writer.execute("PRAGMA max_page_count = 1073741823")  # room again
         assert next_action().status_code == 200

@@ -169,13 +169,13 @@ class WriteHealth:
     does."""
 
     def __init__(self) -> None:
-        self.failed_at: float | None = None  # wall-clock seconds (time.time) of the failure
-        self.reason = ""
+        self.failed_at: float | None = None  # wall-clock seconds (time.time) of the first failure
+        self.reason = ""  # the last failure's kind (the message, which may name hosts, is logged)
 
     def failed(self, exc: BaseException) -> None:
-        root = exc.__cause__ or exc
-        self.reason = f"{type(root).__name__}: {root}"
-        self.failed_at = time.time()
+        self.reason = type(exc.__cause__ or exc).__name__
+        if self.failed_at is None:
+            self.failed_at = time.time()
 
     def succeeded(self) -> None:
         if self.failed_at is not None:

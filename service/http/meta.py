@@ -49,7 +49,7 @@ def healthz() -> Response:
 
 
 def writes_status(recorder: object) -> str:
-    """How this worker's last write of events went: "ok", or "failing since <time>: <why>"."""
+    """How this worker's last write of events went: "ok", or "failing since <time>: <kind>"."""
     writes = getattr(recorder, "writes", None)
     if not isinstance(writes, WriteHealth) or writes.failed_at is None:
         return "ok"
