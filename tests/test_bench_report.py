@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bench.http import against
 
 
@@ -32,3 +34,25 @@ def test_each_window_is_compared_with_the_hello_worlds_window_of_its_turn() -> N
     service = [figures(600, 700), figures(650, 640)]
     hello = [figures(1000, 1400), figures(1300, 800)]
     assert window_ratios(service, hello) == [0.6, 0.5, 0.5, 0.8]
+
+
+def test_past_positions_alternate_and_read_each_version_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each version is read once (so each is rebuilt from the store, cold), the batches near 10
+    and near 5,000 taking turns."""
+    import bench.http
+
+    read: list[range] = []
+
+    def past_reads(port: int, game_id: str, versions: range) -> float:
+        read.append(versions)
+        return float(len(read))
+
+    monkeypatch.setattr(bench.http, "past_reads", past_reads)
+    pairs = bench.http.past_pairs(8000, "g", batches=5)
+    assert pairs == [(1.0, 2.0), (3.0, 4.0), (5.0, 6.0), (7.0, 8.0), (9.0, 10.0)]
+    versions = [v for r in read for v in r]
+    assert len(versions) == len(set(versions)) == 110
+    assert all(len(r) == 11 for r in read)
+    assert all(max(r) < 60 for r in read[0::2]) and all(min(r) > 4950 for r in read[1::2])
