@@ -687,9 +687,25 @@ function openStream() {
   stream.addEventListener("error", () => {
     if (stream && stream.readyState === EventSource.CLOSED) {
       stream = null;
-      if (state.status !== "finished") setTimeout(() => loadHistory(), 3000);
+      if (state.status !== "finished") setTimeout(reopen, 3000);
     }
   });
+}
+
+/** After the server refused the stream: read the game first. A store that went back (restored
+ * from a backup) has no event after its version and refuses to resume after the last one
+ * shown here, every time: then the page starts over from what the store holds. */
+async function reopen() {
+  try {
+    const now = await api(`/v1/games/${gameId}`);
+    if (now.version < lastVersion) {
+      location.reload();
+      return;
+    }
+  } catch {
+    // away: the stream tries again below
+  }
+  loadHistory();
 }
 
 // --------------------------------------------------------------------------------- advice
