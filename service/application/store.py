@@ -198,7 +198,7 @@ def _plain(kwargs: dict[str, Any]) -> bool:
     """Whether an ``insert_events`` call asks for nothing but the events: the library's
     ``Application.save`` passes ``tracking=None`` (only a process application tracks), which
     must not send a game's creation down the library's slower path."""
-    return not kwargs or (len(kwargs) == 1 and kwargs.get("tracking", 0) is None)
+    return not kwargs or kwargs == {"tracking": None}
 
 
 def _no_answer(exc: BaseException) -> bool:
@@ -220,19 +220,21 @@ class _Guarded:
         super().__init__(*args, **kwargs)
         self.writes = WriteHealth()
 
-    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+    def _inherited(self, name: str, *args: Any, **kwargs: Any) -> Callable[[], Any]:
+        """The library's method ``name`` with these arguments, to call once: without
+        eventsourcing.utils.retry's wrapper (its ten retries), where it has one."""
         inherited = getattr(super(), name)
-        raw = getattr(inherited, "__wrapped__", None)  # eventsourcing.utils.retry's wrapper
+        raw = getattr(inherited, "__wrapped__", None)
+        if raw is not None:
+            return lambda: raw(self, *args, **kwargs)
+        return lambda: inherited(*args, **kwargs)
 
-        def call() -> Any:
-            return raw(self, *args, **kwargs) if raw is not None else inherited(*args, **kwargs)
-
-        if name == "insert_events":
-            return guarded_write(call, breaker=self.breaker, writes=self.writes)
-        return guarded(call, breaker=self.breaker)
+    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        return guarded(self._inherited(name, *args, **kwargs), breaker=self.breaker)
 
     def insert_events(self, *args: Any, **kwargs: Any) -> Any:
-        return self._call("insert_events", *args, **kwargs)
+        call = self._inherited("insert_events", *args, **kwargs)
+        return guarded_write(call, breaker=self.breaker, writes=self.writes)
 
     def select_events(self, *args: Any, **kwargs: Any) -> Any:
         return self._call("select_events", *args, **kwargs)
