@@ -630,12 +630,18 @@ def test_a_link_with_the_token_alone_finds_its_seat_at_once(
     assert bob not in server.log()
 
 
+@pytest.mark.parametrize(
+    ("page_path", "listed"),
+    [("", "#history li[data-version]"), ("/replay", "#events li[data-version]")],
+    ids=["game", "replay"],
+)
 def test_a_page_open_while_the_store_goes_back_to_a_backup_starts_over_from_the_store(
-    browser: Browser, tmp_path: Path
+    browser: Browser, tmp_path: Path, page_path: str, listed: str
 ) -> None:
     """The server stops, its store is restored to an earlier version of the game (its last
     events gone), and it starts again: the stream refuses to resume after an event the store no
-    longer has. The page reads the game, sees it behind, and starts over; it follows live."""
+    longer has. The page (the game's, or its replay) reads the game, sees it behind, and starts
+    over; it follows live."""
     port = free_port()
     args = ("--host", HOST, "--port", str(port), "--workers", "1")
     body = {"players": ["Ann", "Bob"], "dice": "manual", "first_player": 0}
@@ -652,8 +658,8 @@ def test_a_page_open_while_the_store_goes_back_to_a_backup_starts_over_from_the_
 
         with context(browser, server) as (ctx, watch):
             page = ctx.new_page()
-            page.goto(f"/games/{game_id}")
-            history = page.locator("#history li[data-version]")
+            page.goto(f"/games/{game_id}{page_path}")
+            history = page.locator(listed)
             expect(history.last).to_have_attribute("data-version", str(shown["version"]))
 
             served.stop()
@@ -670,6 +676,10 @@ def test_a_page_open_while_the_store_goes_back_to_a_backup_starts_over_from_the_
                 server.api("POST", path, {"type": "stop"}, ann)  # recorded after the restore
                 expect(history.last).to_have_attribute("data-version", str(kept["version"] + 1))
                 expect(history.last).to_contain_text("Ann stopped")
+                if page_path:  # the replay shows the newest version, as it did before
+                    last = kept["version"] + 1
+                    expect(page.locator("#version-line")).to_have_text(f"Version {last} of {last}")
+                page.close()  # before the server stops: its stream would report that as well
             # The browser reports on the console the stream's refusal (422: cannot resume after
             # a version the store does not have), and, if it tried while the server was down,
             # the refused connection: expected here, and nothing else.

@@ -199,10 +199,33 @@ window.addEventListener("hashchange", () => {
 });
 
 // ----------------------------------------------------------------------------- following
+const EVENT_TYPES = ["message", "SeatJoined", "SeatLeft", "TurnOrderDecided", "DiceRolled",
+  "MovePlayed", "TurnStopped", "TurnBusted", "TurnTimedOut", "PlayerResigned", "GameFinished",
+  "GameAbandoned", "SeedRevealed"];
+
+/** New events were added to the list: the latest state, and the view moved along with it if it
+ * showed the last version (``following``). */
+async function grown(following) {
+  if (events.length <= total) return;
+  total = events.length;
+  try {
+    latest = await stateAt(total);
+  } catch {
+    return;
+  }
+  if (latest.status === "finished") {
+    if (stream) stream.close();
+    audit();
+  }
+  if (following) go(total);
+  else show_();
+}
+
 function follow() {
-  if (latest.status === "finished" || typeof EventSource === "undefined") return;
+  if (stream || latest.status === "finished" || typeof EventSource === "undefined") return;
+  // Resumes by itself after a dropped connection: the browser sends Last-Event-ID.
   stream = new EventSource(`/v1/games/${gameId}/stream?after=${events.length}`);
-  const onEvent = async (message) => {
+  const onEvent = (message) => {
     let event;
     try {
       event = JSON.parse(message.data);
@@ -211,26 +234,36 @@ function follow() {
     }
     const following = current === total;
     addEvents([event]);
-    if (events.length > total) {
-      total = events.length;
-      try {
-        latest = await stateAt(total);
-      } catch {
-        return;
-      }
-      if (latest.status === "finished") {
-        stream.close();
-        audit();
-      }
-      if (following) go(total);
-      else show_();
-    }
+    grown(following);
   };
-  for (const type of ["message", "SeatJoined", "SeatLeft", "TurnOrderDecided", "DiceRolled",
-    "MovePlayed", "TurnStopped", "TurnBusted", "TurnTimedOut", "PlayerResigned", "GameFinished",
-    "GameAbandoned", "SeedRevealed"]) {
-    stream.addEventListener(type, onEvent);
+  for (const type of EVENT_TYPES) stream.addEventListener(type, onEvent);
+  stream.addEventListener("error", () => {
+    // Closed for good only when the server refused the stream (an error status): try again.
+    if (stream && stream.readyState === EventSource.CLOSED) {
+      stream = null;
+      if (latest.status !== "finished") setTimeout(reopen, 3000);
+    }
+  });
+}
+
+/** After the server refused the stream: read the game first. A store that went back (restored
+ * from a backup) has no event after its version and refuses to resume after the last one in
+ * the list, every time: then the page starts over from what the store holds. Otherwise, what
+ * was missed is read and the page follows again. */
+async function reopen() {
+  try {
+    const now = await api(`/v1/games/${gameId}`);
+    if (now.version < events.length) {
+      location.reload();
+      return;
+    }
+    const following = current === total;
+    addEvents(await allEvents(gameId, events.length));
+    await grown(following);
+  } catch {
+    // away: the stream tries again below
   }
+  follow();
 }
 
 async function start() {
