@@ -630,11 +630,61 @@ def test_a_link_with_the_token_alone_finds_its_seat_at_once(
     assert bob not in server.log()
 
 
-@pytest.mark.parametrize(
+# The two pages that follow a game live, and the list of its events on each.
+FOLLOWING_PAGES = pytest.mark.parametrize(
     ("page_path", "listed"),
     [("", "#history li[data-version]"), ("/replay", "#events li[data-version]")],
     ids=["game", "replay"],
 )
+
+
+@FOLLOWING_PAGES
+def test_a_page_whose_stream_was_refused_follows_again_once_the_server_has_room(
+    browser: Browser, tmp_path: Path, page_path: str, listed: str
+) -> None:
+    """A worker with room for one stream: a second page's stream is refused (503
+    too_many_streams). Once the first page is closed, the second reads what it missed and
+    follows live again."""
+    port = free_port()
+    args = ("--host", HOST, "--port", str(port), "--workers", "1")
+    body = {"players": ["Ann", "Bob"], "dice": "manual", "first_player": 0}
+    with serving(tmp_path, *args, env={"CANTSTOP_STREAM_MAX": "1"}, ready_port=port) as served:
+        server = Server(f"http://{HOST}:{port}", port, served)
+        created = server.api("POST", "/v1/games", body)
+        game_id, ann = created["game"]["id"], created["seats"][0]["token"]
+        path = f"/v1/games/{game_id}/actions"
+        with context(browser, server) as (ctx, watch):
+            first = ctx.new_page()
+            first.goto(f"/games/{game_id}")
+            rolled = server.api("POST", path, {"type": "roll", "dice": [1, 2, 3, 4]}, ann)
+            # heard live: the first page holds the worker's one stream
+            expect(first.locator("#history li[data-version]").last).to_have_attribute(
+                "data-version", str(rolled["game"]["version"])
+            )
+
+            second = ctx.new_page()
+            second.goto(f"/games/{game_id}{page_path}")
+            listed_events = second.locator(listed)
+            expect(listed_events).to_have_count(rolled["game"]["version"])
+            deadline = time.monotonic() + 15
+            while not any("status of 503" in e for e in watch.errors):
+                assert time.monotonic() < deadline, watch.errors
+                second.wait_for_timeout(100)
+            missed = server.api("POST", path, rolled["game"]["legal_actions"][0], ann)["game"]
+
+            first.close()  # the stream is free: the second page reads what it missed
+            expect(listed_events.last).to_have_attribute(
+                "data-version", str(missed["version"]), timeout=15_000
+            )
+            stopped = server.api("POST", path, {"type": "stop"}, ann)["game"]  # and follows
+            expect(listed_events.last).to_have_attribute("data-version", str(stopped["version"]))
+            expect(listed_events.last).to_contain_text("Ann stopped")
+            second.close()
+            refused = [e for e in watch.errors if "status of 503" in e]
+            watch.errors[:] = [e for e in watch.errors if e not in refused]
+
+
+@FOLLOWING_PAGES
 def test_a_page_open_while_the_store_goes_back_to_a_backup_starts_over_from_the_store(
     browser: Browser, tmp_path: Path, page_path: str, listed: str
 ) -> None:
