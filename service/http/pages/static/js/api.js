@@ -57,6 +57,45 @@ export async function allEvents(gameId, after = 0) {
   return events;
 }
 
+/** Every type of event a game's stream names (its `event:` lines), and the unnamed "message". */
+const STREAM_EVENT_TYPES = [
+  "message",
+  "GameCreated",
+  "SeatJoined",
+  "SeatLeft",
+  "TurnOrderDecided",
+  "DiceRolled",
+  "MovePlayed",
+  "TurnStopped",
+  "TurnBusted",
+  "TurnTimedOut",
+  "PlayerResigned",
+  "GameFinished",
+  "GameAbandoned",
+  "SeedRevealed",
+];
+
+/** A game's live stream of events after version `after`: `onEvent(event)` for each one, and
+ * `onRefused()` once the server refused the stream (an error status closes it for good; a
+ * dropped connection the browser resumes by itself, sending Last-Event-ID). */
+export function openGameStream(gameId, after, onEvent, onRefused) {
+  const stream = new EventSource(`/v1/games/${gameId}/stream?after=${after}`);
+  const handler = (message) => {
+    let event;
+    try {
+      event = JSON.parse(message.data);
+    } catch {
+      return;
+    }
+    onEvent(event);
+  };
+  for (const type of STREAM_EVENT_TYPES) stream.addEventListener(type, handler);
+  stream.addEventListener("error", () => {
+    if (stream.readyState === EventSource.CLOSED) onRefused();
+  });
+  return stream;
+}
+
 /** A random text for an Idempotency-Key or a roll's entropy (visible ASCII, 32 hex digits). */
 export function randomText() {
   const bytes = new Uint8Array(16);

@@ -6,6 +6,7 @@ import {
   allEvents,
   forgetSeat,
   heldSeat,
+  openGameStream,
   randomText,
   rememberSeat,
   seatLink,
@@ -19,21 +20,6 @@ const root = $("#game");
 const gameId = root.dataset.gameId;
 takeSeatFromAddress(gameId); // first of all: a token in the address leaves it at once
 
-const EVENT_TYPES = [
-  "GameCreated",
-  "SeatJoined",
-  "SeatLeft",
-  "TurnOrderDecided",
-  "DiceRolled",
-  "MovePlayed",
-  "TurnStopped",
-  "TurnBusted",
-  "TurnTimedOut",
-  "PlayerResigned",
-  "GameFinished",
-  "GameAbandoned",
-  "SeedRevealed",
-];
 const NAME_KEY = "cantstop:name";
 const NOT_A_SEAT = "This browser's token does not hold a seat of this game.";
 
@@ -670,25 +656,13 @@ async function loadHistory() {
 
 function openStream() {
   if (stream || state.status === "finished" || typeof EventSource === "undefined") return;
-  // Resumes by itself: on a reconnection the browser sends Last-Event-ID.
-  stream = new EventSource(`/v1/games/${gameId}/stream?after=${lastVersion}`);
-  const onEvent = (message) => {
-    let event;
-    try {
-      event = JSON.parse(message.data);
-    } catch {
-      return;
-    }
+  const onEvent = (event) => {
     addEvents([event]);
     refresh();
   };
-  for (const type of EVENT_TYPES) stream.addEventListener(type, onEvent);
-  stream.addEventListener("message", onEvent);
-  stream.addEventListener("error", () => {
-    if (stream && stream.readyState === EventSource.CLOSED) {
-      stream = null;
-      if (state.status !== "finished") setTimeout(reopen, 3000);
-    }
+  stream = openGameStream(gameId, lastVersion, onEvent, () => {
+    stream = null;
+    if (state.status !== "finished") setTimeout(reopen, 3000);
   });
 }
 

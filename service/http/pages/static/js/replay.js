@@ -1,7 +1,7 @@
 // Replay and audit: step through every version of a game (buttons, ← → Home End, a slider),
 // the event list with the current one marked, the audit's verdict, and the game's files.
 
-import { allEvents, api } from "./api.js";
+import { allEvents, api, openGameStream } from "./api.js";
 import { drawBoard, playerItem } from "./board.js";
 import { $, fill, h, show } from "./dom.js";
 import { describe, solitaireText, turnText } from "./story.js";
@@ -199,10 +199,6 @@ window.addEventListener("hashchange", () => {
 });
 
 // ----------------------------------------------------------------------------- following
-const EVENT_TYPES = ["message", "SeatJoined", "SeatLeft", "TurnOrderDecided", "DiceRolled",
-  "MovePlayed", "TurnStopped", "TurnBusted", "TurnTimedOut", "PlayerResigned", "GameFinished",
-  "GameAbandoned", "SeedRevealed"];
-
 /** New events were added to the list: the latest state, and the view moved along with it if it
  * showed the last version (``following``). */
 async function grown(following) {
@@ -223,26 +219,14 @@ async function grown(following) {
 
 function follow() {
   if (stream || latest.status === "finished" || typeof EventSource === "undefined") return;
-  // Resumes by itself after a dropped connection: the browser sends Last-Event-ID.
-  stream = new EventSource(`/v1/games/${gameId}/stream?after=${events.length}`);
-  const onEvent = (message) => {
-    let event;
-    try {
-      event = JSON.parse(message.data);
-    } catch {
-      return;
-    }
+  const onEvent = (event) => {
     const following = current === total;
     addEvents([event]);
     grown(following);
   };
-  for (const type of EVENT_TYPES) stream.addEventListener(type, onEvent);
-  stream.addEventListener("error", () => {
-    // Closed for good only when the server refused the stream (an error status): try again.
-    if (stream && stream.readyState === EventSource.CLOSED) {
-      stream = null;
-      if (latest.status !== "finished") setTimeout(reopen, 3000);
-    }
+  stream = openGameStream(gameId, events.length, onEvent, () => {
+    stream = null;
+    if (latest.status !== "finished") setTimeout(reopen, 3000);
   });
 }
 
