@@ -96,6 +96,23 @@ export function openGameStream(gameId, after, onEvent, onRefused) {
   return stream;
 }
 
+/** After the server refused a game's stream: if the store went back behind the `shown` version
+ * (restored from a backup), it will refuse to resume after it every time, so the page starts
+ * over from what the store holds (true: reloading). False when the store is not behind, or the
+ * server cannot be reached (the caller tries again). */
+export async function startOverIfStoreWentBack(gameId, shown) {
+  try {
+    const now = await api(`/v1/games/${gameId}`);
+    if (now.version < shown) {
+      location.reload();
+      return true;
+    }
+  } catch {
+    // away
+  }
+  return false;
+}
+
 /** A random text for an Idempotency-Key or a roll's entropy (visible ASCII, 32 hex digits). */
 export function randomText() {
   const bytes = new Uint8Array(16);

@@ -10,6 +10,7 @@ import {
   randomText,
   rememberSeat,
   seatLink,
+  startOverIfStoreWentBack,
   takeSeatFromAddress,
 } from "./api.js";
 import { colourName, drawBoard, playerItem, playerLabel } from "./board.js";
@@ -666,20 +667,9 @@ function openStream() {
   });
 }
 
-/** After the server refused the stream: read the game first. A store that went back (restored
- * from a backup) has no event after its version and refuses to resume after the last one
- * shown here, every time: then the page starts over from what the store holds. */
+/** After the server refused the stream: read the game first (the store may have gone back). */
 async function reopen() {
-  try {
-    const now = await api(`/v1/games/${gameId}`);
-    if (now.version < lastVersion) {
-      location.reload();
-      return;
-    }
-  } catch {
-    // away: the stream tries again below
-  }
-  loadHistory();
+  if (!(await startOverIfStoreWentBack(gameId, lastVersion))) loadHistory();
 }
 
 // --------------------------------------------------------------------------------- advice

@@ -1,7 +1,7 @@
 // Replay and audit: step through every version of a game (buttons, ← → Home End, a slider),
 // the event list with the current one marked, the audit's verdict, and the game's files.
 
-import { allEvents, api, openGameStream } from "./api.js";
+import { allEvents, api, openGameStream, startOverIfStoreWentBack } from "./api.js";
 import { drawBoard, playerItem } from "./board.js";
 import { $, fill, h, show } from "./dom.js";
 import { describe, solitaireText, turnText } from "./story.js";
@@ -230,17 +230,11 @@ function follow() {
   });
 }
 
-/** After the server refused the stream: read the game first. A store that went back (restored
- * from a backup) has no event after its version and refuses to resume after the last one in
- * the list, every time: then the page starts over from what the store holds. Otherwise, what
- * was missed is read and the page follows again. */
+/** After the server refused the stream: read the game first (the store may have gone back);
+ * then what was missed, and follow again. */
 async function reopen() {
+  if (await startOverIfStoreWentBack(gameId, events.length)) return;
   try {
-    const now = await api(`/v1/games/${gameId}`);
-    if (now.version < events.length) {
-      location.reload();
-      return;
-    }
     const following = current === total;
     addEvents(await allEvents(gameId, events.length));
     await grown(following);
