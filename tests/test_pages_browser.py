@@ -81,8 +81,16 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     port = free_port()
     # The access log is on (to stdout, into the server's log file): no token may ever appear in it.
     env = {"CANTSTOP_BOT_PAUSE": "0", "CANTSTOP_ACCESS_LOG": "-", "CANTSTOP_THREADS": "32"}
+    with started_server(tmp, port, env) as started:
+        yield started
+
+
+@contextlib.contextmanager
+def started_server(tmp_path: Path, port: int, env: dict[str, str]) -> Iterator[Server]:
+    """``cantstop serve`` with one worker on ``port``, its store in ``tmp_path``: the module's
+    server, or a test's own (one it stops, starts again on the same store, or limits)."""
     args = ("--host", HOST, "--port", str(port), "--workers", "1")
-    with serving(tmp, *args, env=env, ready_port=port) as served:
+    with serving(tmp_path, *args, env=env, ready_port=port) as served:
         yield Server(f"http://{HOST}:{port}", port, served)
 
 
@@ -606,13 +614,23 @@ def test_the_creator_hands_out_a_seat_by_its_link_shown_once(
         assert token not in server.log()
 
 
+# A two-player game with manual dice, Ann first: the test plays Ann's turn through the API.
+ANN_AND_BOB = {"players": ["Ann", "Bob"], "dice": "manual", "first_player": 0}
+
+
+def ann_to_play(server: Server) -> tuple[str, str, str]:
+    """A new ANN_AND_BOB game: its id, Ann's token and the path of its actions."""
+    created = server.api("POST", "/v1/games", ANN_AND_BOB)
+    game_id = created["game"]["id"]
+    return game_id, created["seats"][0]["token"], f"/v1/games/{game_id}/actions"
+
+
 def test_a_link_with_the_token_alone_finds_its_seat_at_once(
     server: Server, browser: Browser
 ) -> None:
     """The contract's link carries only ``#token=``: the page asks which seat it holds before
     anyone acts, and shows the controls only on that seat's turn."""
-    body = {"players": ["Ann", "Bob"], "dice": "manual", "first_player": 0}
-    created = server.api("POST", "/v1/games", body)
+    created = server.api("POST", "/v1/games", ANN_AND_BOB)
     game_id, ann, bob = created["game"]["id"], *(s["token"] for s in created["seats"])
     with context(browser, server) as (ctx, watch):
         page = ctx.new_page()
@@ -645,14 +663,8 @@ def test_a_page_whose_stream_was_refused_follows_again_once_the_server_has_room(
     """A worker with room for one stream: a second page's stream is refused (503
     too_many_streams). Once the first page is closed, the second reads what it missed and
     follows live again."""
-    port = free_port()
-    args = ("--host", HOST, "--port", str(port), "--workers", "1")
-    body = {"players": ["Ann", "Bob"], "dice": "manual", "first_player": 0}
-    with serving(tmp_path, *args, env={"CANTSTOP_STREAM_MAX": "1"}, ready_port=port) as served:
-        server = Server(f"http://{HOST}:{port}", port, served)
-        created = server.api("POST", "/v1/games", body)
-        game_id, ann = created["game"]["id"], created["seats"][0]["token"]
-        path = f"/v1/games/{game_id}/actions"
+    with started_server(tmp_path, free_port(), {"CANTSTOP_STREAM_MAX": "1"}) as server:
+        game_id, ann, path = ann_to_play(server)
         with context(browser, server) as (ctx, watch):
             first = ctx.new_page()
             first.goto(f"/games/{game_id}")
@@ -693,13 +705,8 @@ def test_a_page_open_while_the_store_goes_back_to_a_backup_starts_over_from_the_
     longer has. The page (the game's, or its replay) reads the game, sees it behind, and starts
     over; it follows live."""
     port = free_port()
-    args = ("--host", HOST, "--port", str(port), "--workers", "1")
-    body = {"players": ["Ann", "Bob"], "dice": "manual", "first_player": 0}
-    with serving(tmp_path, *args, env={}, ready_port=port) as served:
-        server = Server(f"http://{HOST}:{port}", port, served)
-        created = server.api("POST", "/v1/games", body)
-        game_id, ann = created["game"]["id"], created["seats"][0]["token"]
-        path = f"/v1/games/{game_id}/actions"
+    with started_server(tmp_path, port, {}) as server:
+        game_id, ann, path = ann_to_play(server)
         rolled = server.api("POST", path, {"type": "roll", "dice": [1, 2, 3, 4]}, ann)
         kept = server.api("POST", path, rolled["game"]["legal_actions"][0], ann)["game"]
         rolled = server.api("POST", path, {"type": "roll", "dice": [2, 3, 4, 5]}, ann)
@@ -712,13 +719,13 @@ def test_a_page_open_while_the_store_goes_back_to_a_backup_starts_over_from_the_
             history = page.locator(listed)
             expect(history.last).to_have_attribute("data-version", str(shown["version"]))
 
-            served.stop()
+            server.served.stop()
             with sqlite3.connect(tmp_path / "server.sqlite") as db:  # the backup, as restored
                 db.execute(
                     "DELETE FROM stored_events WHERE originator_id = ? AND originator_version > ?",
                     (uuid.UUID(game_id).hex, kept["version"]),
                 )
-            with serving(tmp_path, *args, env={}, ready_port=port):
+            with started_server(tmp_path, port, {}):  # the same port and store
                 expect(history.last).to_have_attribute(
                     "data-version", str(kept["version"]), timeout=30_000
                 )
