@@ -1,8 +1,10 @@
 """The Dockerfile, deploy/docker-compose.yml and the gunicorn settings refer to things that exist.
 
-Docker cannot run here; these checks catch what breaks deployment files silently: a COPY of a file
-that moved, a command that is not installed, a health check on a route that does not exist, an
-environment variable that nothing reads.
+Docker cannot run here (no daemon, and no registry to pull ``python:3.11-slim`` from); these checks
+catch what breaks deployment files silently: a COPY of a file that moved, a command that is not
+installed, a health check on a route that does not exist, an environment variable that nothing
+reads, and (the image's install step run on what its COPY lines copy) a file the service reads at
+run time that the installed package lacks.
 """
 
 from __future__ import annotations
@@ -10,9 +12,14 @@ from __future__ import annotations
 import fnmatch
 import importlib.util
 import json
+import os
 import re
 import shlex
+import shutil
+import subprocess
+import sys
 import tomllib
+import zipfile
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -27,6 +34,8 @@ from service.application.store import persistence_env
 from service.config import ServerSettings, Settings
 from service.http.app import create_app
 from service.live.hub import LiveConfig
+from tests.test_live import free_port
+from tests.test_server_edges import HOST, send, serving
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"
@@ -166,6 +175,94 @@ def test_the_healthcheck_asks_a_real_route_with_the_standard_library(flask_app: 
     assert url.port == 8000
     assert route_exists(flask_app, url.path), url.path
     assert flask_app.test_client().get(url.path).status_code == 200
+
+
+def image_context(into: Path) -> Path:
+    """What the Dockerfile's COPY lines put into its WORKDIR, copied into ``into`` as Docker
+    copies it (symbolic links kept as links; what .dockerignore excludes left out)."""
+    into.mkdir()
+    ignored = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    for keyword, args in instructions():
+        if keyword != "COPY":
+            continue
+        *sources, destination = shlex.split(args)
+        for source in sources:
+            assert destination in ("./", f"./{source}"), f"COPY {args}: a destination to map"
+            if (ROOT / source).is_dir():
+                shutil.copytree(ROOT / source, into / source, symlinks=True, ignore=ignored)
+            else:
+                shutil.copy2(ROOT / source, into / source)
+    return into
+
+
+def test_the_image_install_step_builds_a_package_that_serves_the_api_and_the_pages(
+    tmp_path: Path,
+) -> None:
+    """Docker cannot build the image here. This runs the image's install step (``pip install
+    .``, as a wheel) on exactly what its COPY lines copy, and serves the installed package from
+    outside the source tree: a file the service reads at run time but the package does not
+    carry (a template, a script of the pages, the OpenAPI document) fails here."""
+    context = image_context(tmp_path / "context")
+    dist, site = tmp_path / "dist", tmp_path / "site"
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(dist), "."],
+        cwd=context,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = dist.glob("cantstop-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(site)
+        packaged = set(archive.namelist())
+    # Every file of the two packages is in the wheel (openapi.yaml as a file, not a link).
+    sources = {
+        path.relative_to(ROOT).as_posix()
+        for package in ("domain", "service")
+        for path in (ROOT / package).rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+    assert sources - packaged == set()
+
+    env = {"PYTHONPATH": str(site)}  # ahead of this checkout's editable install
+    where = subprocess.run(
+        [sys.executable, "-c", "import domain, service; print(domain.__file__, service.__file__)"],
+        env={**os.environ, **env},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert all(Path(module).is_relative_to(site) for module in where), where
+    port = free_port()
+    args = ("--host", HOST, "--port", str(port), "--workers", "1")
+    with serving(tmp_path, *args, env=env, ready_port=port):
+        lobby = send(port, "GET", "/", headers={"Accept": "text/html"})
+        assert lobby.status == 200 and lobby.content_type == "text/html", lobby.headers
+        # The page's own files, and the scripts its scripts import, one by one.
+        assets = re.findall(r'(?:src|href)="(/assets/[^"]+)"', lobby.body.decode())
+        assert any(asset.endswith(".js") for asset in assets), assets
+        fetched: set[str] = set()
+        while assets:
+            asset = assets.pop()
+            reply = send(port, "GET", asset)
+            assert reply.status == 200, asset
+            fetched.add(asset)
+            if asset.endswith(".js"):
+                folder = asset.rsplit("/", 1)[0]
+                imported = re.findall(r'from "\./([\w./-]+\.js)"', reply.body.decode())
+                assets += [
+                    f"{folder}/{name}" for name in imported if f"{folder}/{name}" not in fetched
+                ]
+        assert "/assets/js/api.js" in fetched, fetched
+        spec = send(port, "GET", "/openapi.yaml")
+        assert spec.status == 200 and spec.body == (ROOT / "openapi.yaml").read_bytes()
+        created = send(port, "POST", "/v1/games", {"players": ["Ann", "Bob"]})
+        assert created.status == 201, created.body[:300]
+        game = created.json()["game"]["id"]
+        page = send(port, "GET", f"/games/{game}", headers={"Accept": "text/html"})
+        assert page.status == 200 and page.content_type == "text/html", page.body[:300]
 
 
 # ---------------------------------------------------------------------------- gunicorn.conf
