@@ -417,6 +417,34 @@ def test_advice_for_a_finished_or_unknown_game_is_a_clear_problem(client: FlaskC
     problem(client.get(f"/v1/games/{waiting}/advice"), 409, "illegal_action")
 
 
+def test_advice_at_the_version_of_dice_that_bust_says_nobody_chooses(client: FlaskClient) -> None:
+    created = client.post(
+        "/v1/games", json={"players": ["Ann", "Bob"], "dice": "manual"}
+    ).get_json()
+    game_id, token = created["game"]["id"], created["seats"][0]["token"]
+    for action in (
+        {"type": "roll", "dice": [1, 1, 1, 2]},
+        {"type": "move", "sums": [2, 3]},
+        {"type": "roll", "dice": [1, 1, 1, 3]},
+        {"type": "move", "sums": [2, 4]},
+        {"type": "roll", "dice": [6, 6, 6, 6]},  # 12 only: no runner can take it
+    ):
+        answer = client.post(f"/v1/games/{game_id}/actions", json=action, headers=bearer(token))
+        assert answer.status_code == 200, answer.get_json()
+    events = answer.get_json()["events"]
+    assert [e["type"] for e in events] == ["DiceRolled", "TurnBusted"]
+    rolled = events[0]["version"]
+    body = problem(
+        client.get(f"/v1/games/{game_id}/advice?version={rolled}"), 409, "illegal_action"
+    )
+    assert "bust" in body["detail"]
+    before, after = (
+        client.get(f"/v1/games/{game_id}/advice?version={v}") for v in (rolled - 1, rolled + 1)
+    )
+    assert before.status_code == after.status_code == 200
+    assert after.get_json()["seat"] == 1 and after.get_json()["phase"] == "roll"
+
+
 def test_the_bots_are_listed(client: FlaskClient) -> None:
     bots = client.get("/v1/bots").get_json()["bots"]
     assert {"random", "rule-of-28", "expert"} <= {b["id"] for b in bots}
