@@ -4,9 +4,11 @@ every strategy's answer legal in any position a real game can reach."""
 from __future__ import annotations
 
 import ast
+import itertools
 import random
 import sys
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +209,64 @@ def test_the_expert_is_more_careful_in_advanced_solitaire_where_a_bust_wipes_mar
     advanced = between_moves(runners, markers, Rules(columns_to_win=11, solitaire="advanced"))
     assert EXPERT.choose(easy, random.Random(0)) == Roll()
     assert EXPERT.choose(advanced, random.Random(0)) == Stop()
+
+
+# Advanced solitaire on the steep hill, column 2 (height 3) the last one open: a runner placed
+# there starts on the player's own marker, and a bust with a runner there wipes the marker.
+STEEP_END = Rules(columns_to_win=11, solitaire="advanced", steep_hill=True)
+STEEP_END_CLAIMED = [0 if c >= 3 else UNCLAIMED for c in range(13)]
+
+
+def expert_rolls_in_the_steep_end(marker: int, runner: int) -> bool:
+    position = between_moves(table(c2=runner), [table(c2=marker)], STEEP_END, STEEP_END_CLAIMED)
+    return EXPERT.choose(position, random.Random(0)) == Roll()
+
+
+def test_alone_the_expert_never_stops_a_turn_that_changed_nothing() -> None:
+    # Stopping with the runner on the marker spends the turn to stay where it began, and the
+    # same dice would stop the same way next turn. Version 3 did, fearing the wipe: a game of
+    # the expert alone stood at 11,870 turns when black-box play noticed it.
+    for marker in (1, 2):
+        stuck = between_moves(table(c2=marker), [table(c2=marker)], STEEP_END, STEEP_END_CLAIMED)
+        assert bust_chance(stuck) > 0.8
+        assert expert_rolls_in_the_steep_end(marker, marker)
+    # Nor does it stop where the board changes but its worth does not: on the steep hill a
+    # marker at 1 is no better than none (the next runner starts on it, not above it).
+    assert expert_rolls_in_the_steep_end(0, 1)
+
+
+def test_alone_in_the_steep_end_the_expert_is_within_a_tenth_of_the_best_play() -> None:
+    """The expected turns to claim the last column, exactly (value iteration over the marker's
+    three spaces; a roll offers 2 never, once (two or three 1s) or twice (four 1s)), for the
+    best play and for the expert's choices: 404.3 and 443.1 turns (version 3: 2,592)."""
+    top = STEEP_END.heights[2]
+    ones = Counter(min(d.count(1) // 2, 2) for d in itertools.product(range(1, 7), repeat=4))
+    p = [ones[k] / 6**4 for k in range(3)]  # no step, one step, two steps
+    points = [(m, r) for m in range(top) for r in range(max(m, 1), top)]
+    rolls = {point: expert_rolls_in_the_steep_end(*point) for point in points}
+
+    def expected_turns(policy: dict[tuple[int, int], bool] | None) -> float:
+        turns = [0.0] * (top + 1)  # from the start of a turn, by the marker's space
+
+        def point(m: int, r: int) -> float:  # runner at r, marker at m; this turn counted
+            if r >= top:
+                return 1.0
+            roll = p[0] * (1 + turns[0]) + p[1] * point(m, r + 1) + p[2] * point(m, min(top, r + 2))
+            stop = 1 + turns[r]
+            return min(roll, stop) if policy is None else roll if policy[m, r] else stop
+
+        for _ in range(20_000):
+            turns = [
+                p[0] * (1 + turns[m])
+                + p[1] * point(m, max(m, 1))
+                + p[2] * point(m, min(top, max(m, 1) + 1))
+                for m in range(top)
+            ] + [0.0]
+        return turns[0]
+
+    best, expert = expected_turns(None), expected_turns(rolls)
+    assert best == pytest.approx(404.3, abs=0.1)
+    assert best <= expert <= 1.1 * best, (best, expert, rolls)
 
 
 def test_the_expert_presses_on_when_the_opponent_is_about_to_win() -> None:

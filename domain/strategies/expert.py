@@ -3,13 +3,14 @@
 Two parts (see docs/bots.md for the measurements):
 
 * **How good a table is** (``Valuation``): for each player, an estimate of the turns they still
-  need. A column's remaining work is its spaces still to climb, each weighted by ``1 / p``
-  (``Params.alpha`` = 1) where ``p`` is the chance that a roll offers that column's sum: the
-  rolls it takes, about. A player needs the ``columns_to_win`` columns they have claimed or can
-  still claim with the least work; further columns count a little (``Params.tail``, geometric),
-  because a column started may become one of them. Claimed columns cost nothing; columns an
-  opponent claimed are out of reach. Turns left grow with that work (``CALIBRATION``, fitted to
-  the expert's own races).
+  need. A column's remaining work is the hits of its sum still needed to top it (its spaces
+  left, and on the steep hill one more from a marker, where a runner starts), each weighted
+  by ``1 / p`` (``Params.alpha`` = 1) where ``p`` is the chance that a roll offers that
+  column's sum: the rolls it takes, about. A player needs the ``columns_to_win`` columns they
+  have claimed or can still claim with the least work; further columns count a little
+  (``Params.tail``, geometric), because a column started may become one of them. Claimed
+  columns cost nothing; columns an opponent claimed are out of reach. Turns left grow with that
+  work (``CALIBRATION``, fitted to the expert's own races).
 * **How to play the turn** (``TurnPlanner``, domain/strategies/turn.py): exact expectimax over the
   distinct rolls once the columns are settled, a two-roll look-ahead while runners can still be
   placed, with the valuation at the ends of the turn.
@@ -96,7 +97,7 @@ class Valuation:
         rules = position.rules
         self.params = params
         self.seat = position.seat
-        self.heights = heights = rules.heights
+        self.heights = rules.heights
         self.need = rules.columns_to_win
         self.weights = weights = space_weights(rules.dice_faces, params.alpha)
         self.rivals = [
@@ -105,10 +106,14 @@ class Valuation:
         self.have = [
             sum(1 for owner in position.claimed if owner == s) for s in range(position.seats)
         ]
+        # On the steep hill a runner placed in a column with the player's marker starts on it:
+        # from a marker at s, climbing to the top takes one hit more than the spaces left (a
+        # marker at 1 is worth no more than none).
+        self.restart = 1 if rules.steep_hill else 0
         # per player, the work in each open column, least first, with the column's bit
         open_columns = [c for c in rules.columns if position.claimed[c] == UNCLAIMED]
         self.ranked = [
-            sorted((weights[c] * (heights[c] - own[c]), 1 << c) for c in open_columns)
+            sorted((weights[c] * self.hits_left(c, own[c]), 1 << c) for c in open_columns)
             for own in position.markers
         ]
         self.tail_terms = 0
@@ -120,6 +125,11 @@ class Valuation:
         rate, scale = CALIBRATION[rules.dice_faces]
         self.rate = rate if params.turns_per_work is None else params.turns_per_work
         self.scale = scale if params.work_scale is None else params.work_scale
+
+    def hits_left(self, column: int, marker: int) -> int:
+        """The hits of a column's sum it takes to climb from ``marker`` (0: none) to the top."""
+        left = self.heights[column] - marker
+        return left + self.restart if marker and left else left
 
     def _work(self, seat: int, values: list[float], skip: int, need: int) -> float:
         """The work of the ``need`` cheapest columns (and the tail): ``values`` for the columns
@@ -146,7 +156,7 @@ class Valuation:
     def mine(self, state: State) -> tuple[float, int]:
         """The acting player's turns left if the turn ends with runners ``state``, and the
         columns it would claim (bits)."""
-        heights, weights = self.heights, self.weights
+        heights, weights, hits_left = self.heights, self.weights, self.hits_left
         values = []
         skip = topped = 0
         for c, at in state:
@@ -154,7 +164,7 @@ class Valuation:
             if at == heights[c]:
                 topped |= 1 << c
             else:
-                values.append(weights[c] * (heights[c] - at))
+                values.append(weights[c] * hits_left(c, at))
         need = self.need - self.have[self.seat] - topped.bit_count()
         return self.turns(self._work(self.seat, values, skip, need)), topped
 
@@ -182,7 +192,7 @@ class ExpertStrategy:
         "Plays every turn by exact expectation over the dice: each way a turn can end is worth "
         "the turns it leaves to win (alone) or the chance of winning (against others)."
     )
-    version = "3"
+    version = "4"
 
     def __init__(self, params: Params | None = None, cache_size: int = 32) -> None:
         self.params = params or Params()
@@ -257,12 +267,27 @@ class ExpertStrategy:
                 return at_bust
 
         must_roll = None
+        steps_never_hurt = None
         if rules.forced_move and others:
 
             def must_roll(state: State) -> bool:
                 return any(m[c] == s for c, s in state for m in others)
 
-        return TurnPlanner(position.board(), rules.dice_faces, utility, bust_utility, must_roll)
+        elif not valuation.rivals:
+            # Alone, a stop that leaves the board as the turn found it (runners placed on the
+            # player's own markers, under steep hill) spends a turn for nothing, and the same
+            # dice would stop the same way next time: in advanced solitaire, where a bust wipes
+            # those markers, the valuation preferred it, and a game with one column left never
+            # ended. The expert rolls on instead; one more step still never hurts.
+            own = position.markers[seat]
+            steps_never_hurt = True
+
+            def must_roll(state: State) -> bool:
+                return all(own[c] == at for c, at in state)
+
+        return TurnPlanner(
+            position.board(), rules.dice_faces, utility, bust_utility, must_roll, steps_never_hurt
+        )
 
     # ------------------------------------------------------------------ decisions
     def choose(self, position: Position, rng: random.Random) -> Action:

@@ -196,7 +196,10 @@ class TurnPlanner:
 
     ``utility(state)``: what stopping with these runners is worth (higher is better);
     ``bust_utility(state)``: what busting with them is worth; ``must_roll(state)``: stopping is
-    not allowed (forced move). Inside, points are packed integers (``pack``), remembered.
+    not allowed (forced move, or a rule of the player's own); ``steps_never_hurt``: one more step
+    in a settled column is never worse (by default, unless ``must_roll`` is given: under forced
+    move a step can land beside another player's marker and force the player on). Inside, points
+    are packed integers (``pack``), remembered.
     """
 
     def __init__(
@@ -206,15 +209,14 @@ class TurnPlanner:
         utility: Utility,
         bust_utility: Utility,
         must_roll: Callable[[State], bool] | None = None,
+        steps_never_hurt: bool | None = None,
     ) -> None:
         self.faces = faces
         self.total = faces**4
         self.utility = utility
         self.bust_utility = bust_utility
         self.must_roll = must_roll
-        # one more step never hurts in settled columns, unless it can land beside another
-        # player's marker and force the player on (forced move)
-        self.prune = must_roll is None
+        self.prune = must_roll is None if steps_never_hurt is None else steps_never_hurt
         n_cols = len(board.heights)
         self.columns = columns = range(2, n_cols)
         # next_space[c][s]: where one more step in column c takes a runner at s (0: none yet);
