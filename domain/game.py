@@ -503,8 +503,14 @@ class Game(Aggregate):
             raise InvalidRequest("computer players play server-dice games only")
         clock = check_clock(setup.clock, n)
         if dice == "server":
-            if first_player is not None:
-                raise InvalidRequest("first_player is only for manual dice")
+            # The contract's example shows the default (0) beside server dice: sending it is
+            # leaving it out. Another seat cannot be honoured: the opening roll decides.
+            if first_player is not None and (isinstance(first_player, bool) or first_player != 0):
+                raise InvalidRequest(
+                    "first_player is only for manual dice: with server dice the opening roll "
+                    "decides who starts (leave it out, or send the default, 0)"
+                )
+            first_player = None
             if server_seed is None:
                 raise InvalidRequest("server dice need a server seed")
             client_seed = str(game_id) if client_seed is None else client_seed

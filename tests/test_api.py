@@ -85,6 +85,35 @@ def test_create_game_with_named_players_starts_it(client: FlaskClient) -> None:
     assert all(len(s["token"]) >= 22 for s in body["seats"])  # ≥ 128 bits of base64
 
 
+def test_the_contracts_creation_example_as_written_creates_a_server_dice_game(
+    client: FlaskClient,
+) -> None:
+    # The contract shows every optional field at its default, first_player (0) beside server
+    # dice included: sent as written, it is the same as left out (the opening roll decides).
+    example = {
+        "players": ["Ann", "Bob"],
+        "rules": {
+            "columns_to_win": 3,
+            "jumping": False,
+            "forced_move": False,
+            "steep_hill": False,
+            "solitaire": None,
+            "dice_faces": 6,
+        },
+        "dice": "server",
+        "first_player": 0,
+        "client_seed": "optional text",
+    }
+    game, _ = create(client, **example)
+    assert game["dice"] == "server" and game["fairness"]["client_seed"] == "optional text"
+    created = client.get(f"/v1/games/{game['id']}/events").get_json()["events"][0]
+    assert created["type"] == "GameCreated" and created["data"]["first_player"] is None
+    # Another seat cannot be honoured with server dice.
+    body = {**example, "first_player": 1}
+    detail = problem(client.post("/v1/games", json=body), 422, "invalid_request")["detail"]
+    assert "opening roll" in detail
+
+
 def test_rules_are_normalized_in_the_state(client: FlaskClient) -> None:
     game, _ = create(client, players=["A", "B", "C"], rules={"columns_to_win": "by_players"})
     assert game["rules"] == {
