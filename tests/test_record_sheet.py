@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 from uuid import uuid4
 
@@ -308,6 +309,24 @@ def test_resigned_solitaire_game_is_finished_without_score_or_rating() -> None:
     assert render_text(sheet) == (
         "Can't Stop solitaire (easy) \u2013 Sol\n1. 4×1, 5×1\nResigned after 1 turn: no score\n"
     )
+
+
+def test_an_abandoned_game_says_so_not_resigned() -> None:
+    game = solitaire()
+    stop_turn(game, ([1, 3, 2, 3], [4, 5]))
+    game.abandon(game.idle_since() + timedelta(days=8), after=7 * 24 * 3600)
+
+    sheet = record_sheet(served(game))
+
+    assert (sheet["finished"], sheet["resigned"], sheet["finish_reason"]) == (
+        True,
+        False,
+        "abandoned",
+    )
+    assert render_text(sheet).endswith("1. 4×1, 5×1\nAbandoned after 1 turn: no score\n")
+    pair = Game.start(uuid4(), NewGame(players=["Ann", "Bob"], dice="manual"))
+    pair.abandon(pair.idle_since() + timedelta(days=8), after=7 * 24 * 3600)
+    assert render_text(record_sheet(served(pair), seat=1)).endswith("\nAbandoned: no winner\n")
 
 
 def test_sheet_at_an_earlier_version_reads_only_the_events_up_to_it() -> None:

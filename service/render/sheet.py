@@ -59,9 +59,13 @@ def result_lines(sheet: RecordSheet) -> list[str]:
         if sheet["rating"]:
             lines.append(f"Rating: {sheet['rating']}")
         return lines
+    abandoned = sheet["finish_reason"] == "abandoned"  # nothing recorded for too long
     if sheet["mode"]:
-        return [f"Resigned after {_turns(sheet['turns'])}: no score"]
-    return [f"Winner: {sheet['winner']}" if sheet["winner"] else "No winner"]
+        ended = "Abandoned" if abandoned else "Resigned"
+        return [f"{ended} after {_turns(sheet['turns'])}: no score"]
+    if sheet["winner"]:
+        return [f"Winner: {sheet['winner']}"]
+    return ["Abandoned: no winner" if abandoned else "No winner"]
 
 
 # ----------------------------------------------------------------------------- text, CSV, JSON
