@@ -94,6 +94,9 @@ def test_finished_easy_solitaire_sheet_in_every_format(client: FlaskClient) -> N
 
     pdf = game.sheet("application/pdf")
     assert pdf.mimetype == "application/pdf"
+    # One URL, a body per media type: every answer says it varies with Accept (for caches).
+    for answer in (text, pdf, game.sheet("text/csv"), game.sheet("application/json")):
+        assert "Accept" in answer.vary, answer.headers
     extracted = "\n".join(p.extract_text() for p in PdfReader(io.BytesIO(pdf.data)).pages)
     for row in data["rows"][1:]:
         assert row["text"] in extracted

@@ -44,20 +44,23 @@ def sheet(game_id: str) -> Response:
     data = record_sheet(events, seat_no, game_id=str(gid))
     filename = f"cantstop-{gid}-seat{seat_no}-v{state['version']}"
     if chosen == "application/json":
-        return json_response(render_json(data))
-    if chosen == "application/pdf":
-        return Response(
+        response = json_response(render_json(data))
+    elif chosen == "application/pdf":
+        response = Response(
             render_pdf(data),
             mimetype="application/pdf",
             headers={"Content-Disposition": f'inline; filename="{filename}.pdf"'},
         )
-    if chosen == "text/csv":
-        return Response(
+    elif chosen == "text/csv":
+        response = Response(
             render_csv(data),
             mimetype="text/csv",
             headers={"Content-Disposition": f'attachment; filename="{filename}.csv"'},
         )
-    return Response(render_text(data), mimetype="text/plain")
+    else:
+        response = Response(render_text(data), mimetype="text/plain")
+    response.vary.add("Accept")  # one URL, a body per media type: caches must tell them apart
+    return response
 
 
 def _choice(name: str, default: str, choices: tuple[str, ...]) -> str:
