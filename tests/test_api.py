@@ -444,6 +444,11 @@ def test_every_past_version_can_be_read(
     problem(client.get(f"/v1/games/{gid}?version=8"), 404, "not_found")
     problem(client.get(f"/v1/games/{gid}?version=two"), 422, "invalid_request")
     problem(client.get(f"/v1/games/{gid}?version=-1"), 422, "invalid_request")
+    # Digits of other scripts are not numbers here, though Python's int() reads them.
+    for digit in ("\u0662", "\uff12"):  # ARABIC-INDIC DIGIT TWO, FULLWIDTH DIGIT TWO
+        problem(client.get(f"/v1/games/{gid}?version={digit}"), 422, "invalid_request")
+        events = client.get(f"/v1/games/{gid}/events?after={digit}")
+        problem(events, 422, "invalid_request")
 
 
 def test_a_views_cache_holds_each_games_latest_and_the_past_versions_asked_for(
@@ -510,9 +515,10 @@ def test_if_match_on_an_old_version_is_412(
     fresh = act(client, gid, ann, headers={"If-Match": '"2"'}, type="roll", dice=[1, 2, 3, 4])
     assert fresh.status_code == 200
     # A tag that names no version can never match (RFC 9110: If-Match compares strongly).
-    problem(
-        act(client, gid, ann, headers={"If-Match": "soon"}, type="stop"), 412, "version_conflict"
-    )
+    for tag in ("soon", '"02"', '"+3"', '"\u0663"'):  # "02" names no version: "3" does
+        problem(
+            act(client, gid, ann, headers={"If-Match": tag}, type="stop"), 412, "version_conflict"
+        )
 
 
 def test_idempotency_key_replays_the_first_response(

@@ -90,7 +90,10 @@ HTTP_CODES = {
     415: "unsupported_media_type",
     431: "headers_too_large",
 }
-DIGITS = re.compile(r"\d{1,12}")
+# ASCII digits only: ``\d`` and ``int()`` also take other scripts' digits ("٢", "２").
+DIGITS = re.compile(r"[0-9]{1,12}")
+# A version as its entity tag says it (If-Match compares strongly: "02" is not "2").
+VERSION_TAG = re.compile(r"0|[1-9][0-9]{0,11}")
 
 
 class HttpProblem(ApplicationError):
@@ -443,5 +446,5 @@ def required_versions(environ: Mapping[str, Any] | None = None) -> frozenset[int
     if tags.star_tag:
         return None
     # An empty tag ("") is a valid entity tag that werkzeug reads as None: it names no version.
-    strong = (tag for tag in tags.as_set() if tag and DIGITS.fullmatch(tag))
+    strong = (tag for tag in tags.as_set() if tag and VERSION_TAG.fullmatch(tag))
     return frozenset(int(tag) for tag in strong)
