@@ -380,6 +380,19 @@ def test_bad_manual_dice_are_invalid_dice(
     assert state(client, gid)["version"] == 2
 
 
+def test_dice_sent_as_null_are_no_dice(
+    client: FlaskClient, manual_game: tuple[str, list[str]]
+) -> None:
+    # Not four integers: invalid_dice, as when left out (it was invalid_request).
+    gid, (ann, _) = manual_game
+    problem(act(client, gid, ann, type="roll", dice=None), 422, "invalid_dice")
+    assert state(client, gid)["version"] == 2
+    # In a server-dice game, null is the same as leaving them out.
+    game, tokens = create(client, players=["Ann", "Bob"])
+    rolled = act(client, game["id"], tokens[game["turn"]["player"]], type="roll", dice=None)
+    assert rolled.status_code == 200 and rolled.get_json()["events"][0]["type"] == "DiceRolled"
+
+
 @pytest.mark.parametrize("dice", [[1, 2, 3, 4], 7, 2.5, True])
 def test_dice_sent_to_a_server_dice_game_are_refused(client: FlaskClient, dice: Any) -> None:
     game, tokens = create(client, players=["Ann", "Bob"])

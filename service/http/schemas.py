@@ -100,8 +100,9 @@ class JoinSchema(Schema):
 
 class ActionSchema(Schema):
     type = fields.String(required=True, validate=validate.OneOf(["roll", "move", "stop", "resign"]))
-    # The dice are judged by the rules (invalid_dice), after the turn checks, as the contract says.
-    dice = fields.Raw()
+    # The dice are judged by the rules (invalid_dice), after the turn checks, as the contract says:
+    # null too (not four integers), which in a server-dice game is the same as leaving it out.
+    dice = fields.Raw(allow_none=True)
     entropy = fields.String(validate=validate.Regexp(r"^[\x21-\x7e]{1,64}$"))
     sums = fields.List(StrictInt(), validate=validate.Length(min=1, max=2))
 
