@@ -318,6 +318,29 @@ def test_one_unreadable_row_never_breaks_other_games(sqlite_app: Flask, tmp_path
         app.extensions["cantstop"].close()
 
 
+def test_a_deleted_row_is_reported_at_its_version_not_skipped(sqlite_app: Flask) -> None:
+    client = sqlite_app.test_client()
+    game_id, tokens = new_manual_game(client)
+    for _ in range(8):
+        step(client, game_id, tokens)
+    with sqlite3.connect(sqlite_path(sqlite_app)) as db:
+        deleted = db.execute(
+            "DELETE FROM stored_events WHERE originator_id = ? AND originator_version = 3",
+            (uuid.UUID(game_id).hex,),
+        ).rowcount
+    assert deleted == 1
+    with fresh_client(sqlite_app) as fresh:  # nothing cached
+        # The history does not skip from 2 to 4, and a past position names the gap, not the
+        # event after it; from version 3 on, the events that are there are served.
+        for path in ("/events", "/events?after=1", "?version=5"):
+            body = problem(fresh.get(f"/v1/games/{game_id}{path}"), 409, "corrupt_game")
+            assert body["version"] == 3, path
+        tail = fresh.get(f"/v1/games/{game_id}/events?after=3").get_json()["events"]
+        assert tail and tail[0]["version"] == 4
+        audit = fresh.get(f"/v1/games/{game_id}/audit").get_json()
+        assert audit["valid"] is False and audit["first_bad_version"] == 3
+
+
 def test_a_damaged_vault_is_reported_on_actions_of_that_game_only(sqlite_app: Flask) -> None:
     client = sqlite_app.test_client()
     damaged, damaged_tokens = new_manual_game(client)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 import orjson
 from eventsourcing.application import AggregateNotFoundError, Application
@@ -451,12 +451,14 @@ class Games(Application[uuid.UUID]):
         at = 0
         try:
             for row in self.recorder.select_events(game_id, lte=version):
+                if row.originator_version != at + 1:
+                    self._missing(game_id, at + 1)
                 at = row.originator_version
                 stored = self.mapper.to_domain_event(row)
                 if not isinstance(stored, Game.Event):
                     raise TypeError("not an event of a game")
                 game = stored.mutate(game)
-        except StoreUnavailable:
+        except (StoreUnavailable, CorruptGame):
             raise
         except Exception as exc:
             log.error("game %s: stored event %s cannot be read: %s", game_id, at, describe(exc))
@@ -487,13 +489,27 @@ class Games(Application[uuid.UUID]):
             self._rebuild(game_id, None, exc)  # raises CorruptGame at the first bad version
             raise  # the events decode one by one: the failure was elsewhere
         records = []
+        expected = after + 1
         for stored_event in stored:
             if not isinstance(stored_event, Game.Event):
                 raise NotFound(f"no game {game_id}")  # another aggregate's id, e.g. a vault's
+            if stored_event.originator_version != expected:
+                self._missing(game_id, expected)
+            expected += 1
             records.append(event_record(stored_event))
         if not records:
             self.game(game_id)  # 404 for an unknown game; else simply nothing after ``after``
         return records
+
+    @staticmethod
+    def _missing(game_id: uuid.UUID, version: int) -> NoReturn:
+        """A gap in a game's stored events (a row deleted): CorruptGame at the first missing."""
+        log.error("game %s: stored event %s is missing", game_id, version)
+        raise CorruptGame(
+            f"game {game_id} is damaged: its stored event at version {version} is missing "
+            "(see its /audit)",
+            version=version,
+        )
 
     def is_imported(self, game_id: uuid.UUID) -> bool:
         """The marker is saved with the imported game's events, so the answer never changes."""
