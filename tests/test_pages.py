@@ -223,6 +223,9 @@ def test_a_multiplayer_record_sheet_link_names_the_seat(client: FlaskClient) -> 
     game_id = create(client, {"players": ["Ann", "Bob"]})["game"]["id"]
     assert client.get(f"/games/{game_id}/record-sheet.txt?seat=1").status_code == 200
     assert client.get(f"/games/{game_id}/record-sheet.txt?seat=2").status_code == 422
+    # Without the seat, as the API answers: not seat 0's sheet by default.
+    unnamed = client.get(f"/games/{game_id}/record-sheet.txt")
+    assert unnamed.status_code == 422 and "seat" in unnamed.get_json()["detail"]
 
 
 # ------------------------------------------------------------------------------- the assets

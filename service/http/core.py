@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +26,7 @@ from werkzeug.routing import BaseConverter
 
 from domain import jsondoc
 from domain.errors import DomainError
+from domain.record_sheet import RecordSheet, record_sheet
 from service.application.errors import ApplicationError
 from service.runtime import Runtime
 
@@ -416,6 +418,21 @@ def version_arg() -> int | None:
     if not DIGITS.fullmatch(raw):
         raise BadRequest("version must be a positive integer")
     return int(raw)
+
+
+def asked_sheet(game_id: uuid.UUID, version: int | None = None) -> tuple[RecordSheet, str]:
+    """The record sheet a request asks for, of the game at ``version`` (default: the latest),
+    and its file name without extension. ``?seat=S``: needed when the game has more than one
+    player (422), as every player has a sheet of their own."""
+    games = runtime().games
+    state = games.state(game_id, version)  # 404 for an unknown game or version
+    seats = len(state["players"])
+    if seats > 1 and request.args.get("seat") is None:
+        raise BadRequest("a multiplayer game has one sheet per player: add ?seat=S")
+    seat = int_arg("seat", 0, 0, seats - 1)
+    events = games.history(game_id, after=0, limit=state["version"])
+    sheet = record_sheet(events, seat, game_id=str(game_id))
+    return sheet, f"cantstop-{game_id}-seat{seat}-v{state['version']}"
 
 
 def bearer_token(environ: Mapping[str, Any] | None = None) -> str | None:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, request
 
-from domain.record_sheet import record_sheet
 from service.application.games import parse_game_id
 from service.application.projections import RuleSet
 from service.http.core import (
     BadRequest,
     NotAcceptable,
+    asked_sheet,
     int_arg,
     json_response,
     runtime,
@@ -29,20 +29,7 @@ def sheet(game_id: str) -> Response:
     chosen = accept.best_match(SHEET_TYPES) if accept else "text/plain"
     if chosen is None:
         raise NotAcceptable(f"the record sheet is served as {', '.join(SHEET_TYPES)}")
-    version = version_arg()
-    games = runtime().games
-    state = games.state(gid, version)  # 404 for an unknown game or version
-    seats = len(state["players"])
-    seat = request.args.get("seat")
-    if seat is None:
-        if seats > 1:
-            raise BadRequest("a multiplayer game has one sheet per player: add ?seat=S")
-        seat_no = 0
-    else:
-        seat_no = int_arg("seat", 0, 0, seats - 1)
-    events = games.history(gid, after=0, limit=state["version"])
-    data = record_sheet(events, seat_no, game_id=str(gid))
-    filename = f"cantstop-{gid}-seat{seat_no}-v{state['version']}"
+    data, filename = asked_sheet(gid, version_arg())
     if chosen == "application/json":
         response = json_response(render_json(data))
     elif chosen == "application/pdf":

@@ -18,12 +18,11 @@ from typing import Any
 
 from flask import Blueprint, Response, render_template
 
-from domain.record_sheet import record_sheet
 from service.application.games import parse_game_id
 from service.http.core import (
     BadRequest,
+    asked_sheet,
     html_policy,
-    int_arg,
     json_response,
     runtime,
     wants_page,
@@ -95,12 +94,7 @@ def record_sheet_file(game_id: str, kind: str) -> Response:
     ``Accept``, which a link cannot set): ``.txt``, ``.csv`` or ``.pdf``, ``?seat=S``."""
     if kind not in SHEETS:
         raise BadRequest("a record sheet is .txt, .csv or .pdf")
-    gid = parse_game_id(game_id)
-    games = runtime().games
-    state = games.state(gid)
-    seat = int_arg("seat", 0, 0, len(state["players"]) - 1)
-    events = games.history(gid, after=0, limit=state["version"])
-    sheet = record_sheet(events, seat, game_id=str(gid))
+    sheet, filename = asked_sheet(parse_game_id(game_id))
     mimetype, disposition = SHEETS[kind]
     body: str | bytes
     if kind == "pdf":
@@ -109,9 +103,8 @@ def record_sheet_file(game_id: str, kind: str) -> Response:
         body = render_csv(sheet)
     else:
         body = render_text(sheet)
-    filename = f"cantstop-{gid}-seat{seat}-v{state['version']}.{kind}"
     return Response(
         body,
         mimetype=mimetype,
-        headers={"Content-Disposition": f'{disposition}; filename="{filename}"'},
+        headers={"Content-Disposition": f'{disposition}; filename="{filename}.{kind}"'},
     )
