@@ -257,6 +257,22 @@ def test_lobby_starts_when_the_last_seat_is_taken(client: FlaskClient) -> None:
     )
 
 
+def test_joining_with_a_token_that_is_no_seats_is_401_and_takes_no_seat(
+    client: FlaskClient,
+) -> None:
+    game, _ = create(client, seats=3)
+    url = f"/v1/games/{game['id']}/players"
+    refused = client.post(url, json={"name": "Zed"}, headers={"Authorization": "Bearer nope"})
+    problem(refused, 401, "unauthorized")
+    assert state(client, game["id"])["players"][0]["name"] is None  # no seat taken
+    ann = client.post(url, json={"name": "Ann"}).get_json()  # a person needs no token
+    # A seated player's own token is good: a second seat for the same hands (a shared table).
+    bob = client.post(
+        url, json={"name": "Bob"}, headers={"Authorization": f"Bearer {ann['token']}"}
+    )
+    assert bob.status_code == 201 and bob.get_json()["seat"] == 1
+
+
 def test_a_lobby_seat_acting_before_the_start_is_refused(client: FlaskClient) -> None:
     game, _ = create(client, seats=2, dice="manual")
     joined = client.post(f"/v1/games/{game['id']}/players", json={"name": "Ann"}).get_json()

@@ -63,6 +63,10 @@ class Lobby:
         if bot is not None:
             check_bots([{"name": name, "bot": bot}])
             vault, _ = self._seated_seat(game_id, token)
+        elif token is not None:
+            # A person needs no token to join; one sent must be good all the same (a client
+            # sending a wrong credential hears so: RFC 6750, 401, never silently ignored).
+            vault, _ = self._seated_seat(game_id, token)
         else:
             vault = games.vault(game_id)
         with games.owned(game_id) as game:
