@@ -16,6 +16,7 @@ import os
 import re
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import tomllib
@@ -195,6 +196,7 @@ def image_context(into: Path) -> Path:
     return into
 
 
+@pytest.mark.slow
 def test_the_image_install_step_builds_a_package_that_serves_the_api_and_the_pages(
     tmp_path: Path,
 ) -> None:
@@ -216,6 +218,8 @@ def test_the_image_install_step_builds_a_package_that_serves_the_api_and_the_pag
     with zipfile.ZipFile(wheel) as archive:
         archive.extractall(site)
         packaged = set(archive.namelist())
+        linked = archive.getinfo("service/http/openapi.yaml")  # a link in the source tree
+        assert not stat.S_ISLNK(linked.external_attr >> 16), "openapi.yaml is a link in the wheel"
     # Every file of the two packages is in the wheel (openapi.yaml as a file, not a link).
     sources = {
         path.relative_to(ROOT).as_posix()

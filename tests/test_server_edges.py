@@ -13,13 +13,11 @@ import contextlib
 import http.client
 import json
 import os
-import shutil
 import socket
 import stat
 import subprocess
 import sys
 import time
-import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -417,50 +415,3 @@ def test_serve_port_overrides_the_port_of_cantstop_bind(tmp_path: Path) -> None:
     wait_until(lambda: not answers(port), 10, f"port {port} to be released")
     with serving(tmp_path, "--workers", "1", env=env, ready_port=bind_port):
         assert not answers(port)
-
-
-# ------------------------------------------------------------------------------- the wheel
-def source_tree(destination: Path) -> Path:
-    """The working tree's files (tracked or not ignored) copied as they are, links as links:
-    the build must not write build/ or *.egg-info into the checkout."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-        timeout=60,
-    ).stdout.decode()
-    for name in filter(None, listed.split("\0")):
-        source = ROOT / name
-        if not source.exists() and not source.is_symlink():
-            continue  # deleted in the working tree
-        target = destination / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source, target, follow_symlinks=False)
-    return destination
-
-
-@pytest.mark.slow
-def test_a_built_wheel_holds_the_openapi_document_and_the_gunicorn_settings(
-    tmp_path: Path,
-) -> None:
-    source = source_tree(tmp_path / "src")
-    out = tmp_path / "wheels"
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(source)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert built.returncode == 0, built.stdout + built.stderr
-    (wheel,) = out.glob("cantstop-*.whl")
-    with zipfile.ZipFile(wheel) as archive:
-        names = set(archive.namelist())
-        assert "service/gunicorn_settings.py" in names
-        assert (
-            archive.read("service/gunicorn_settings.py")
-            == (ROOT / "service" / "gunicorn_settings.py").read_bytes()
-        )
-        info = archive.getinfo("service/http/openapi.yaml")
-        assert not stat.S_ISLNK(info.external_attr >> 16), "openapi.yaml is a link in the wheel"
-        assert archive.read(info) == (ROOT / "openapi.yaml").read_bytes()
