@@ -83,6 +83,15 @@ class Params:
     """Against opponents: turns of one's own progress, in chances of winning (breaks ties)."""
 
 
+def hits_left(height: int, marker: int, steep_hill: bool) -> int:
+    """The hits of a column's sum it takes to top a column of ``height`` from a marker at
+    ``marker`` (0: none). On the steep hill a runner placed in a column with the player's
+    marker starts on it, not above: one hit more than the spaces left (a marker at 1 is worth
+    no more than none)."""
+    left = height - marker
+    return left + 1 if steep_hill and marker and left else left
+
+
 @cache
 def space_weights(faces: int, alpha: float) -> tuple[float, ...]:
     rates = hit_rates(faces)
@@ -106,15 +115,16 @@ class Valuation:
         self.have = [
             sum(1 for owner in position.claimed if owner == s) for s in range(position.seats)
         ]
-        # On the steep hill a runner placed in a column with the player's marker starts on it:
-        # from a marker at s, climbing to the top takes one hit more than the spaces left (a
-        # marker at 1 is worth no more than none).
-        self.restart = 1 if rules.steep_hill else 0
+        # work[c][s]: the work left in column c from a marker at space s (0: none), looked up
+        # on the planner's hot path
+        self.work = [
+            [weights[c] * hits_left(h, s, rules.steep_hill) for s in range(h + 1)]
+            for c, h in enumerate(self.heights)
+        ]
         # per player, the work in each open column, least first, with the column's bit
         open_columns = [c for c in rules.columns if position.claimed[c] == UNCLAIMED]
         self.ranked = [
-            sorted((weights[c] * self.hits_left(c, own[c]), 1 << c) for c in open_columns)
-            for own in position.markers
+            sorted((self.work[c][own[c]], 1 << c) for c in open_columns) for own in position.markers
         ]
         self.tail_terms = 0
         factor = params.tail
@@ -125,11 +135,6 @@ class Valuation:
         rate, scale = CALIBRATION[rules.dice_faces]
         self.rate = rate if params.turns_per_work is None else params.turns_per_work
         self.scale = scale if params.work_scale is None else params.work_scale
-
-    def hits_left(self, column: int, marker: int) -> int:
-        """The hits of a column's sum it takes to climb from ``marker`` (0: none) to the top."""
-        left = self.heights[column] - marker
-        return left + self.restart if marker and left else left
 
     def _work(self, seat: int, values: list[float], skip: int, need: int) -> float:
         """The work of the ``need`` cheapest columns (and the tail): ``values`` for the columns
@@ -156,7 +161,7 @@ class Valuation:
     def mine(self, state: State) -> tuple[float, int]:
         """The acting player's turns left if the turn ends with runners ``state``, and the
         columns it would claim (bits)."""
-        heights, weights, hits_left = self.heights, self.weights, self.hits_left
+        heights, work = self.heights, self.work
         values = []
         skip = topped = 0
         for c, at in state:
@@ -164,7 +169,7 @@ class Valuation:
             if at == heights[c]:
                 topped |= 1 << c
             else:
-                values.append(weights[c] * hits_left(c, at))
+                values.append(work[c][at])
         need = self.need - self.have[self.seat] - topped.bit_count()
         return self.turns(self._work(self.seat, values, skip, need)), topped
 
