@@ -33,6 +33,7 @@ from domain.commands import NewGame, visible_ascii
 from domain.commands import is_int as _is_int
 from domain.errors import DomainError
 from domain.game import ZERO_HASH, Game, chain_hash, event_data, event_type, parse_at
+from domain.rules import DICE_FACES
 from domain.view import game_state
 
 EXPORT_FORMAT = "cantstop-game"
@@ -202,7 +203,7 @@ def check_dice(records: Sequence[Any]) -> Check:
         return Check("dice", True, "manual dice: no server draws to check")
     if mode != "server":
         return Check("dice", False, f"unknown dice mode {_short(mode)}", 1)
-    if not _is_int(faces) or faces < 2 or not isinstance(client_seed, str):
+    if not _is_int(faces) or faces not in DICE_FACES or not isinstance(client_seed, str):
         return Check("dice", False, "GameCreated lacks the dice faces or the client seed", 1)
     if not isinstance(promised, str) or not HEX64.fullmatch(promised):
         return Check("dice", False, "GameCreated lacks a seed commitment", 1)
@@ -527,18 +528,19 @@ def export_header(game_id: str) -> dict[str, Any]:
 def parse_export(data: bytes) -> tuple[dict[str, Any], list[Any]]:
     """An export's header and records. A bad header is MalformedExport; a bad event line becomes
     an ``{"version": <its line>, "unreadable": …}`` record, which the audit blames."""
-    lines = data.split(b"\n")
+    lines = data.removeprefix(b"\xef\xbb\xbf").split(b"\n")  # a UTF-8 BOM, as editors write
     if lines and not lines[-1].strip():
         lines.pop()
     if not lines:
         raise MalformedExport("the file is empty")
     try:
         header = jsondoc.loads(lines[0])
-    except jsondoc.MalformedJson:
-        raise MalformedExport("the first line is not a JSON header") from None
+    except jsondoc.MalformedJson as exc:
+        raise MalformedExport(f"the first line is not a JSON header ({exc})") from None
     if (
         not isinstance(header, dict)
         or header.get("format") != EXPORT_FORMAT
+        or not _is_int(header.get("format_version"))
         or header.get("format_version") != EXPORT_FORMAT_VERSION
         or not isinstance(header.get("game_id"), str)
         or not 0 < len(header["game_id"]) <= MAX_GAME_ID

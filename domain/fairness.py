@@ -29,6 +29,8 @@ def draw(
     "{client_seed}:{nonce}:{round}:{entropy}"; a byte b below 256 − (256 mod faces) gives the die
     b mod faces + 1, other bytes are skipped (so every face is exactly equally likely).
     """
+    if not 2 <= faces <= 256:  # one byte per die: more faces than 256 would never draw
+        raise ValueError(f"dice of {faces} faces cannot be drawn from bytes")
     key = server_seed.encode("ascii")
     limit = 256 - (256 % faces)
     suffix = "" if entropy is None else f":{entropy}"

@@ -58,4 +58,31 @@ def loads(data: bytes | str, limit: int = MAX_DEPTH) -> Any:
         raise MalformedJson(f"the document is nested more than {limit} levels deep") from None
     except ValueError as exc:
         raise MalformedJson(f"not JSON: {exc}") from None
-    return check_depth(value, limit)
+    return check_text(check_depth(value, limit))
+
+
+def check_text(value: Any) -> Any:
+    """``value`` itself, or MalformedJson when a string in it (a key or a value) holds a lone
+    UTF-16 surrogate: ``json.loads`` reads ``"\\ud800"`` into a str that is no Unicode text, and
+    that no later step can encode (a hash, a store, an answer). Call after ``check_depth``."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            strings: Any = (item,)
+        elif isinstance(item, Mapping):
+            strings = item.keys()
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+            continue
+        else:
+            continue
+        for text in strings:
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise MalformedJson(
+                    "a string holds a lone UTF-16 surrogate (such as \\ud800): not Unicode text"
+                ) from None
+    return value

@@ -13,6 +13,7 @@ import io
 import json
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -204,6 +205,23 @@ def test_a_revealed_seed_that_breaks_the_commitment_is_refused(
     records[-1]["data"]["server_seed"] = "f" * 64
     verdict = audit_records(rehash(records))
     assert failing(verdict) == {"rules": len(records), "dice": len(records)}
+
+
+def test_dice_of_faces_no_game_has_fail_the_audit_without_drawing_them(
+    finished: tuple[Game, Records],
+) -> None:
+    # A forger's export with 300-faced dice, its chain and commitment intact: a draw of 300
+    # faces from bytes never ends, and the audit (an import's too) once drew it for ever.
+    records = copy.deepcopy(finished[1])
+    records[0]["data"]["rules"]["dice_faces"] = 300
+    verdicts: list[dict[str, Any]] = []
+    worker = threading.Thread(target=lambda: verdicts.append(audit_records(rehash(records))))
+    worker.start()
+    worker.join(timeout=60)
+    assert verdicts, "the audit did not end"
+    assert failing(verdicts[0])["dice"] == 1
+    with pytest.raises(ValueError, match="300 faces"):
+        fairness.draw(SEED, "client", 0, 4, 300)
 
 
 def test_a_finished_server_game_without_its_seed_is_invalid(
@@ -511,6 +529,17 @@ def test_cantstop_audit_reads_standard_input(
     assert status == 0 and json.loads(out)["valid"] is True
 
 
+def test_cantstop_audit_reads_an_export_saved_with_a_byte_order_mark(
+    finished: tuple[Game, Records], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    header = {"format": "cantstop-game", "format_version": 1, "game_id": "g"}
+    text = "".join(json.dumps(x) + "\n" for x in [header, *finished[1]])
+    path = tmp_path / "saved-by-an-editor.ndjson"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    status, out, _ = run_cli(["audit", str(path)], capsys)
+    assert status == 0 and json.loads(out)["valid"] is True
+
+
 @pytest.mark.parametrize(
     ("content", "reason"),
     [
@@ -518,6 +547,8 @@ def test_cantstop_audit_reads_standard_input(
         (b"", "empty"),
         (b"not json\n", "not a JSON header"),
         (b'{"format": "something-else", "format_version": 1, "game_id": "g"}\n', "first line"),
+        (b'{"format": "cantstop-game", "format_version": true, "game_id": "g"}\n', "first line"),
+        (b'{"format": "cantstop-game", "format_version": 1, "game_id": "\\ud800"}\n', "surrogate"),
     ],
 )
 def test_cantstop_audit_exits_2_on_what_is_not_an_export(

@@ -141,6 +141,27 @@ def test_an_export_that_does_not_verify_is_refused_with_its_verdict(client: Flas
     assert verdict["valid"] is False and verdict["first_bad_version"] == 7
 
 
+def test_an_export_with_a_lone_surrogate_is_refused_not_a_500(client: FlaskClient) -> None:
+    # JSON text may escape a lone UTF-16 surrogate ("\\ud800"), which is no Unicode text: it
+    # once reached the dice's HMAC, the store and the verdict's encoding as 500s.
+    game_id, _ = play_manual(client)
+    lines = export_text(client, game_id).splitlines()
+    forged = [lines[0].replace(game_id, "\\ud800"), *lines[1:]]  # the header's game id
+    response = client.post("/v1/games/import", data="\n".join(forged), content_type=NDJSON)
+    assert problem_code(response, 422) == "invalid_request"
+    assert "surrogate" in response.get_json()["detail"]
+    forged = [*lines[:3], lines[3].replace('"type": "', '"type": "\\ud800'), *lines[4:]]
+    response = client.post("/v1/games/import", data="\n".join(forged), content_type=NDJSON)
+    assert problem_code(response, 422) == "import_invalid"
+    assert response.get_json()["verdict"]["first_bad_version"] == 3
+    # A pair that is one character (an emoji) is text like any other.
+    paired = [*lines[:3], lines[3].replace('"type": "', '"type": "\\ud83d\\ude00'), *lines[4:]]
+    response = client.post("/v1/games/import", data="\n".join(paired), content_type=NDJSON)
+    assert problem_code(response, 422) == "import_invalid"  # no such event type, but read
+    assert "surrogate" not in json.dumps(response.get_json()["verdict"])
+    assert client.get("/v1/games").status_code == 200  # nothing half-stored broke the listing
+
+
 def test_what_is_not_an_export_or_a_transcript_is_a_bad_request(client: FlaskClient) -> None:
     post = client.post
     assert problem_code(post("/v1/games/import", data="x", content_type=NDJSON), 422) == (
