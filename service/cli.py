@@ -98,10 +98,21 @@ def cmd_sheet(args: argparse.Namespace) -> int:
     """A record sheet from an exported game, offline."""
     try:
         header, records = read_export(args.file)
-        sheet = record_sheet(records, args.seat, game_id=header.get("game_id"))
     except Unreadable as exc:
         print(exc, file=sys.stderr)
         return 2
+    # The sheet reads the events as the rules wrote them: an export that does not verify (a
+    # forged or damaged one) gets no sheet, as its rows could say anything (or nothing readable).
+    verdict = audit_records(records)
+    if not verdict["valid"]:
+        print(
+            f"{args.file}: the game does not verify (first bad version "
+            f"{verdict['first_bad_version']}; `cantstop audit` tells why): no sheet",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        sheet = record_sheet(records, args.seat, game_id=header.get("game_id"))
     except (InvalidRequest, ValueError, KeyError, TypeError) as exc:
         print(f"{args.file}: cannot make a sheet: {exc}", file=sys.stderr)
         return 2

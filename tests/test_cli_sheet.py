@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -64,3 +65,34 @@ def test_unreadable_input_exits_2(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert b"Traceback" not in result.stderr
     assert sheet(tmp_path / "absent.ndjson").returncode == 2
+
+
+def test_an_export_that_does_not_verify_gets_no_sheet_and_no_traceback(
+    client: FlaskClient, tmp_path: Path
+) -> None:
+    """Forged or damaged rows could say anything: a stop's progress as a list, a winner or a
+    seat past the players, a line that is no object. Each once ended in a traceback."""
+    lines = export_of_a_short_solitaire(client).decode().splitlines()
+    stop = next(i for i, line in enumerate(lines) if '"TurnStopped"' in line)
+
+    def with_line(index: int, change: object) -> list[str]:
+        record = json.loads(lines[index])
+        if callable(change):
+            change(record)
+            return [*lines[:index], json.dumps(record), *lines[index + 1 :]]
+        return [*lines[:index], json.dumps(change), *lines[index + 1 :]]
+
+    forgeries = {
+        "not an object": with_line(stop, 5),
+        "progress as a list": with_line(stop, lambda r: r["data"].update(progress=[1])),
+        "infinite faces": with_line(
+            1, lambda r: r["data"]["rules"].update(dice_faces=float("inf"))
+        ),
+    }
+    for name, forged in forgeries.items():
+        path = tmp_path / "forged.ndjson"
+        path.write_text("\n".join(forged) + "\n")
+        result = sheet(path)
+        assert result.returncode == 1, (name, result.stderr)
+        assert b"does not verify" in result.stderr and b"Traceback" not in result.stderr, name
+        assert result.stdout == b"", name
