@@ -96,7 +96,13 @@ def test_an_imported_export_keeps_every_event_and_can_be_browsed(client: FlaskCl
     # The same events: versions, times, data and hashes (the chain does not include the id).
     assert events_of(client, new_id) == events_of(client, game_id)
     original, copy = ok(client.get(f"/v1/games/{game_id}")), imported["game"]
-    assert {**original, "id": None} == {**copy, "id": None}
+    # The same state, but that nobody may act in the copy, which says it is imported.
+    assert original["legal_actions"] and "imported" not in original
+    assert copy["legal_actions"] == [] and copy["imported"] is True
+    mine: dict[str, Any] = {"id": None, "legal_actions": [], "imported": True}
+    assert {**original, **mine} == {**copy, **mine}
+    assert ok(client.get(f"/v1/games/{new_id}")) == copy
+    assert ok(client.get(f"/v1/games/{new_id}?version=3"))["imported"] is True
     assert ok(client.get(f"/v1/games/{new_id}?version=3"))["version"] == 3
     assert ok(client.get(f"/v1/games/{new_id}/audit"))["valid"] is True
     assert client.get(f"/v1/games/{new_id}/board.svg?version=2").status_code == 200
@@ -201,7 +207,12 @@ def test_a_transcript_that_verifies_is_imported_as_a_manual_game(client: FlaskCl
     imported = ok(client.post("/v1/games/import", json={"transcript": transcript}), 201)
     assert imported["source"] == {"kind": "transcript", "game_id": None}
     game = imported["game"]
-    assert {**game, "id": None} == {**verdict["game"], "id": None}
+    assert game["imported"] is True and "imported" not in verdict["game"]
+    assert {**game, "id": None, "imported": True} == {
+        **verdict["game"],
+        "id": None,
+        "imported": True,
+    }
     assert game["status"] == "finished" and game["winner"] == 0  # Bob (seat 1) resigned
     assert len(events_of(client, game["id"])) == game["version"]
     assert ok(client.get(f"/v1/games/{game['id']}/audit"))["valid"] is True

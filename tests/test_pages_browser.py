@@ -648,6 +648,34 @@ def test_a_link_with_the_token_alone_finds_its_seat_at_once(
     assert bob not in server.log()
 
 
+def test_an_imported_game_in_progress_offers_its_replay_not_play(
+    server: Server, browser: Browser
+) -> None:
+    """An imported game is kept for reading: its page says so, has no button to act (not even
+    with one of the original game's tokens in the link), and shows no running clock."""
+    created = server.api("POST", "/v1/games", {**ANN_AND_BOB, "clock": {"turn_seconds": 5}})
+    game_id, ann = created["game"]["id"], created["seats"][0]["token"]
+    path = f"/v1/games/{game_id}/actions"
+    rolled = server.api("POST", path, {"type": "roll", "dice": [1, 2, 3, 4]}, ann)
+    server.api("POST", path, rolled["game"]["legal_actions"][0], ann)
+    transcript = {
+        "players": ["Ann", "Bob"],
+        "actions": [{"type": "roll", "dice": [1, 2, 3, 4]}, rolled["game"]["legal_actions"][0]],
+    }
+    imported = server.api("POST", "/v1/games/import", {"transcript": transcript})["game"]
+    assert imported["status"] == "in_progress" and imported["legal_actions"] == []
+    with context(browser, server) as (ctx, watch):
+        page = ctx.new_page()
+        page.goto(f"/games/{imported['id']}#token={ann}")
+        expect(page.get_by_text("Imported for audit")).to_be_visible()
+        expect(page.get_by_role("link", name="Replay it")).to_be_visible()
+        expect(page.get_by_text("An imported game has no seat to play.")).to_be_visible()
+        for name in ("Roll", "Stop", "Resign"):
+            expect(page.get_by_role("button", name=name)).to_have_count(0)
+        expect(page.get_by_text("Waiting for")).to_have_count(0)
+        assert not watch.errors
+
+
 # The two pages that follow a game live, and the list of its events on each.
 FOLLOWING_PAGES = pytest.mark.parametrize(
     ("page_path", "listed"),

@@ -34,14 +34,14 @@ class Advisor:
             raise GameOver("the game is finished: nobody is to act")
         if state["status"] != "in_progress":
             raise IllegalAction("the game has not started: seats are still open")
-        if state["turn"]["phase"] == "move" and not state["legal_actions"]:
+        position = Position.from_game(self.games.game(game_id, key[1]))
+        if position.phase == "move" and not position.moves:
             # A past version only: the same command records these dice and the bust.
             raise IllegalAction(
                 f"the dice of version {key[1]} bust: nobody chooses a move; "
                 f"version {key[1] + 1} records the bust"
             )
-        game = self.games.game(game_id, key[1])
-        answer = {"version": key[1], **advise(Position.from_game(game), f"{game_id}:{key[1]}")}
+        answer = {"version": key[1], **advise(position, f"{game_id}:{key[1]}")}
         with self._lock:
             self._answers[key] = answer
             if len(self._answers) > CACHE:

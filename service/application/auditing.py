@@ -119,7 +119,7 @@ def audit(games: Games, game_id: uuid.UUID) -> dict[str, Any]:
     live_state: dict[str, Any] | None = None
     live_error: str | None = None
     try:
-        live_state = games.state(game_id)
+        live_state = games.view(game_id)
     except Exception as exc:  # the live game cannot even be loaded: that is the finding
         live_error = describe(exc)
     up_to = live_state["version"] if live_state is not None else None

@@ -434,7 +434,16 @@ class Games(Application[uuid.UUID]):
 
     def state(self, game_id: uuid.UUID, version: int | None = None) -> dict[str, Any]:
         """The contract's state view of the game at ``version`` (default: the latest), built
-        once per version. Callers must not change it."""
+        once per version. Callers must not change it. An imported game says so, and offers no
+        action to anyone (it is read-only)."""
+        view = self.view(game_id, version)
+        if self.is_imported(game_id):
+            return {**view, "legal_actions": [], "imported": True}
+        return view
+
+    def view(self, game_id: uuid.UUID, version: int | None = None) -> dict[str, Any]:
+        """The game's own state view at ``version``, as its events build it (what the audit
+        compares a replay with), imported or not."""
         with self.owned(game_id) as latest:
             if version is None or version == latest.version:
                 return self.views.of(latest)

@@ -57,7 +57,7 @@ function myResigned() {
 }
 
 function isMyTurn() {
-  if (!held || state.status !== "in_progress" || !state.turn || myResigned()) return false;
+  if (!held || state.imported || state.status !== "in_progress" || !state.turn || myResigned()) return false;
   const current = state.turn.player;
   if (held.seat !== null) return current === held.seat;
   return !isBot(current) && !notMine.has(current); // not known yet: the server will tell
@@ -115,7 +115,8 @@ function renderDice() {
 
 function renderDeadline() {
   const el = $("#deadline");
-  const deadline = state.turn && state.turn.deadline;
+  // An imported game's clock no longer runs: its deadline is only history.
+  const deadline = !state.imported && state.turn && state.turn.deadline;
   if (!deadline) {
     show(el, false);
     return;
@@ -229,7 +230,16 @@ function renderControls() {
   const active = document.activeElement;
   const hadFocus = !active || active === document.body || box.contains(active);
   const nodes = [];
-  if (state.status === "in_progress" && held && !myResigned()) {
+  if (state.imported) {
+    nodes.push(
+      h(
+        "p",
+        { class: "waiting" },
+        "Imported for audit: this game can be replayed and checked, not played. ",
+        h("a", { href: `/games/${gameId}/replay` }, "Replay it"),
+      ),
+    );
+  } else if (state.status === "in_progress" && held && !myResigned()) {
     if (isMyTurn()) {
       const buttons = [];
       const legal = state.legal_actions;
@@ -340,7 +350,9 @@ function renderSeat() {
   seatKey = key;
   const body = $("#seat-body");
   const nodes = [];
-  if (held) {
+  if (state.imported) {
+    nodes.push(h("p", {}, "An imported game has no seat to play."));
+  } else if (held) {
     const seatText =
       held.seat === null
         ? "This browser holds a seat of this game."
@@ -725,7 +737,7 @@ $("#advice-toggle").addEventListener("click", (event) => {
 // ---------------------------------------------------------------------------------- start
 /** A token handed over without its seat (a bare #token= link): ask which seat it holds. */
 async function findSeat() {
-  if (!held || held.seat !== null) return;
+  if (!held || held.seat !== null || state.imported) return; // an import has no seat to find
   const token = held.token;
   try {
     const { seat } = await api(`/v1/games/${gameId}/seat`, { token });
