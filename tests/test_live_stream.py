@@ -18,6 +18,7 @@ from flask.testing import FlaskClient
 
 from service.config import ConfigError, Settings
 from service.http.app import create_app
+from service.live import hub as hub_module
 from service.live.hub import Envelope, GameStream, Hub, LiveConfig, Mailbox
 from tests.test_api import UNKNOWN
 
@@ -146,6 +147,33 @@ def test_each_event_is_sent_as_id_event_and_the_data_that_events_serves(
     reader.read_until(lambda r: ": keep-alive" in r.comments, timeout=2)
     response.close()
     assert hub_of(client.application).open_streams == 0
+
+
+def test_a_stream_reads_the_store_a_page_at_a_time_as_it_writes(
+    make_app: Callable[..., Flask], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A stream from the start of a long game holds one page of it, not the whole game.
+    monkeypatch.setattr(hub_module, "STORE_PAGE", 3)
+    client = make_app().test_client()
+    game_id, tokens = create(client)
+    for _ in range(10):
+        play(client, game_id, tokens)
+    everything = history(client, game_id)
+    games = hub_of(client.application).games
+    pages: list[int] = []
+    read = games.history
+
+    def counted(game: uuid.UUID, after: int = 0, limit: int | None = None) -> list[Json]:
+        pages.append(after)
+        return read(game, after=after, limit=limit)
+
+    monkeypatch.setattr(games, "history", counted)
+    response, reader = open_stream(client, game_id, query="?after=0")
+    reader.up_to(1)
+    assert pages == [0]  # the first page only, so far
+    assert_exactly(reader.up_to(everything[-1]["version"]), everything)
+    assert pages == list(range(0, len(everything), 3)) and len(pages) > 3
+    response.close()
 
 
 def test_without_a_resume_point_the_stream_starts_after_the_current_version(
