@@ -6,6 +6,7 @@ Every /v1/ response seen here is validated against openapi.yaml by the ``client`
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 import uuid
 from typing import Any
@@ -392,7 +393,8 @@ def test_bad_manual_dice_are_invalid_dice(
     gid, (ann, _) = manual_game
     action = {"type": "roll"} if dice is None else {"type": "roll", "dice": dice}
     headers = {"Idempotency-Key": key} if key else None
-    problem(act(client, gid, ann, headers, **action), 422, "invalid_dice")
+    detail = problem(act(client, gid, ann, headers, **action), 422, "invalid_dice")["detail"]
+    assert detail.endswith(json.dumps(dice)), detail  # as sent, not as Python writes it
     assert state(client, gid)["version"] == 2
 
 
