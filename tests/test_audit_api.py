@@ -103,6 +103,8 @@ def test_an_imported_export_keeps_every_event_and_can_be_browsed(client: FlaskCl
     assert {**original, **mine} == {**copy, **mine}
     assert ok(client.get(f"/v1/games/{new_id}")) == copy
     assert ok(client.get(f"/v1/games/{new_id}?version=3"))["imported"] is True
+    listed = {g["id"]: g for g in ok(client.get("/v1/games"))["games"]}
+    assert listed[new_id]["imported"] is True and "imported" not in listed[game_id]
     assert ok(client.get(f"/v1/games/{new_id}?version=3"))["version"] == 3
     assert ok(client.get(f"/v1/games/{new_id}/audit"))["valid"] is True
     assert client.get(f"/v1/games/{new_id}/board.svg?version=2").status_code == 200
@@ -125,6 +127,9 @@ def test_every_action_and_join_on_an_imported_game_is_refused_read_only(
             assert problem_code(client.post(path, json=action, headers=headers), 409) == "read_only"
     join = client.post(f"/v1/games/{waiting}/players", json={"name": "Bob"})
     assert problem_code(join, 409) == "read_only"
+    # Nor is the imported lobby offered as open: its seats are no one's to take.
+    open_games = [g["id"] for g in ok(client.get("/v1/games?open=true"))["games"]]
+    assert lobby in open_games and waiting not in open_games
     # An imported game has no seats to hold, whatever token is sent.
     for headers in ({}, bearer(tokens[0]), bearer("made-up")):
         assert problem_code(client.get(f"/v1/games/{played}/seat", headers=headers), 409) == (

@@ -80,16 +80,18 @@ class GameSummary:
     rules: dict[str, Any]
     status: str = "waiting"
     winner: int | None = None
+    imported: bool = False
 
     @property
     def open_seats(self) -> int:
-        return sum(1 for p in self.players if p is None)
+        """Seats anyone may take: none in an imported game (it is read-only)."""
+        return 0 if self.imported else sum(1 for p in self.players if p is None)
 
     def to_dict(self, now: datetime) -> dict[str, Any]:
         waited = None
         if self.status == "waiting":  # how long the lobby has waited for its players
             waited = max(0, int((now - parse_at(self.created_at)).total_seconds()))
-        return {
+        row = {
             "id": self.id,
             "status": self.status,
             "created_at": self.created_at,
@@ -100,6 +102,9 @@ class GameSummary:
             "winner": self.winner,
             "waited_seconds": waited,
         }
+        if self.imported:  # as in its state: present only on an imported game
+            row["imported"] = True
+        return row
 
 
 class GameIndex(Projection):
@@ -112,19 +117,32 @@ class GameIndex(Projection):
         Game.TurnOrderDecided,
         Game.GameFinished,
     )
+    extra_topics = IMPORT_TOPICS
 
     def __init__(self) -> None:
         super().__init__()
         self.games: dict[str, GameSummary] = {}
+        self.imported: set[str] = set()
 
     def handle(self, event: Any) -> None:
+        if isinstance(event, IMPORTED):  # the marker, saved with the imported game's events
+            key = str(event.game_id)
+            self.imported.add(key)
+            if key in self.games:
+                self.games[key].imported = True
+            return
         key = str(event.originator_id)
         if isinstance(event, Game.GameCreated):
             players: list[str | None] = (
                 list(event.players) if event.players else [None] * event.seats
             )
             self.games[key] = GameSummary(
-                key, format_at(event.timestamp), players, event.dice, dict(event.rules)
+                key,
+                format_at(event.timestamp),
+                players,
+                event.dice,
+                dict(event.rules),
+                imported=key in self.imported,
             )
             return
         summary = self.games.get(key)

@@ -356,11 +356,12 @@ function gameLink(href, label, game) {
   );
 }
 
-async function loadList(query, listId, emptyId, action) {
+async function loadList(query, listId, emptyId, action, keep = () => true) {
   try {
     const answer = await api(`/v1/games?${query}`);
-    fill($(listId), answer.games.map((g) => gameCard(g, action(g))));
-    show($(emptyId), answer.games.length === 0);
+    const games = answer.games.filter(keep);
+    fill($(listId), games.map((g) => gameCard(g, action(g))));
+    show($(emptyId), games.length === 0);
   } catch (e) {
     say(`The list of games could not be read: ${e.detail}`);
   }
@@ -370,8 +371,12 @@ function loadGames() {
   loadList("status=waiting&open=true&limit=20", "#open-list", "#open-empty", (g) =>
     h("p", { class: "card-actions" }, `${g.open_seats} open of ${g.players.length} · `, joinButton(g)),
   );
-  loadList("status=in_progress&limit=20", "#live-list", "#live-empty", (g) =>
-    h("p", { class: "card-actions" }, gameLink(`/games/${g.id}`, "Watch", g)),
+  loadList(
+    "status=in_progress&limit=20",
+    "#live-list",
+    "#live-empty",
+    (g) => h("p", { class: "card-actions" }, gameLink(`/games/${g.id}`, "Watch", g)),
+    (g) => !g.imported, // kept for audit, not being played
   );
   loadList("status=finished&limit=10", "#finished-list", "#finished-empty", (g) =>
     h("p", { class: "card-actions" }, gameLink(`/games/${g.id}/replay`, "Replay", g)),
