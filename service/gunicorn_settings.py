@@ -34,11 +34,14 @@ from a core that something else keeps busy, which this 2-core VM at rest cannot 
 on the host first. The `cantstop worker` process (clocks, bots) is never pinned.
 """
 
+import json
 import logging
 import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from gunicorn import util as gunicorn_util
 
 from service.config import ServerSettings, Settings
 from service.live.hub import LiveConfig
@@ -61,6 +64,42 @@ control_socket_disable = True
 limit_request_line = 0
 limit_request_field_size = 65536
 limit_request_fields = 100
+
+# What gunicorn still answers itself (a request it cannot parse: more than 100 header fields, one
+# field over 64 KiB, a malformed request line) is problem+json with a stable code too, like every
+# other error of the service, not gunicorn's HTML page: its one writer of those answers
+# (gunicorn.util.write_error, called by every worker class's handle_error) is replaced here, in
+# the master, before the workers fork.
+GUNICORN_ERROR_CODES = {
+    400: "malformed_request",
+    403: "forbidden",
+    414: "uri_too_long",
+    417: "expectation_failed",
+    431: "headers_too_large",
+    500: "internal_error",
+    501: "not_implemented",
+}
+
+
+def write_problem(sock: Any, status_int: int, reason: str, mesg: str) -> None:
+    code = GUNICORN_ERROR_CODES.get(status_int, "malformed_request")
+    body = json.dumps(
+        {
+            "type": f"urn:cantstop:problem:{code}",
+            "title": reason,
+            "status": status_int,
+            "detail": mesg or reason,
+            "code": code,
+        }
+    ).encode()
+    head = (
+        f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\n"
+        f"Content-Type: application/problem+json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    gunicorn_util.write_nonblock(sock, head.encode("latin-1") + body)
+
+
+gunicorn_util.write_error = write_problem
 timeout = 60
 graceful_timeout = 10
 keepalive = 5

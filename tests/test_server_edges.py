@@ -207,6 +207,18 @@ def test_gunicorn_passes_over_long_lines_and_headers_to_the_app_which_answers_pr
         # Just under both limits, the same requests are served.
         assert send(port, "GET", "/v1/games?pad=" + "a" * 8000).status == 200
         assert send(port, "GET", "/v1/games", headers={"X-Padding": "b" * 30_000}).status == 200
+        # What gunicorn still refuses itself (more than 100 fields, though far under 32 KiB; a
+        # field over 64 KiB; a request line it cannot parse) is problem+json too, not HTML.
+        many = {f"X-H{i}": "v" for i in range(105)}
+        problem(send(port, "GET", "/v1/games", headers=many), 431, "headers_too_large")
+        huge = send(port, "GET", "/v1/games", headers={"X-Padding": "b" * 70_000})
+        problem(huge, 431, "headers_too_large")
+        with socket.create_connection((HOST, port), timeout=10) as raw:
+            raw.sendall(b"NOT A REQUEST LINE\r\n\r\n")
+            answer = raw.makefile("rb").read()
+        head, _, payload = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400 ") and b"application/problem+json" in head, head
+        assert json.loads(payload)["code"] == "malformed_request"
 
 
 @pytest.mark.slow
