@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -111,8 +111,15 @@ def cmd_sheet(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
+    seats = records[0]["data"]["seats"]  # GameCreated: the audit has read it
+    if args.seat is None and seats > 1:
+        print(
+            f"{args.file}: a game of {seats} players has one sheet per player: add --seat S",
+            file=sys.stderr,
+        )
+        return 2
     try:
-        sheet = record_sheet(records, args.seat, game_id=header.get("game_id"))
+        sheet = record_sheet(records, args.seat or 0, game_id=header.get("game_id"))
     except (InvalidRequest, ValueError, KeyError, TypeError) as exc:
         print(f"{args.file}: cannot make a sheet: {exc}", file=sys.stderr)
         return 2
@@ -241,14 +248,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def bounded(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``low`` to ``high`` (else a one-line usage error,
+    exit 2, as a bad CANTSTOP_* setting gets)."""
+
+    def parse(raw: str) -> int:
+        if not raw.strip().isascii() or not raw.strip().isdigit() or not low <= int(raw) <= high:
+            raise argparse.ArgumentTypeError(f"a whole number from {low} to {high}, not {raw!r}")
+        return int(raw)
+
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cantstop", description="The Can't Stop game service.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", help="serve the HTTP API through gunicorn")
     serve.add_argument("--host", default=None, help="default: CANTSTOP_BIND or 127.0.0.1:8000")
-    serve.add_argument("--port", type=int, default=None)
-    serve.add_argument("--workers", type=int, default=None, help="worker processes (default 2)")
+    serve.add_argument("--port", type=bounded(1, 65535), default=None)
+    serve.add_argument(
+        "--workers", type=bounded(1, 256), default=None, help="worker processes (default 2)"
+    )
     serve.add_argument("--http-only", action="store_true", help=argparse.SUPPRESS)
     serve.set_defaults(func=cmd_serve)
 
@@ -274,7 +295,9 @@ def build_parser() -> argparse.ArgumentParser:
     sheet = sub.add_parser("sheet", help="a turn record sheet from an exported game")
     sheet.add_argument("file", metavar="FILE", help="an export (NDJSON) from /export; - for stdin")
     sheet.add_argument("--format", choices=["text", "csv", "pdf"], default="text")
-    sheet.add_argument("--seat", type=int, default=0, help="the player, in a multiplayer game")
+    sheet.add_argument(
+        "--seat", type=int, default=None, help="the player: needed in a multiplayer game"
+    )
     sheet.set_defaults(func=cmd_sheet)
     return parser
 

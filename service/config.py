@@ -26,6 +26,11 @@ class ConfigError(ValueError):
 
 
 # ------------------------------------------------------------------------------ readers
+def _num(value: float) -> str:
+    """A bound as people write it: 1048576, not 1.04858e+06."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
 def env_number(
     env: Mapping[str, str],
     name: str,
@@ -45,7 +50,7 @@ def env_number(
     except ValueError:
         raise ConfigError(f"{name} must be {kind}, not {raw!r}") from None
     if not math.isfinite(value) or not low <= value <= high:
-        bound = f"at least {low:g}" if high == math.inf else f"from {low:g} to {high:g}"
+        bound = f"at least {_num(low)}" if high == math.inf else f"from {_num(low)} to {_num(high)}"
         raise ConfigError(f"{name} must be {kind} {bound}, not {raw!r}")
     return value
 

@@ -96,3 +96,16 @@ def test_an_export_that_does_not_verify_gets_no_sheet_and_no_traceback(
         assert result.returncode == 1, (name, result.stderr)
         assert b"does not verify" in result.stderr and b"Traceback" not in result.stderr, name
         assert result.stdout == b"", name
+
+
+def test_a_multiplayer_export_needs_the_seat_as_the_api_does(
+    client: FlaskClient, tmp_path: Path
+) -> None:
+    created = client.post("/v1/games", json={"players": ["Ann", "Bob"], "dice": "manual"})
+    game_id = created.get_json()["game"]["id"]
+    path = tmp_path / "pair.ndjson"
+    path.write_bytes(client.get(f"/v1/games/{game_id}/export").data)
+    unnamed = sheet(path)
+    assert unnamed.returncode == 2 and b"--seat" in unnamed.stderr and unnamed.stdout == b""
+    named = sheet(path, "--seat", "1")
+    assert named.returncode == 0 and b"Bob" in named.stdout

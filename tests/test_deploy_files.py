@@ -384,3 +384,16 @@ def test_compose_creates_the_tables_once_before_the_api_hosts(compose: dict[str,
     assert cli.build_parser().parse_args(arguments).func is cli.cmd_migrate
     for service in api_services(compose).values():
         assert service["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+
+
+@pytest.mark.parametrize("args", [["--workers", "0"], ["--workers", "-3"], ["--port", "99999"]])
+def test_serve_refuses_bad_flags_in_one_line_as_it_refuses_bad_settings(
+    args: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --workers 0 once started a server of no worker that never answered; --port 99999 ended
+    # in a traceback.
+    with pytest.raises(SystemExit) as stopped:
+        cli.build_parser().parse_args(["serve", *args])
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "a whole number from 1 to" in error and args[0] in error
