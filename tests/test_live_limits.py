@@ -88,6 +88,8 @@ def test_limited_answers_say_how_many_requests_are_left(client: FlaskClient) -> 
         "1",
     )
     assert "X-RateLimit-Limit" not in client.get("/v1/games").headers  # reads are not limited
+    # Retry-After asks a refused client to wait: not on an answer that was given.
+    assert "Retry-After" not in first.headers
 
 
 def test_actions_are_counted_per_seat_token(client: FlaskClient) -> None:

@@ -788,5 +788,7 @@ def test_cors_is_off_unless_configured(app: Flask, tmp_path: Path) -> None:
         assert read.headers["Access-Control-Allow-Origin"] == "https://table.example"
         other = client.get("/v1/games", headers={"Origin": "https://evil.example"})
         assert "Access-Control-Allow-Origin" not in other.headers
+        # The two answers differ by Origin alone: a shared cache must keep them apart.
+        assert "Origin" in read.vary and "Origin" in other.vary
     finally:
         cors_app.extensions["cantstop"].close()

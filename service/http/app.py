@@ -6,7 +6,7 @@ application below them.
 
 from __future__ import annotations
 
-from flask import Flask, Request, Response
+from flask import Flask, Request, Response, request
 from flask.sessions import NullSession, SessionInterface, SessionMixin
 from flask_cors import CORS
 
@@ -86,5 +86,14 @@ def create_app(settings: Settings | None = None, *, create_tables: bool = False)
             expose_headers=CORS_EXPOSE_HEADERS,
             max_age=600,
         )
+        if "*" not in settings.cors_origins:
+            # The CORS headers are sent to the listed origins only, so an answer depends on
+            # Origin even with one origin listed (flask-cors says so only for several).
+            @app.after_request
+            def _vary_by_origin(response: Response) -> Response:
+                if request.path.startswith("/v1/"):
+                    response.vary.add("Origin")
+                return response
+
     install_error_handlers(app)
     return app

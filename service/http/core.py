@@ -280,7 +280,7 @@ def install_error_handlers(app: Flask) -> None:
             # The request's own limit (``request_class``): an import raises it (audit.py).
             detail = f"the body is larger than {request.max_content_length} bytes"
         elif status == 429:
-            detail = f"too many requests from this client ({exc.description}); retry later"
+            detail = f"too many requests ({exc.description}); retry later"
         else:
             detail = exc.description or exc.name
         response = problem(status, code, detail)

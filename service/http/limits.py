@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from flask import Flask, request
+from flask import Flask, Response, request
 from flask_limiter import Limiter
 
 from service.application.aggregates import token_hash
@@ -54,6 +54,16 @@ def init_app(app: Flask, settings: Settings) -> Limiter | None:
     limits = settings.limits
     if not limits:
         return None
+
+    # Registered before the limiter's own hook, so it runs after it: Flask-Limiter puts
+    # Retry-After on every answer of a limited endpoint, where it tells a client to wait; it
+    # belongs only to a refusal that asks for a retry later (429, 503).
+    @app.after_request
+    def _retry_after_only_when_refused(response: Response) -> Response:
+        if response.status_code not in (429, 503):
+            response.headers.pop("Retry-After", None)
+        return response
+
     limiter = Limiter(
         key_func=client_address,
         app=app,
