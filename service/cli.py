@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from eventsourcing.persistence import PersistenceError
 from gunicorn.app.base import Application  # has load_config_from_file
 
 from domain import jsondoc
@@ -24,6 +25,7 @@ from domain.errors import InvalidRequest
 from domain.record_sheet import record_sheet
 from domain.transcript import MalformedTranscript, verify
 from service import arena_cli
+from service.application.store import StoreUnavailable
 from service.config import ConfigError, ServerSettings, Settings
 from service.live.hub import LiveConfig
 from service.render.sheet import render_csv, render_pdf, render_text
@@ -309,8 +311,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:  # a bad setting: one line, not a traceback
         print(f"cantstop: {exc}", file=sys.stderr)
         return 2
+    except (StoreUnavailable, PersistenceError) as exc:  # at start: the database cannot be used
+        print(
+            f"cantstop: the database (CANTSTOP_DATABASE_URL) cannot be used: {root_cause(exc)}",
+            file=sys.stderr,
+        )
+        return 1
     assert isinstance(result, int)
     return result
+
+
+def root_cause(exc: BaseException) -> str:
+    """The first line of the innermost exception behind ``exc`` (psycopg's, under the
+    library's): what a person can act on, such as 'database "x" does not exist'."""
+    while exc.__cause__ is not None or exc.__context__ is not None:
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
 
 
 if __name__ == "__main__":

@@ -397,3 +397,13 @@ def test_serve_refuses_bad_flags_in_one_line_as_it_refuses_bad_settings(
     assert stopped.value.code == 2
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert "a whole number from 1 to" in error and args[0] in error
+
+
+def test_a_database_that_cannot_be_reached_at_start_is_one_line_not_a_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Nothing listens on port 1: the connection is refused at once.
+    monkeypatch.setenv("CANTSTOP_DATABASE_URL", "postgresql://postgres@127.0.0.1:1/nowhere")
+    assert cli.main(["migrate"]) == 1
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "CANTSTOP_DATABASE_URL" in error[0], error
