@@ -207,6 +207,20 @@ class Settings:
         )
 
 
+def access_log_path(value: str | None) -> str | None:
+    """``CANTSTOP_ACCESS_LOG``: ``-`` (standard output), empty (off), or a file whose folder
+    exists and may be written (else gunicorn stops with a line that names no variable)."""
+    if value is None or value == "-":
+        return value
+    folder = os.path.dirname(os.path.abspath(value))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise ConfigError(
+            f"CANTSTOP_ACCESS_LOG: {value!r} cannot be written (its folder {folder!r} is "
+            "missing or not writable); use -, a writable path, or nothing (off)"
+        )
+    return value
+
+
 @dataclass(frozen=True)
 class ServerSettings:
     """What gunicorn is told (service/gunicorn_settings.py); read here so that ``cantstop serve``
@@ -233,7 +247,7 @@ class ServerSettings:
             bind=bind,
             workers=env_int(env, "CANTSTOP_WORKERS", 2, low=1, high=256),
             threads=env_int(env, "CANTSTOP_THREADS", 128, low=1, high=4096),
-            access_log=env.get("CANTSTOP_ACCESS_LOG", "-") or None,
+            access_log=access_log_path(env.get("CANTSTOP_ACCESS_LOG", "-") or None),
             log_level=env_choice(
                 env, "CANTSTOP_LOG_LEVEL", "info", ("debug", "info", "warning", "error", "critical")
             ),

@@ -32,7 +32,7 @@ from flask import Flask
 
 from service import cli
 from service.application.store import persistence_env
-from service.config import ServerSettings, Settings
+from service.config import ConfigError, ServerSettings, Settings
 from service.http.app import create_app
 from service.live.hub import LiveConfig
 from tests.test_live import free_port
@@ -407,3 +407,15 @@ def test_a_database_that_cannot_be_reached_at_start_is_one_line_not_a_traceback(
     assert cli.main(["migrate"]) == 1
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and "CANTSTOP_DATABASE_URL" in error[0], error
+
+
+def test_an_access_log_that_cannot_be_written_is_a_bad_setting(tmp_path: Path) -> None:
+    # gunicorn's own refusal named no variable.
+    with pytest.raises(ConfigError, match="CANTSTOP_ACCESS_LOG"):
+        ServerSettings.from_env({"CANTSTOP_ACCESS_LOG": str(tmp_path / "missing" / "access.log")})
+    for value, expected in (
+        ("-", "-"),
+        ("", None),
+        (str(tmp_path / "a.log"), str(tmp_path / "a.log")),
+    ):
+        assert ServerSettings.from_env({"CANTSTOP_ACCESS_LOG": value}).access_log == expected
