@@ -32,7 +32,16 @@ from domain import fairness, jsondoc
 from domain.commands import NewGame, visible_ascii
 from domain.commands import is_int as _is_int
 from domain.errors import DomainError
-from domain.game import ZERO_HASH, Game, chain_hash, event_data, event_type, parse_at
+from domain.game import (
+    CANONICAL_JSON,
+    ZERO_HASH,
+    Game,
+    chain_hash,
+    event_data,
+    event_type,
+    parse_at,
+    shown,
+)
 from domain.rules import DICE_FACES
 from domain.view import game_state
 
@@ -81,16 +90,7 @@ class Check:
 
 
 # ------------------------------------------------------------------------------ helpers
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    try:
-        text = _canonical(value)
-    except (TypeError, ValueError):
-        text = repr(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+_canonical = CANONICAL_JSON.encode
 
 
 def record_problem(record: Any) -> str | None:
@@ -202,7 +202,7 @@ def check_dice(records: Sequence[Any]) -> Check:
             return Check("dice", False, "a manual-dice game reveals a seed", reveals[0]["version"])
         return Check("dice", True, "manual dice: no server draws to check")
     if mode != "server":
-        return Check("dice", False, f"unknown dice mode {_short(mode)}", 1)
+        return Check("dice", False, f"unknown dice mode {shown(mode)}", 1)
     if not _is_int(faces) or faces not in DICE_FACES or not isinstance(client_seed, str):
         return Check("dice", False, "GameCreated lacks the dice faces or the client seed", 1)
     if not isinstance(promised, str) or not HEX64.fullmatch(promised):
@@ -210,7 +210,7 @@ def check_dice(records: Sequence[Any]) -> Check:
     for expected_nonce, (version, entry) in enumerate(draws):
         nonce, dice = entry.get("nonce"), entry.get("dice")
         if not _is_int(nonce) or nonce != expected_nonce:
-            detail = f"version {version}: draw nonce {_short(nonce)} where {expected_nonce} is next"
+            detail = f"version {version}: draw nonce {shown(nonce)} where {expected_nonce} is next"
             return Check("dice", False, detail, version)
         if (
             not isinstance(dice, list)
@@ -288,7 +288,7 @@ class _RecordedDice:
             or len(dice) != count
             or not all(_is_int(d) and 1 <= d <= faces for d in dice)
         ):
-            detail = f"draw {nonce} should be {count} dice of 1..{faces}, not {_short(dice)}"
+            detail = f"draw {nonce} should be {count} dice of 1..{faces}, not {shown(dice)}"
             raise _Refused(position, detail)
         # The nonce recorded with it is compared with the replay's along with the other fields.
         return list(dice)
@@ -346,7 +346,7 @@ def _pairs(events: Sequence[Any]) -> list[tuple[str, dict[str, Any]]]:
 
 def _show(data: Mapping[str, Any], key: str) -> str:
     value = data.get(key, _ABSENT)
-    return "(absent)" if value is _ABSENT else _short(value)
+    return "(absent)" if value is _ABSENT else shown(value)
 
 
 def _compare(
@@ -430,7 +430,7 @@ def _replay(records: Sequence[Any]) -> tuple[Check, Game | None]:
             draw.position = position
             kind = record["type"]
             if kind not in EVENT_TYPES:
-                raise _Refused(position, f"{_short(kind)} is not an event of this game")
+                raise _Refused(position, f"{shown(kind)} is not an event of this game")
             if kind in DERIVED:
                 raise _Refused(position, f"{kind} does not follow from the events before it")
             before = game.version

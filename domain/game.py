@@ -921,16 +921,18 @@ def check_dice(dice: Any, faces: int) -> list[int]:
         or len(dice) != 4
         or not all(isinstance(d, int) and not isinstance(d, bool) and 1 <= d <= faces for d in dice)
     ):
-        raise InvalidDice(f"a roll is exactly four integers from 1 to {faces}, not {shown(dice)}")
+        raise InvalidDice(
+            f"a roll is exactly four integers from 1 to {faces}, not {shown(dice, limit=60)}"
+        )
     return list(dice)
 
 
-def shown(value: Any, limit: int = 60) -> str:
-    """``value`` for a message, as the client sent it (JSON: ``[1, 2, true]``, not Python's
-    ``(1, 2, True)``), cut to ``limit`` characters."""
+def shown(value: Any, limit: int = 80) -> str:
+    """``value`` for a message, as JSON writes it (canonical: ``[1,2,true]``, not Python's
+    ``(1, 2, True)``; what JSON cannot write, as Python does), cut to ``limit`` characters."""
     try:
-        text = json.dumps(value, ensure_ascii=False, default=repr)
-    except ValueError:  # a value that holds itself: no client sends one
+        text = CANONICAL_JSON.encode(value)
+    except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "\u2026"
 
