@@ -87,7 +87,10 @@ def parse_at(at: str) -> datetime:
     """An event's served time back to a datetime (UTC); ValueError unless in the served form."""
     if not AT_PATTERN.fullmatch(at):
         raise ValueError(f"{at!r} is not a time as served (YYYY-MM-DDTHH:MM:SS.ffffffZ)")
-    return datetime.strptime(at, AT_FORMAT).replace(tzinfo=UTC)
+    try:  # the pattern fixed the form; this checks the ranges, ~15x faster than strptime
+        return datetime.fromisoformat(at[:-1]).replace(tzinfo=UTC)
+    except ValueError as exc:
+        raise ValueError(f"{at!r} is not a time: {exc}") from None
 
 
 # The contract's canonical JSON: sorted keys, no spaces, UTF-8 as is. One encoder, built once.
@@ -427,11 +430,14 @@ class Game(Aggregate):
 
     # ----------------------------------------------------------------- the hash chain, recorded
     def _timestamp(self, event_class: type[Any], given: datetime | None) -> datetime:
-        """The recorded time in a replay; else the command's time (``given``), or now."""
+        """The recorded time in a replay; else the command's time (``given``), or now, but never
+        before the last event's: a clock stepped back (NTP, or another host's clock a little
+        behind) must not date an event before the one it follows, which the audit refuses."""
         if self.replay_times:
             return self.replay_times.popleft()
         stamp: datetime = given or event_class.create_timestamp()
-        return stamp
+        last: datetime = self.modified_on
+        return stamp if stamp >= last else last
 
     @classmethod
     def _create(cls, event_class: type[Any], *, id: Any = None, **kwargs: Any) -> Game:
@@ -550,6 +556,8 @@ class Game(Aggregate):
     def join(self, name: str, draw: Draw | None = None, bot: str | None = None) -> int:
         """Take the first open lobby seat; the game starts when the last seat is taken."""
         name = check_name(name)
+        if self.status == "finished":
+            raise GameOver("the game is finished: nobody joins it any more")
         if self.status != "waiting" or None not in self.names:
             raise IllegalAction("this game has no open seat")
         if self.rematch_of is not None:
@@ -560,6 +568,8 @@ class Game(Aggregate):
 
     def claim(self, seat: int, name: str, draw: Draw | None = None, bot: str | None = None) -> int:
         """Take seat ``seat`` of a rematch (the service checks who may)."""
+        if self.status == "finished":
+            raise GameOver("the game is finished: nobody joins it any more")
         if self.status != "waiting" or self.rematch_of is None:
             raise IllegalAction("only the seats of a rematch waiting for its players are claimed")
         if not 0 <= seat < self.seats or self.names[seat] is not None:
@@ -576,9 +586,14 @@ class Game(Aggregate):
 
     def check_leave(self, seat: int) -> None:
         """Whether seat ``seat`` can be given back now (IllegalAction if not)."""
+        if self.status == "finished":
+            raise GameOver("the game is finished: there is no seat to give back")
         if self.status != "waiting":
             raise IllegalAction("the game has started: a player leaves it by resigning")
-        if not isinstance(seat, int) or not 0 <= seat < self.seats or self.names[seat] is None:
+        if not isinstance(seat, int) or not 0 <= seat < self.seats:
+            last = self.seats - 1
+            raise IllegalAction(f"this game has no seat {seat}: its seats are 0 to {last}")
+        if self.names[seat] is None:
             raise IllegalAction(f"seat {seat} is not taken")
 
     def leave(self, seat: int) -> None:
@@ -803,6 +818,15 @@ class Game(Aggregate):
             self._finish(None, "resigned")
         elif len(remaining) == 1:
             self._finish(remaining[0], "last_player")
+
+    def can_still_win(self, seat: int) -> bool:
+        """Whether ``seat`` could still reach ``columns_to_win``: its claimed columns plus every
+        column nobody has claimed (claimed columns stay closed). The rules play on when nobody
+        can (every roll then busts: only resignations end the game); the service's computer
+        players resign then (Timekeeper)."""
+        owners = self.claimed[2:]  # columns 2..2f: indices 0 and 1 are no column
+        need: int = self.rules["columns_to_win"]
+        return owners.count(seat) + owners.count(UNCLAIMED) >= need
 
     def reveal_seed(self, server_seed: str) -> None:
         """Publish the server seed once the game is finished; it must match the commitment."""

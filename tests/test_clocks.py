@@ -633,3 +633,93 @@ def test_a_real_server_plays_a_game_of_bots_to_the_end_in_its_worker(tmp_path: P
 
 def niceness(pid: int) -> int:
     return int((Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
+def test_an_abandoned_lobby_is_closed_to_joins_leaves_and_rematches(
+    moved_clock: tuple[Flask, Scheduler, FakeTime], clock_settings: Settings
+) -> None:
+    """A lobby abandoned before its seats were filled: joining or leaving it is game_over (it
+    is finished), it is no open game in the listing, and it has no rematch (that lobby would keep
+    a seat for a player who never existed, and never start)."""
+    app, scheduler, time_ = moved_clock
+    client = app.test_client()
+    lobby = client.post("/v1/games", json={"seats": 3}).get_json()["game"]
+    ann = client.post(f"/v1/games/{lobby['id']}/players", json={"name": "Ann"}).get_json()
+    token = {"Authorization": f"Bearer {ann['token']}"}
+    scheduler.refresh()
+    time_.now = parse_at(lobby_created_at(client, lobby["id"])) + timedelta(
+        seconds=clock_settings.abandon_after
+    )
+    scheduler.run_due()
+    state = client.get(f"/v1/games/{lobby['id']}").get_json()
+    assert (state["status"], state["finish_reason"]) == ("finished", "abandoned")
+    version = state["version"]
+
+    def code(response: Any, status: int) -> str:
+        assert response.status_code == status, response.get_json()
+        found: str = response.get_json()["code"]
+        return found
+
+    joined = client.post(f"/v1/games/{lobby['id']}/players", json={"name": "Bob"})
+    assert code(joined, 409) == "game_over"
+    left = client.delete(f"/v1/games/{lobby['id']}/players/0", headers=token)
+    assert code(left, 409) == "game_over"
+    rematch = client.post(f"/v1/games/{lobby['id']}/rematch", headers=token)
+    assert code(rematch, 409) == "illegal_action"
+    assert "never started" in rematch.get_json()["detail"]
+    assert client.get(f"/v1/games/{lobby['id']}").get_json()["version"] == version  # nothing
+    rows = client.get("/v1/games?status=finished").get_json()["games"]
+    assert [r["open_seats"] for r in rows if r["id"] == lobby["id"]] == [0]
+    opened = client.get("/v1/games?open=true").get_json()["games"]
+    assert lobby["id"] not in {r["id"] for r in opened}
+
+
+def lobby_created_at(client: Any, game_id: str) -> str:
+    events = client.get(f"/v1/games/{game_id}/events").get_json()["events"]
+    at: str = events[-1]["at"]  # the last event: Ann's seat
+    return at
+
+
+def test_a_computer_player_that_cannot_win_any_more_resigns(
+    moved_clock: tuple[Flask, Scheduler, FakeTime],
+) -> None:
+    """Two computer players to 7, split 5 to 5 with one column left: neither can win, and every
+    roll would bust for ever, an event every pause. The one to act resigns instead (resigning
+    is any player's right), and the other is left to win."""
+    app, _, time_ = moved_clock
+    rt = app.extensions["cantstop"]
+    client = app.test_client()
+    bots = [{"name": "R1", "bot": "rule-of-28"}, {"name": "R2", "bot": "rule-of-28"}]
+    created = client.post("/v1/games", json={"players": bots, "rules": {"columns_to_win": 7}})
+    assert created.status_code == 201, created.get_json()
+    gid = uuid.UUID(created.get_json()["game"]["id"])
+    queued: list[list[int]] = []
+
+    def scripted(*_: Any) -> list[int]:  # the test's dice, in place of the server's
+        return queued.pop(0)
+
+    with rt.games.owned(gid) as game:
+        for column in (2, 3, 4, 5, 6, 8, 9, 10, 11, 12):  # turn about: 5 columns each
+            seat = game.current
+            low = max(1, column - 6)
+            while column not in {c for c, at in enumerate(game.claimed) if at == seat}:
+                queued.append([low, column - low, low, column - low])
+                game.roll(seat, draw=scripted)
+                twice = (column, column) in {tuple(m) for m in game.options}
+                game.move(seat, [column, column] if twice else [column])
+                if game.runners[column] == game.rules_obj.heights[column]:
+                    game.stop(seat)
+        assert not game.can_still_win(0) and not game.can_still_win(1)
+        to_act = game.current
+        rt.games.save_changes(game)
+    assert to_act is not None
+    assert rt.timekeeper.tick(gid, time_.now + timedelta(seconds=1)) is None  # finished
+    state = client.get(f"/v1/games/{gid}").get_json()
+    assert (state["status"], state["finish_reason"], state["winner"]) == (
+        "finished",
+        "last_player",
+        1 - to_act,
+    )
+    last = history(client, str(gid))[-3:]
+    assert [e["type"] for e in last] == ["PlayerResigned", "GameFinished", "SeedRevealed"]
+    assert last[0]["data"]["seat"] == to_act

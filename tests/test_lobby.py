@@ -127,6 +127,12 @@ def test_leaving_is_refused_with_another_seats_token_or_once_started(client: Fla
         409,
         "illegal_action",
     )  # seat 1 is open: nothing to give back
+    missing = problem(
+        client.delete(f"/v1/games/{game_id}/players/5", headers=bearer(ann["token"])),
+        409,
+        "illegal_action",
+    )
+    assert "no seat 5: its seats are 0 to 1" in missing["detail"]
     bob = join(client, game_id, "Bob")
     problem(
         client.delete(f"/v1/games/{game_id}/players/1", headers=bearer(ann["token"])),
@@ -286,6 +292,38 @@ def test_any_seated_player_may_remove_a_bot_from_the_lobby(client: FlaskClient) 
     }
 
 
+def test_people_joining_a_lobby_at_once_fill_it(app: Flask) -> None:
+    """Twelve people join an 8-seat lobby at the same moment: eight are seated and four hear
+    that no seat is open. Before, a join that lost a race was refused as concurrent_action
+    (the vault read before the game's lock, no second judgement): two seated, ten refused."""
+    client = app.test_client()
+    game_id = lobby(client, seats=8)
+    barrier = threading.Barrier(12)
+    answers: list[Any] = []
+
+    def join_now(name: str) -> None:
+        barrier.wait()
+        answers.append(app.test_client().post(f"/v1/games/{game_id}/players", json={"name": name}))
+
+    threads = [threading.Thread(target=join_now, args=(f"P{i}",)) for i in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    codes = sorted(a.status_code for a in answers)
+    assert codes == [201] * 8 + [409] * 4, [a.get_json() for a in answers]
+    assert {a.get_json()["code"] for a in answers if a.status_code == 409} == {"illegal_action"}
+    state = client.get(f"/v1/games/{game_id}").get_json()
+    assert state["status"] == "in_progress" and None not in [p["name"] for p in state["players"]]
+    tokens = [a.get_json()["token"] for a in answers if a.status_code == 201]
+    assert len(set(tokens)) == 8
+    seats = {
+        client.get(f"/v1/games/{game_id}/seat", headers=bearer(t)).get_json()["seat"]
+        for t in tokens
+    }
+    assert seats == set(range(8))
+
+
 # ------------------------------------------------------------------------------ rematch
 def finished_game(client: FlaskClient, players: list[Any], **extra: Any) -> tuple[str, list[Json]]:
     created = client.post("/v1/games", json={"players": players, **extra}).get_json()
@@ -350,10 +388,13 @@ def test_a_rematch_waits_for_every_person_and_refuses_unfinished_games(
     assert claimed.status_code == 201
     assert claimed.get_json()["game"]["status"] == "waiting"
     new_id = claimed.get_json()["game"]["id"]
-    # The kept seat cannot be taken by someone else.
+    # The kept seat cannot be taken by someone else, nor is it offered as open.
     problem(
         client.post(f"/v1/games/{new_id}/players", json={"name": "Mallory"}), 409, "illegal_action"
     )
+    rows = client.get("/v1/games?status=waiting").get_json()["games"]
+    assert [r["open_seats"] for r in rows if r["id"] == new_id] == [0]
+    assert new_id not in {r["id"] for r in client.get("/v1/games?open=true").get_json()["games"]}
     problem(client.post(f"/v1/games/{old}/rematch", headers=bearer("forged")), 401, "unauthorized")
     started = client.post(f"/v1/games/{old}/rematch", headers=bearer(seats[0]["token"]))
     assert started.get_json()["game"]["status"] == "in_progress"
@@ -443,6 +484,28 @@ def test_advice_at_the_version_of_dice_that_bust_says_nobody_chooses(client: Fla
     )
     assert before.status_code == after.status_code == 200
     assert after.get_json()["seat"] == 1 and after.get_json()["phase"] == "roll"
+
+
+def test_advice_at_the_version_before_a_game_ends_says_nobody_is_to_act(
+    client: FlaskClient,
+) -> None:
+    """The resignation (or winning stop) and the game's end are two versions of one command:
+    between them nobody is to act, and advice there was a 500."""
+    created = client.post("/v1/games", json={"players": ["Ann", "Bob"]}).get_json()
+    game_id, token = created["game"]["id"], created["seats"][0]["token"]
+    answer = client.post(
+        f"/v1/games/{game_id}/actions", json={"type": "resign"}, headers=bearer(token)
+    )
+    events = answer.get_json()["events"]
+    assert [e["type"] for e in events][:2] == ["PlayerResigned", "GameFinished"]
+    resigned = events[0]["version"]
+    body = problem(
+        client.get(f"/v1/games/{game_id}/advice?version={resigned}"), 409, "illegal_action"
+    )
+    assert f"version {resigned + 1} records the end" in body["detail"]
+    ended = client.get(f"/v1/games/{game_id}/advice?version={resigned + 1}")
+    assert problem(ended, 409, "game_over")
+    assert client.get(f"/v1/games/{game_id}/advice?version={resigned - 1}").status_code == 200
 
 
 def test_the_bots_are_listed(client: FlaskClient) -> None:

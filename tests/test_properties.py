@@ -60,18 +60,20 @@ class Setup:
 
 @st.composite
 def setups(draw: st.DrawFn) -> Setup:
-    players = draw(st.integers(1, 5))
-    rules: dict[str, Any] = {
-        "dice_faces": draw(st.sampled_from([6, 8])),
-        "steep_hill": draw(st.booleans()),
-    }
+    players = draw(st.integers(1, 8))
+    faces = draw(st.sampled_from([6, 8]))
+    rules: dict[str, Any] = {"dice_faces": faces, "steep_hill": draw(st.booleans())}
     variant = draw(st.sampled_from([None, "jumping", "forced_move"]))  # never both
     if variant:
         rules[variant] = True
     if players == 1:
         rules["solitaire"] = draw(st.sampled_from(["easy", "advanced"]))
     else:
-        rules["columns_to_win"] = draw(st.sampled_from([1, 2, 3, "by_players"]))
+        # Up to every column but one: from 6 players at 3, or 2 players at 7, nobody may be
+        # left able to win, and play goes on (every roll busting) until resignations end it.
+        rules["columns_to_win"] = draw(
+            st.one_of(st.sampled_from([1, 2, 3, "by_players"]), st.integers(4, 2 * faces - 1))
+        )
     first_player = draw(st.integers(0, players - 1))
     lobby = players >= 2 and draw(st.booleans())
     return Setup(players, rules, first_player, lobby)

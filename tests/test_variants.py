@@ -6,12 +6,14 @@ authority is rules-rulings.md; the comments name the ruling each test checks.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
 
+from domain.audit import audit_records
 from domain.commands import NewGame
 from domain.errors import (
     DomainError,
@@ -21,10 +23,12 @@ from domain.errors import (
     InvalidRequest,
     NotYourTurn,
 )
-from domain.game import Game
+from domain.game import Game, event_records
 from domain.moves import UNCLAIMED, Board
+from domain.record_sheet import record_sheet
 from domain.rules import heights
 from domain.view import game_state
+from service.render.sheet import render_text
 
 ROLL = {"type": "roll"}
 STOP = {"type": "stop"}
@@ -166,6 +170,34 @@ def test_columns_plus_two_players_win_with_the_fifth_claimed_column() -> None:
     claim(game, 0, 4)
     state = game_state(game)
     assert (state["status"], state["winner"], state["finish_reason"]) == ("finished", 0, "columns")
+
+
+def test_play_goes_on_when_nobody_can_reach_the_columns_to_win_any_more() -> None:
+    """Rule 10 alone ends a game by columns: two players to 7, split 5 to 5 with one column
+    left, can neither of them win, yet the game goes on (every roll then busts) until a
+    resignation leaves one player, who wins (Resigning)."""
+    game = new_game(columns_to_win=7)
+    for ann, bob in zip((2, 4, 6, 8, 10), (3, 5, 7, 9, 11), strict=True):
+        assert game.can_still_win(0) and game.can_still_win(1)
+        claim(game, 0, ann)
+        claim(game, 1, bob)
+    assert not game.can_still_win(0) and not game.can_still_win(1)
+    assert game_state(game)["status"] == "in_progress"
+    game.roll(0, dice=[6, 6, 6, 6])  # 12: the one column left, open to both
+    game.move(0, [12, 12])
+    game.stop(0)
+    game.roll(1, dice=[1, 1, 1, 1])  # 2 is Ann's: nothing to play
+    assert last_type(game) == "TurnBusted"
+    game.resign(0)
+    state = game_state(game)
+    assert (state["status"], state["winner"], state["finish_reason"]) == (
+        "finished",
+        1,
+        "last_player",
+    )
+    records = json.loads(json.dumps(event_records(game.collect_events())))
+    assert audit_records(records)["valid"] is True
+    assert render_text(record_sheet(records, 1)).endswith("Winner: Bob\n")
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,13 @@ class Advisor:
             raise GameOver("the game is finished: nobody is to act")
         if state["status"] != "in_progress":
             raise IllegalAction("the game has not started: seats are still open")
+        if state["turn"] is None:
+            # A past version only: the winning stop, or the resignation that leaves one player,
+            # whose command records the game's end in the next version.
+            raise IllegalAction(
+                f"nobody is to act at version {key[1]}: version {key[1] + 1} records the end "
+                "of the game"
+            )
         position = Position.from_game(self.games.game(game_id, key[1]))
         if position.phase == "move" and not position.moves:
             # A past version only: the same command records these dice and the bust.

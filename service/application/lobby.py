@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import secrets
 import uuid
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from eventsourcing.persistence import IntegrityError
 
@@ -26,6 +27,7 @@ from service.application.errors import ConcurrentAction, NotFound, NotYourSeat, 
 from service.application.games import Games, Seat, check_bots
 
 ATTEMPTS = 8
+T = TypeVar("T")
 REMATCH_NAMESPACE = uuid.UUID("4d0c8f62-9a1e-4f7b-8c35-2b6e1d9a7f40")
 
 
@@ -58,31 +60,48 @@ class Lobby:
     ) -> Seated:
         """Take the first open seat: a person gets a token; a computer player (``bot``) is seated
         by a player already seated, whose ``token`` is given."""
-        games = self.games
-        games.refuse_imported(game_id)
+        self.games.refuse_imported(game_id)
         if bot is not None:
             check_bots([{"name": name, "bot": bot}])
-            vault, _ = self._seated_seat(game_id, token)
-        elif token is not None:
-            # A person needs no token to join; one sent must be good all the same (a client
-            # sending a wrong credential hears so: RFC 6750, 401, never silently ignored).
-            vault, _ = self._seated_seat(game_id, token)
-        else:
-            vault = games.vault(game_id)
-        with games.owned(game_id) as game:
+        return self._again(lambda: self._join(game_id, name, bot, token))
+
+    def _join(self, game_id: uuid.UUID, name: str, bot: str | None, token: str | None) -> Seated:
+        games = self.games
+        with games.owned(game_id) as game:  # the vault read under the game's lock, afresh
+            if bot is not None or token is not None:
+                # A person needs no token to join; one sent must be good all the same (a client
+                # sending a wrong credential hears so: RFC 6750, 401, never silently ignored).
+                vault, _ = self._seated_seat(game_id, token)
+            else:
+                vault = games.vault(game_id)
             seat = game.join(name, draw=games.dicer(game), bot=bot)
             issued = self._issue(vault, seat, bot)
             self._sealed_if_started(game, vault)
             self._save(game, vault)
             return Seated(games.views.of(game), Seat(seat, game.names[seat], issued, bot))
 
+    @staticmethod
+    def _again(attempt: Callable[[], T]) -> T:
+        """A lobby change judged again on the latest version when another request (another
+        thread, another worker) changed the lobby first, as an action is: twelve people joining
+        an 8-seat lobby at once fill it, not two of them with ten refusals."""
+        for _ in range(ATTEMPTS - 1):
+            try:
+                return attempt()
+            except ConcurrentAction:
+                continue
+        return attempt()
+
     def leave(self, game_id: uuid.UUID, seat: int, token: str | None) -> dict[str, Any]:
         """Give a seat back before the game starts: with its own token, or (a computer player's
         seat) with any seated player's. The seat is open again; its token stops working."""
+        self.games.refuse_imported(game_id)
+        return self._again(lambda: self._leave(game_id, seat, token))
+
+    def _leave(self, game_id: uuid.UUID, seat: int, token: str | None) -> dict[str, Any]:
         games = self.games
-        games.refuse_imported(game_id)
-        vault, holder = self._seated_seat(game_id, token)
         with games.owned(game_id) as game:
+            vault, holder = self._seated_seat(game_id, token)
             game.check_leave(seat)  # the game's rules first (started? taken?), then whose seat
             if not game.is_bot(seat) and holder != seat:
                 raise NotYourSeat(f"your token holds seat {holder}, not seat {seat}")
@@ -104,6 +123,10 @@ class Lobby:
             raise IllegalAction("a rematch is for a finished game; this one is not finished")
         if old.seats < 2:
             raise IllegalAction("a solitaire game has no rematch: start a new one")
+        if None in old.names:
+            # A lobby that ended (abandoned) before its seats were filled was never played: its
+            # rematch would keep seats for players who never existed, and never start.
+            raise IllegalAction("this game never started: a rematch is for a game that was played")
         seat = match_token(games.vault(game_id).token_hashes, token)
         if seat is None:
             raise Unauthorized("unknown token for this game")

@@ -81,11 +81,15 @@ class GameSummary:
     status: str = "waiting"
     winner: int | None = None
     imported: bool = False
+    rematch: bool = False
 
     @property
     def open_seats(self) -> int:
-        """Seats anyone may take: none in an imported game (it is read-only)."""
-        return 0 if self.imported else sum(1 for p in self.players if p is None)
+        """Seats anyone may take: only in a lobby still waiting; none in an imported game (it is
+        read-only), nor in a rematch (its seats are kept for the players of the game before)."""
+        if self.imported or self.rematch or self.status != "waiting":
+            return 0
+        return sum(1 for p in self.players if p is None)
 
     def to_dict(self, now: datetime) -> dict[str, Any]:
         waited = None
@@ -143,6 +147,7 @@ class GameIndex(Projection):
                 event.dice,
                 dict(event.rules),
                 imported=key in self.imported,
+                rematch=event.rematch_of is not None,
             )
             return
         summary = self.games.get(key)

@@ -86,9 +86,16 @@ class Timekeeper:
         return False
 
     def _play_bot(self, game: Game) -> None:
-        """One action of the computer player to act, as a person's would be."""
+        """One action of the computer player to act, as a person's would be; or, when it can no
+        longer reach the columns to win, its resignation. Without it a game of computer players
+        that none of them can win any more (six at the default three columns each holding one
+        or two; two at seven, split 6 to 5) would bust for ever, an event every pause."""
         seat = game.current
         assert seat is not None
+        if not game.can_still_win(seat):
+            log.info("game %s: computer player %s resigns: it cannot win any more", game.id, seat)
+            game.resign(seat)
+            return
         strategy = strategies.get(game.bots[str(seat)])
         # Deterministic: any process that plays this version chooses the same action.
         rng = random.Random(f"{game.id}:{game.version}")

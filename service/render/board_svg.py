@@ -83,6 +83,7 @@ REASONS = {
     "columns": "claimed {n} column{s}",
     "last_player": "last player left",
     "resigned": "everyone resigned",
+    "abandoned": "abandoned",
 }
 
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")

@@ -50,6 +50,10 @@ def _turns(n: int) -> str:
     return f"{n} turn" if n == 1 else f"{n} turns"
 
 
+# How a game of several players ended without a winner, where the reason says more than that.
+NO_WINNER = {"abandoned": "Abandoned: no winner"}  # nothing recorded for too long
+
+
 def result_lines(sheet: RecordSheet) -> list[str]:
     """What a finished sheet says at the bottom: the score and rating, or how the game ended."""
     if not sheet["finished"]:
@@ -59,13 +63,12 @@ def result_lines(sheet: RecordSheet) -> list[str]:
         if sheet["rating"]:
             lines.append(f"Rating: {sheet['rating']}")
         return lines
-    abandoned = sheet["finish_reason"] == "abandoned"  # nothing recorded for too long
     if sheet["mode"]:
-        ended = "Abandoned" if abandoned else "Resigned"
+        ended = "Abandoned" if sheet["finish_reason"] == "abandoned" else "Resigned"
         return [f"{ended} after {_turns(sheet['turns'])}: no score"]
     if sheet["winner"]:
         return [f"Winner: {sheet['winner']}"]
-    return ["Abandoned: no winner" if abandoned else "No winner"]
+    return [NO_WINNER.get(str(sheet["finish_reason"]), "No winner")]
 
 
 # ----------------------------------------------------------------------------- text, CSV, JSON
