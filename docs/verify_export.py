@@ -61,6 +61,8 @@ def verify(lines):
             return version, "prev_hash is not the previous event's hash"
         if digest != event["hash"]:
             return version, "hash does not match the event"
+        if events and event["at"] < events[-1]["at"]:  # one width: the text sorts as the time
+            return version, "dated before the event it follows"
         previous = event["hash"]
         events.append(event)
     if not events or events[0]["type"] != "GameCreated":

@@ -4,7 +4,8 @@
 and runs four checks, each of which may blame a version:
 
 - ``chain``: versions 1..n in order; every ``prev_hash`` is the previous event's ``hash`` (zeros for
-  version 1); every ``hash`` recomputed from the served fields equals the stored one.
+  version 1); every ``hash`` recomputed from the served fields equals the stored one; no event is
+  dated before the one it follows.
 - ``rules``: the game is rebuilt from the GameCreated data and every action is re-derived from the
   events and replayed through the rules; the replay must produce the recorded events, type by type
   and field by field (derived events such as TurnBusted or GameFinished included).
@@ -134,18 +135,21 @@ def _draws(value: Any) -> Iterator[Mapping[str, Any]]:
             yield from _draws(item)
 
 
-def _readable_prefix(records: Sequence[Any]) -> list[Mapping[str, Any]]:
+def _readable_prefix(
+    records: Sequence[Any], problems: Sequence[str | None]
+) -> list[Mapping[str, Any]]:
     """The records up to (not including) the first malformed one."""
     prefix: list[Mapping[str, Any]] = []
-    for record in records:
-        if record_problem(record) is not None:
+    for record, problem in zip(records, problems, strict=True):
+        if problem is not None:
             break
         prefix.append(record)
     return prefix
 
 
 # ------------------------------------------------------------------------------ chain
-def check_chain(records: Sequence[Any]) -> Check:
+def check_chain(records: Sequence[Any], problems: Sequence[str | None]) -> Check:
+    """``problems``: each record's ``record_problem``, worked out once for every check."""
     if not records:
         return Check("chain", False, "the history is empty: version 1 is missing", 1)
     previous = ZERO_HASH
@@ -158,7 +162,7 @@ def check_chain(records: Sequence[Any]) -> Check:
             else:
                 detail = f"version {claimed} appears again, where version {expected} belongs"
             return Check("chain", False, detail, expected)
-        problem = record_problem(record)
+        problem = problems[position]
         if problem is not None:
             return Check("chain", False, f"version {expected} is malformed: {problem}", expected)
         if record["prev_hash"] != previous:
@@ -177,13 +181,21 @@ def check_chain(records: Sequence[Any]) -> Check:
                 f"version {expected}: the hash does not match the event's contents",
                 expected,
             )
+        if position and record["at"] < records[position - 1]["at"]:
+            # Times as served have one width, so their text sorts as they do. The service
+            # never records an event before the one it follows (Game._timestamp).
+            detail = (
+                f"version {expected} is dated {record['at']}, before version {expected - 1} "
+                f"({records[position - 1]['at']})"
+            )
+            return Check("chain", False, detail, expected)
         previous = record["hash"]
-    return Check("chain", True, f"{len(records)} events, every hash verified")
+    return Check("chain", True, f"{len(records)} events in time order, every hash verified")
 
 
 # ------------------------------------------------------------------------------ dice
-def check_dice(records: Sequence[Any]) -> Check:
-    readable = [r for r in records if record_problem(r) is None]
+def check_dice(records: Sequence[Any], problems: Sequence[str | None]) -> Check:
+    readable = [r for r, problem in zip(records, problems, strict=True) if problem is None]
     created = readable[0] if readable and readable[0]["version"] == 1 else None
     if created is None or created["type"] != "GameCreated":
         return Check("dice", False, "no readable GameCreated event at version 1", 1)
@@ -416,8 +428,8 @@ def _start(records: Sequence[Mapping[str, Any]], draw: _RecordedDice) -> Game:
     return game
 
 
-def _replay(records: Sequence[Any]) -> tuple[Check, Game | None]:
-    readable = _readable_prefix(records)
+def _replay(records: Sequence[Any], problems: Sequence[str | None]) -> tuple[Check, Game | None]:
+    readable = _readable_prefix(records, problems)
     if not readable:
         return Check("rules", False, "no readable GameCreated event at version 1", 1), None
     draw = _RecordedDice(readable)
@@ -504,11 +516,12 @@ def audit_records(
     if len(records) > MAX_RECORDS:
         checks = [Check("chain", False, f"more than {MAX_RECORDS} events", MAX_RECORDS + 1)]
     else:
-        rules, game = _replay(records)
+        problems = [record_problem(record) for record in records]
+        rules, game = _replay(records, problems)
         checks = [
-            check_chain(records),
+            check_chain(records, problems),
             rules,
-            check_dice(records),
+            check_dice(records, problems),
             _check_final(game, live_state, live_error),
             *extra,
         ]

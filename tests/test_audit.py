@@ -16,18 +16,19 @@ import sys
 import threading
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from eventsourcing.domain import Snapshot
+from eventsourcing.domain import DomainEvent, Snapshot
 from flask import Flask
 from flask.testing import FlaskClient
 
 from domain import fairness
 from domain.audit import audit_records, parse_export
 from domain.commands import NewGame
-from domain.game import ZERO_HASH, Game, chain_hash, event_records
+from domain.game import ZERO_HASH, Game, chain_hash, event_records, format_at
 from domain.transcript import apply_action
 from domain.view import game_state
 from service import cli
@@ -148,6 +149,40 @@ def test_a_forger_who_rewrites_the_chain_is_caught_by_the_rules_and_the_dice(
     version = index + 1
     assert failing(verdict) == {"rules": version, "dice": version}
     assert verdict["first_bad_version"] == version
+
+
+def test_an_event_dated_before_the_one_it_follows_breaks_the_chain(
+    finished: tuple[Game, Records],
+) -> None:
+    """A history rewritten with one time moved back, its chain recomputed, is caught at it; one
+    moved far forward is caught at the next event (which is then dated before it)."""
+    for moved, blamed in (("2000-01-01T00:00:00.000000Z", 0), ("9999-12-31T00:00:00.000000Z", 1)):
+        records = copy.deepcopy(finished[1])
+        index = first(records, "DiceRolled", after=10)
+        records[index]["at"] = moved
+        verdict = audit_records(rehash(records))
+        version = index + 1 + blamed
+        assert failing(verdict) == {"chain": version}
+        chain = next(c for c in verdict["checks"] if c["name"] == "chain")
+        assert f"before version {version - 1}" in chain["detail"]
+    verdict = audit_records(finished[1])
+    assert verdict["valid"] is True and "in time order" in verdict["checks"][0]["detail"]
+
+
+def test_a_clock_stepped_back_never_dates_an_event_before_the_last(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The clock read behind the last event's time (NTP stepping it back, or another host a
+    little behind): the event is dated at the last one's time, so the audit still passes."""
+    game, before = domain_game(actions=5)
+    last = game.modified_on
+    behind = last - timedelta(minutes=5)
+    monkeypatch.setattr(DomainEvent, "create_timestamp", staticmethod(lambda: behind))
+    drive(game, functools.partial(fairness.draw, SEED, str(game.id)), 3)
+    monkeypatch.undo()
+    records = [json.loads(json.dumps(r)) for r in event_records(game.collect_events())]
+    assert records and all(r["at"] == format_at(last) for r in records)
+    assert audit_records(before + records)["valid"] is True
 
 
 def test_a_derived_event_that_the_rules_do_not_produce_is_refused(
@@ -295,6 +330,8 @@ def test_lobbies_resignations_and_variants_replay_cleanly() -> None:
         (lambda r: r.update(data={"seat": [[[[[[[[[[[[[[[[[[0]]]]]]]]]]]]]]]]]]}), "nested"),
         (lambda r: r.update(prev_hash="XYZ"), "prev_hash is not 64"),
         (lambda r: r.update(at="2026-01-01T00:00:00Z"), "not a time as served"),
+        (lambda r: r.update(at="2026-02-30T00:00:00.000000Z"), "day is out of range"),
+        (lambda r: r.update(at="2026-01-01T24:00:00.000000Z"), "hour must be in 0..23"),
         (lambda r: r.update(type=None), "type is not a string"),
         (lambda r: r.clear() or r.update(version=6, unreadable="cannot decode"), "cannot decode"),
     ],
@@ -499,6 +536,12 @@ def test_an_untampered_finished_server_dice_game_verifies_end_to_end_offline(
     naive = [lines[0], *(json.dumps(r) for r in records)]
     path.write_text("\n".join(naive) + "\n", encoding="utf-8")
     assert run_script(path) == (1, f"FAIL at version {index + 1}")
+    forged = [lines[0], *(json.dumps(r) for r in rehash(records))]
+    path.write_text("\n".join(forged) + "\n", encoding="utf-8")
+    assert run_script(path) == (1, f"FAIL at version {index + 1}")
+    # Dated back, the chain recomputed: the script finds it too.
+    records = [json.loads(line) for line in lines[1:]]
+    records[index]["at"] = "2000-01-01T00:00:00.000000Z"
     forged = [lines[0], *(json.dumps(r) for r in rehash(records))]
     path.write_text("\n".join(forged) + "\n", encoding="utf-8")
     assert run_script(path) == (1, f"FAIL at version {index + 1}")
