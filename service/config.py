@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 DEFAULT_DATABASE_URL = "sqlite:///var/cantstop.sqlite"
 DEFAULT_MAX_BODY_BYTES = 256 * 1024
-SCOPES = ("create", "action")
+SCOPES = ("create", "action", "audit")
 UNITS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hour": 3600}
 UNITS |= {"d": 86400, "day": 86400}
 RULE = re.compile(r"^(?P<scope>[a-z_]+)=(?P<count>\d{1,9})/(?P<n>\d{0,6})(?P<unit>[a-z]+)$")

@@ -110,6 +110,23 @@ def test_an_imported_export_keeps_every_event_and_can_be_browsed(client: FlaskCl
     assert client.get(f"/v1/games/{new_id}/board.svg?version=2").status_code == 200
 
 
+def test_an_imported_game_with_a_clock_shows_no_deadline(client: FlaskClient) -> None:
+    """Its turn never times out (nobody plays it): a deadline there would be a time that passes
+    and never comes."""
+    created = ok(
+        client.post("/v1/games", json={"players": ["Ann", "Bob"], "clock": {"turn_seconds": 60}}),
+        201,
+    )
+    game_id = created["game"]["id"]
+    original = ok(client.get(f"/v1/games/{game_id}"))
+    assert original["turn"]["deadline"] is not None
+    exported = export_text(client, game_id)
+    copy = ok(client.post("/v1/games/import", data=exported, content_type=NDJSON), 201)["game"]
+    assert copy["turn"]["deadline"] is None and copy["clock"] == {"turn_seconds": 60}
+    assert {**copy["turn"], "deadline": 0} == {**original["turn"], "deadline": 0}
+    assert ok(client.get(f"/v1/games/{copy['id']}/audit"))["valid"] is True
+
+
 def test_every_action_and_join_on_an_imported_game_is_refused_read_only(
     client: FlaskClient,
 ) -> None:
@@ -234,7 +251,12 @@ def test_a_transcript_that_does_not_verify_is_refused_with_its_verdict(
     assert verdict["error"]["index"] == 0 and verdict["error"]["code"] == "illegal_action"
 
 
-def test_an_import_may_exceed_the_usual_body_limit(database_url: str) -> None:
+def test_an_export_may_exceed_the_usual_body_limit_a_transcript_may_not(
+    database_url: str,
+) -> None:
+    """An export (~300 bytes an event) is imported up to IMPORT_MAX_BYTES; a transcript (~35
+    bytes an action) keeps the usual limit, as its verification does: else 1.7 MB of transcript
+    imported as a 64,000-event game whose every audit cost seconds of CPU."""
     app = create_app(Settings(database_url=database_url, max_body_bytes=1024), create_tables=True)
     try:
         client = app.test_client()
@@ -244,7 +266,7 @@ def test_an_import_may_exceed_the_usual_body_limit(database_url: str) -> None:
         too_big = client.post("/v1/transcripts/verify", data=exported, content_type=NDJSON)
         assert problem_code(too_big, 413) == "payload_too_large"
         ok(client.post("/v1/games/import", data=exported, content_type=NDJSON), 201)
-        # A transcript as JSON too: the import raises the limit for its own request only.
+        # A transcript: the usual limit, as for its verification; nothing is imported.
         turn = [
             {"type": "roll", "dice": [3, 4, 2, 6]},
             {"type": "move", "sums": [7, 8]},
@@ -254,7 +276,12 @@ def test_an_import_may_exceed_the_usual_body_limit(database_url: str) -> None:
         assert len(json.dumps({"transcript": transcript})) > 1024
         too_big = client.post("/v1/transcripts/verify", json=transcript)
         assert problem_code(too_big, 413) == "payload_too_large"
-        ok(client.post("/v1/games/import", json={"transcript": transcript}), 201)
+        listed = ok(client.get("/v1/games"), 200)
+        too_big = client.post("/v1/games/import", json={"transcript": transcript})
+        assert problem_code(too_big, 413) == "payload_too_large"
+        assert ok(client.get("/v1/games"), 200) == listed
+        turn_short = {"players": ["Ann", "Bob"], "actions": turn * 2}
+        ok(client.post("/v1/games/import", json={"transcript": turn_short}), 201)
     finally:
         app.extensions["cantstop"].close()
 

@@ -153,3 +153,39 @@ def test_limits_off_by_default(app: Flask) -> None:
         assert response.status_code == 201 and "X-RateLimit-Limit" not in response.headers
     finally:
         plain.extensions["cantstop"].close()
+
+
+def test_whole_history_reads_are_limited_per_address_when_asked(database_url: str) -> None:
+    """``audit``: what works through a whole history, which anyone may ask for (the audit, the
+    export, the record sheets, a transcript's verification), counted together per address."""
+    app = create_app(
+        Settings(database_url=database_url, rate_limits="audit=4/minute"), create_tables=True
+    )
+    try:
+        client = app.test_client()
+        game_id = create(client).get_json()["game"]["id"]
+        transcript = {"players": ["Ann", "Bob"], "actions": []}
+        statuses = [
+            client.get(f"/v1/games/{game_id}/audit").status_code,
+            client.get(f"/v1/games/{game_id}/export").status_code,
+            client.get(f"/v1/games/{game_id}/record-sheet?seat=0").status_code,
+            client.post("/v1/transcripts/verify", json=transcript).status_code,
+            client.get(f"/v1/games/{game_id}/audit").status_code,
+        ]
+        assert statuses == [200, 200, 200, 200, 429]
+        refused = client.get(f"/v1/games/{game_id}/export")
+        assert refused.status_code == 429 and refused.get_json()["code"] == "rate_limited"
+        assert int(refused.headers["Retry-After"]) >= 1
+        page = client.get(
+            f"/games/{game_id}/record-sheet.txt?seat=0", headers={"Accept": "text/html"}
+        )
+        assert page.status_code == 429 and page.mimetype == "text/html"  # a page answers as a page
+        # Other reads and the game itself are not counted; nor is creating or acting.
+        assert client.get(f"/v1/games/{game_id}").status_code == 200
+        assert client.get(f"/v1/games/{game_id}/events").status_code == 200
+        assert create(client).status_code == 201
+        # Another address has its own count.
+        other = client.get(f"/v1/games/{game_id}/audit", environ_base={"REMOTE_ADDR": "10.0.0.9"})
+        assert other.status_code == 200
+    finally:
+        app.extensions["cantstop"].close()

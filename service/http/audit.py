@@ -31,7 +31,13 @@ from service.render.board_svg import render_board
 audit_api = Blueprint("audit", __name__)
 
 NDJSON = "application/x-ndjson"
-IMPORT_MAX_BYTES = 2 * 1024 * 1024  # a long game exports to well under 1 MiB
+# An export carries each event's times and hashes (~300 bytes an event): a long game exports to
+# well under 1 MiB, and 2 MiB holds ~7,000 events. A transcript carries only the actions (~35
+# bytes each, ~10 times denser), so it keeps the usual body limit, as /v1/transcripts/verify
+# does: 256 KiB holds ~8,000 actions, about as many events as the export's limit. Raising it as
+# well let 1.7 MB of transcript import as a 64,000-event game, each audit of which then cost
+# seconds of CPU (docs/auditing.md, "Imports").
+IMPORT_MAX_BYTES = 2 * 1024 * 1024
 
 
 class ImportTranscriptSchema(Schema):
@@ -59,10 +65,10 @@ def export_game(game_id: str) -> Response:
 
 @audit_api.post("/v1/games/import")
 def import_game() -> Response:
-    request.max_content_length = max(IMPORT_MAX_BYTES, request.max_content_length or 0)
     games = runtime().games
     source: str | None = None
     if request.mimetype == NDJSON:
+        request.max_content_length = max(IMPORT_MAX_BYTES, request.max_content_length or 0)
         game_id, source = import_export(games, whole_body(this_request()))
         kind = "export"
     elif is_json(request.mimetype):

@@ -3,7 +3,10 @@ enforced by Flask-Limiter with fixed windows.
 
 - ``create`` covers ``POST /v1/games``, ``POST /v1/games/import`` and ``POST /v1/seed-commitments``,
   counted per client address; ``action`` covers ``POST /v1/games/{id}/actions``, counted per seat
-  token (by its SHA-256; per address when no token is sent).
+  token (by its SHA-256; per address when no token is sent); ``audit`` covers what works through
+  a whole history, whose cost grows with a game's length and which anyone may ask for: ``GET
+  /v1/games/{id}/audit``, ``/export`` and ``/record-sheet`` (the pages' record-sheet files too)
+  and ``POST /v1/transcripts/verify``, counted per client address.
 - With Redis the counters live there, shared by every worker and host; without it, or while it is
   unreachable, each process counts in its own memory (the effective limit is then the configured
   one times the number of processes). Counting never touches the event store.
@@ -26,6 +29,13 @@ KEY_PREFIX = "cantstop:rl"
 SCOPES: dict[str, tuple[str, ...]] = {
     "create": ("games.create_game", "games.commit_seed", "audit.import_game"),
     "action": ("games.act",),
+    "audit": (
+        "audit.audit_game",
+        "audit.export_game",
+        "sheets.sheet",
+        "pages.record_sheet_file",
+        "transcripts.verify_transcript",
+    ),
 }
 
 
@@ -38,7 +48,11 @@ def seat_or_address() -> str:
     return f"t:{token_hash(token)[:32]}" if token is not None else client_address()
 
 
-KEYS: dict[str, Callable[[], str]] = {"create": client_address, "action": seat_or_address}
+KEYS: dict[str, Callable[[], str]] = {
+    "create": client_address,
+    "action": seat_or_address,
+    "audit": client_address,
+}
 
 
 def storage_uri(redis_url: str | None) -> str:
@@ -80,7 +94,7 @@ def init_app(app: Flask, settings: Settings) -> Limiter | None:
             f"{limit.count} per {limit.period} second",
             scope=scope,
             key_func=KEYS[scope],
-            methods=["POST"],
+            methods=["GET", "HEAD", "POST"] if scope == "audit" else ["POST"],  # not OPTIONS
         )
         for endpoint in SCOPES[scope]:
             app.view_functions[endpoint] = shared(app.view_functions[endpoint])  # type: ignore[assignment]
