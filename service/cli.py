@@ -25,7 +25,7 @@ from domain.errors import InvalidRequest
 from domain.record_sheet import record_sheet
 from domain.transcript import MalformedTranscript, verify
 from service import arena_cli
-from service.application.store import StoreUnavailable
+from service.application.store import StoreUnavailable, postgres_connect_error
 from service.config import ConfigError, ServerSettings, Settings
 from service.live.hub import LiveConfig
 from service.render.sheet import render_csv, render_pdf, render_text
@@ -50,17 +50,22 @@ def read_json(name: str) -> Any:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    """One verdict; or, for several files, one JSON line each, in order, a file that cannot be
+    judged included (``{"file": …, "valid": false, "malformed": reason}``, its reason on
+    standard error too), so that the lines match the files one to one."""
     worst = 0
     several = len(args.files) > 1
     for name in args.files:
         try:
             verdict = verify(read_json(name), trace=args.trace)
-        except Unreadable as exc:
-            print(str(exc).splitlines()[0], file=sys.stderr)
-            worst = 2
-            continue
-        except MalformedTranscript as exc:
-            print(f"{name}: malformed transcript: {exc}", file=sys.stderr)
+        except (Unreadable, MalformedTranscript) as exc:
+            reason = str(exc).splitlines()[0]
+            if isinstance(exc, MalformedTranscript):
+                reason = f"{name}: malformed transcript: {reason}"
+            print(reason, file=sys.stderr)
+            if several:
+                line = {"file": name, "valid": False, "malformed": reason}
+                print(json.dumps(line, ensure_ascii=False))
             worst = 2
             continue
         if several:
@@ -312,8 +317,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"cantstop: {exc}", file=sys.stderr)
         return 2
     except (StoreUnavailable, PersistenceError) as exc:  # at start: the database cannot be used
+        reason = postgres_connect_error(Settings.from_env()) or root_cause(exc)
         print(
-            f"cantstop: the database (CANTSTOP_DATABASE_URL) cannot be used: {root_cause(exc)}",
+            f"cantstop: the database (CANTSTOP_DATABASE_URL) cannot be used: {reason}",
             file=sys.stderr,
         )
         return 1

@@ -212,6 +212,18 @@ def test_unknown_games_are_404(client: FlaskClient, path: str) -> None:
     problem(client.get(path), 404, "not_found")
 
 
+def test_a_game_has_one_id_as_written_not_every_form_uuid_reads(client: FlaskClient) -> None:
+    """32 bare hex digits, braces and a URN all name the same UUID to Python: each was another
+    URL of one game (its state, actions, audits). Only the form the service writes is a game id
+    (openapi.yaml's pattern; hex digits in either case)."""
+    created = client.post("/v1/games", json={"players": ["Ann", "Bob"]}).get_json()
+    gid = created["game"]["id"]
+    for other in (gid.replace("-", ""), "{" + gid + "}", "urn:uuid:" + gid):
+        problem(client.get(f"/v1/games/{other}"), 404, "not_found")
+        problem(client.get(f"/v1/games/{other}/events"), 404, "not_found")
+    assert client.get(f"/v1/games/{gid.upper()}").get_json()["id"] == gid
+
+
 def test_unknown_route_and_method_are_problems(client: FlaskClient) -> None:
     assert client.get("/v2/nothing").content_type == "application/problem+json"
     assert client.delete("/v1/games").status_code == 405

@@ -80,6 +80,28 @@ def test_several_files_give_json_lines_in_order(tmp_path: Path) -> None:
     assert [v["file"] for v in lines] == files
 
 
+def test_several_files_give_one_line_each_even_one_that_cannot_be_judged(
+    tmp_path: Path,
+) -> None:
+    """A file that is not a transcript (or cannot be read) still has its line, in its place, so
+    the lines match the files one to one; the run exits 2, its reason also on standard error."""
+    files = [
+        write(tmp_path, "a.json", VALID),
+        write(tmp_path, "b.json", "{not json"),
+        str(tmp_path / "absent.json"),
+        write(tmp_path, "c.json", {"actions": []}),
+        write(tmp_path, "d.json", ILLEGAL),
+    ]
+    result = run("verify", *files)
+    assert result.returncode == 2
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [v["file"] for v in lines] == files
+    assert [v["valid"] for v in lines] == [True, False, False, False, False]
+    assert ["malformed" in v for v in lines] == [False, True, True, True, False]
+    assert "absent.json" in lines[2]["malformed"]
+    assert result.stderr.strip().splitlines() == [v["malformed"] for v in lines[1:4]]
+
+
 def test_standard_input_is_read_with_a_dash() -> None:
     result = run("verify", "-", stdin=json.dumps(VALID))
     assert result.returncode == 0

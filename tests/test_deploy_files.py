@@ -419,3 +419,20 @@ def test_an_access_log_that_cannot_be_written_is_a_bad_setting(tmp_path: Path) -
         (str(tmp_path / "a.log"), str(tmp_path / "a.log")),
     ):
         assert ServerSettings.from_env({"CANTSTOP_ACCESS_LOG": value}).access_log == expected
+
+
+def test_a_database_that_does_not_exist_is_named_in_libpqs_words(
+    postgres_server_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The library's pool says only 'couldn't get a connection after 1.00 sec'; the line says
+    what a person can act on, as libpq has it."""
+    head, sep, query = postgres_server_url.partition("?")
+    missing = f"{head.rpartition('/')[0]}/no_such_database{sep}{query}"
+    monkeypatch.setenv("CANTSTOP_DATABASE_URL", missing)
+    assert cli.main(["migrate"]) == 1
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1, error
+    assert "CANTSTOP_DATABASE_URL" in error[0]
+    assert 'database "no_such_database" does not exist' in error[0], error

@@ -224,7 +224,32 @@ def test_the_stream_ends_after_the_final_events_then_answers_204(
         client.get(f"/v1/games/{game_id}/stream", headers={"Last-Event-ID": last}).status_code
         == 204
     )
-    assert client.get(f"/v1/games/{game_id}/stream").status_code == 204
+    ended = client.get(f"/v1/games/{game_id}/stream")
+    assert ended.status_code == 204 and "Content-Type" not in ended.headers
+    # An empty Last-Event-ID is no resume point (not a 422): ?after= decides, here the start.
+    response, reader = open_stream(client, game_id, query="?after=1", **{"Last-Event-ID": ""})
+    assert_exactly(reader.to_the_end(), everything[1:])
+    response.close()
+
+
+def test_an_imported_game_in_progress_streams_its_events_then_ends(
+    make_app: Callable[..., Flask],
+) -> None:
+    """Nothing can ever follow in an imported game: its stream ends like a finished game's,
+    where it stayed open for ever, holding a stream place (found by a black-box review)."""
+    client = make_app().test_client()
+    game_id, tokens = create(client)
+    play(client, game_id, tokens)
+    exported = client.get(f"/v1/games/{game_id}/export").get_data()
+    imported = client.post(
+        "/v1/games/import", data=exported, content_type="application/x-ndjson"
+    ).get_json()["game"]
+    assert imported["status"] == "in_progress"
+    response, reader = open_stream(client, imported["id"], query="?after=0")
+    assert_exactly(reader.to_the_end(), history(client, imported["id"]))
+    assert reader.comments[-1] == ": game over"
+    response.close()
+    assert client.get(f"/v1/games/{imported['id']}/stream").status_code == 204
 
 
 @pytest.mark.parametrize(

@@ -56,7 +56,10 @@ def script_sources(policy: str) -> str:
 
 
 # ----------------------------------------------------------------------------- negotiation
-@pytest.mark.parametrize("accept", [BROWSER, "text/html", "text/html;q=0.9,application/json;q=0.5"])
+@pytest.mark.parametrize(
+    "accept",
+    [BROWSER, "text/html", "text/html;q=0.9,application/json;q=0.5", "text/html;charset=utf-8"],
+)
 def test_the_root_is_the_lobby_page_for_browsers(client: FlaskClient, accept: str) -> None:
     response = client.get("/", headers={"Accept": accept})
     assert response.status_code == 200

@@ -255,6 +255,22 @@ def test_bodies_sent_with_a_length_or_in_chunks_are_read_alike_and_limited(
         )
         now = send(port, "GET", f"/v1/games/{game['id']}").json()
         assert now["version"] == game["version"] + 1
+        # Chunks gunicorn cannot read (a size that is no hex number; a chunk longer than it
+        # said): 400 malformed_request, raised as the view reads the body, not a 500.
+        broken_chunks = (b"zz\r\n{}\r\n0\r\n\r\n", b"2\r\n{}}}\r\n0\r\n\r\n")
+        for broken in broken_chunks:
+            with socket.create_connection((HOST, port), timeout=10) as raw:
+                raw.sendall(
+                    f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+                    "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+                    "Connection: close\r\n\r\n".encode()
+                    + broken
+                )
+                answer = raw.makefile("rb").read()
+            head, _, payload = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 400 "), answer
+            assert json.loads(payload)["code"] == "malformed_request"
+        assert send(port, "GET", f"/v1/games/{game['id']}").json()["version"] == now["version"]
 
 
 @pytest.mark.slow
@@ -427,3 +443,45 @@ def test_serve_port_overrides_the_port_of_cantstop_bind(tmp_path: Path) -> None:
     wait_until(lambda: not answers(port), 10, f"port {port} to be released")
     with serving(tmp_path, "--workers", "1", env=env, ready_port=bind_port):
         assert not answers(port)
+
+
+# ------------------------------------------------------------------------------- streams
+@pytest.mark.slow
+def test_a_stream_whose_client_hung_up_gives_its_place_back_within_seconds(
+    tmp_path: Path,
+) -> None:
+    """A closed stream is noticed by peeking at its socket (at least every second), not only
+    when a keep-alive write fails (here a minute away): a client that reconnects at once no
+    longer finds every place taken (503 too_many_streams) by its own dead streams."""
+    port = free_port()
+    args = ("--host", HOST, "--port", str(port), "--workers", "1")
+    env = {"CANTSTOP_THREADS": "8", "CANTSTOP_STREAM_MAX": "2", "CANTSTOP_STREAM_KEEPALIVE": "60"}
+    with serving(tmp_path, *args, env=env, ready_port=port):
+        game = send(port, "POST", "/v1/games", {"players": ["Ann", "Bob"]}).json()["game"]
+        path = f"/v1/games/{game['id']}/stream"
+
+        def open_stream() -> tuple[socket.socket, bytes]:
+            raw = socket.create_connection((HOST, port), timeout=10)
+            raw.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            return raw, raw.recv(12)  # b"HTTP/1.1 200"
+
+        streams = [open_stream() for _ in range(2)]
+        assert [status for _, status in streams] == [b"HTTP/1.1 200"] * 2
+        problem(send(port, "GET", path), 503, "too_many_streams")
+        for raw, _ in streams:
+            raw.close()
+        held: list[socket.socket] = []
+
+        def another_let_in() -> bool:
+            raw, status = open_stream()
+            if status == b"HTTP/1.1 200":
+                held.append(raw)
+            else:
+                raw.close()
+            return len(held) == 2
+
+        try:
+            wait_until(another_let_in, 10, "both places given back")
+        finally:
+            for raw in held:
+                raw.close()

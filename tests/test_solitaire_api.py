@@ -6,6 +6,7 @@ import csv
 import io
 from typing import Any
 
+import pytest
 from flask.testing import FlaskClient
 from pypdf import PdfReader
 
@@ -121,6 +122,24 @@ def test_unservable_accept_is_406(client: FlaskClient) -> None:
     response = game.sheet("image/png")
     assert response.status_code == 406
     assert response.get_json()["code"] == "not_acceptable"
+    assert game.sheet("image/png; charset=utf-8").status_code == 406
+
+
+@pytest.mark.parametrize(
+    ("accept", "served"),
+    [
+        ("text/csv; charset=utf-8", "text/csv"),
+        ("text/plain;charset=UTF-8", "text/plain"),
+        ("application/json; charset=utf-8", "application/json"),
+        ("text/csv;q=0.5;charset=utf-8, application/pdf; version=1.7", "application/pdf"),
+    ],
+)
+def test_media_type_parameters_in_accept_still_choose_the_type(
+    client: FlaskClient, accept: str, served: str
+) -> None:
+    """Werkzeug matches a range's parameters exactly: ``text/csv; charset=utf-8`` was 406."""
+    response = Player(client, ["Sol"], {}).sheet(accept)
+    assert response.status_code == 200 and response.mimetype == served
 
 
 def test_advanced_sheet_lists_wiped_markers(client: FlaskClient) -> None:

@@ -955,6 +955,30 @@ def persistence_env(settings: Settings, *, create_table: bool) -> dict[str, str]
     }
 
 
+def postgres_connect_error(settings: Settings) -> str | None:
+    """Why one connection with the pool's own parameters fails, in libpq's words (the first
+    line, such as 'database "x" does not exist'), or None when it succeeds or the store is not
+    PostgreSQL. For a failure at start: the library's pool reports only that it timed out."""
+    if not settings.database_url.startswith(("postgresql:", "postgres:")):
+        return None
+    env = persistence_env(settings, create_table=False)
+    options = json.loads(env["CANTSTOP_PG_OPTIONS"])
+    if env["POSTGRES_PASSWORD"]:
+        options["password"] = env["POSTGRES_PASSWORD"]
+    try:
+        with psycopg.connect(
+            dbname=env["POSTGRES_DBNAME"],
+            host=env["POSTGRES_HOST"],
+            port=env["POSTGRES_PORT"],
+            user=env["POSTGRES_USER"],
+            **options,
+        ):
+            return None
+    except psycopg.Error as exc:
+        lines = str(exc).strip().splitlines()
+        return lines[0] if lines else type(exc).__name__
+
+
 # ------------------------------------------------------------------------------ commitments
 class SeedCommitments:
     """Seeds drawn before a game exists, known to clients only by their commitment (contract 1.1:

@@ -15,7 +15,9 @@ from typing import Any
 import flask
 import orjson
 from flask import Flask, Response, current_app, render_template, request
+from gunicorn.http.errors import ParseException as ServerParseError
 from marshmallow import Schema, ValidationError
+from werkzeug.datastructures import MIMEAccept
 from werkzeug.exceptions import (
     HTTPException,
     RequestEntityTooLarge,
@@ -179,10 +181,20 @@ CSP = "; ".join(
 )
 
 
+def accepted() -> MIMEAccept:
+    """The request's ``Accept``, its media ranges without their parameters: Werkzeug matches a
+    range's parameters exactly, so ``text/csv; charset=utf-8`` matched no type of ours (406)
+    and ``text/html;charset=utf-8`` no page. Each type here has one form (UTF-8 text)."""
+    accept = request.accept_mimetypes
+    if not any(";" in value for value, _ in accept):
+        return accept
+    return MIMEAccept([(value.split(";", 1)[0].strip(), quality) for value, quality in accept])
+
+
 def wants_page() -> bool:
     """A browser asking for a page, not the API: it prefers text/html to JSON (``*/*`` and no
     ``Accept`` mean JSON), and the path is not under ``/v1``."""
-    accept = request.accept_mimetypes
+    accept = accepted()
     if request.path.startswith("/v1/") or not accept:
         return False
     return accept.best_match(["application/json", "text/html"]) == "text/html"
@@ -288,6 +300,12 @@ def install_error_handlers(app: Flask) -> None:
             if name.lower() in ("allow", "retry-after"):  # a 405 must say what is allowed
                 response.headers[name] = value
         return response
+
+    @app.errorhandler(ServerParseError)
+    def _unreadable_body(exc: ServerParseError) -> Response:
+        # gunicorn reads a chunked body as the app asks for it: a bad chunk size or a chunk
+        # without its line end is raised here, by the view's read, not before the request.
+        return problem(400, "malformed_request", f"the request's body cannot be read: {exc}")
 
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception) -> Response:

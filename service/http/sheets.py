@@ -9,6 +9,7 @@ from service.application.projections import RuleSet
 from service.http.core import (
     BadRequest,
     NotAcceptable,
+    accepted,
     asked_sheet,
     int_arg,
     json_response,
@@ -25,7 +26,7 @@ SHEET_TYPES = ["text/plain", "text/csv", "application/json", "application/pdf"]
 @sheets_api.get("/v1/games/<game_id>/record-sheet")
 def sheet(game_id: str) -> Response:
     gid = parse_game_id(game_id)
-    accept = request.accept_mimetypes
+    accept = accepted()
     chosen = accept.best_match(SHEET_TYPES) if accept else "text/plain"
     if chosen is None:
         raise NotAcceptable(f"the record sheet is served as {', '.join(SHEET_TYPES)}")

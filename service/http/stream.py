@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import select
+import socket
+import ssl
+from collections.abc import Callable, Mapping
+from typing import Any
+
 from flask import Blueprint, Response, request
 
 from service.application.games import parse_game_id
@@ -22,10 +28,30 @@ def _resume_point() -> int | None:
         if raw is None:
             continue
         raw = raw.strip()
+        if not raw:  # an empty Last-Event-ID, as an event with an empty id sets: no resume point
+            continue
         if not raw.isdigit() or not raw.isascii() or int(raw) > LAST_EVENT_ID_MAX:
             raise BadRequest(f"{name} must be a version: a non-negative integer")
         return int(raw)
     return None
+
+
+def hang_up_probe(environ: Mapping[str, Any]) -> Callable[[], bool] | None:
+    """Whether the client closed the stream's connection: its socket (gunicorn's, in the
+    environ) reads as ended. Peeked, so nothing is taken from it. None where the socket is not
+    at hand (another server, the test client) or cannot be peeked (TLS)."""
+    sock = environ.get("gunicorn.socket")
+    if not isinstance(sock, socket.socket) or isinstance(sock, ssl.SSLSocket):
+        return None
+
+    def hung_up() -> bool:
+        try:
+            readable, _, _ = select.select([sock], [], [], 0)
+            return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):  # closed under us: gone all the same
+            return True
+
+    return hung_up
 
 
 @stream_api.get("/v1/games/<game_id>/stream")
@@ -34,7 +60,9 @@ def stream(game_id: str) -> Response:
     hub = runtime().hub
     after = _resume_point()
     state = hub.games.state(gid)  # 404 not_found for an unknown game
-    version, finished = state["version"], state["status"] == "finished"
+    # An imported game never changes either: its stream ends once its stored events are sent.
+    version = state["version"]
+    finished = state["status"] == "finished" or state.get("imported", False)
     if after is None:
         after = version
     elif after > version:
@@ -43,14 +71,16 @@ def stream(game_id: str) -> Response:
         )
     if finished and after >= version:
         # Nothing will ever follow: 204 tells an EventSource not to reconnect.
-        return Response(status=204)
+        response = Response(status=204)
+        del response.headers["Content-Type"]  # no body: no media type (Flask adds text/html)
+        return response
     try:
         box = hub.open(gid)
     except (TooManyStreams, ShuttingDown) as exc:
         response = error_problem(exc)
         response.headers["Retry-After"] = "5"
         return response
-    body = GameStream(hub, box, after, finished=finished)
+    body = GameStream(hub, box, after, finished=finished, hung_up=hang_up_probe(request.environ))
     response = Response(body, mimetype="text/event-stream")
     response.headers["Cache-Control"] = "no-cache"
     response.headers["X-Accel-Buffering"] = "no"  # nginx: do not buffer the stream

@@ -33,7 +33,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Generator, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,6 +56,7 @@ SCAN_MAX = 20 * SCAN_PAGE  # beyond this many new notifications, every stream si
 MAILBOX_LIMIT = 1000  # a stream this far behind drops its queue and reads the store instead
 PING_EVERY, PONG_WAIT = 5.0, 5.0
 RETRY_MS = 2000  # the EventSource reconnection delay announced to clients
+HANGUP_CHECK = 1.0  # seconds: how often a quiet stream asks whether its client hung up
 
 
 # ---------------------------------------------------------------------------- configuration
@@ -428,13 +429,25 @@ class Hub:
 class GameStream:
     """The body of one stream: a WSGI iterable whose ``close`` always releases its mailbox."""
 
-    def __init__(self, hub: Hub, box: Mailbox, after: int, *, finished: bool = False) -> None:
+    def __init__(
+        self,
+        hub: Hub,
+        box: Mailbox,
+        after: int,
+        *,
+        finished: bool = False,
+        hung_up: Callable[[], bool] | None = None,
+    ) -> None:
         """``finished``: the game was already over when the stream was asked for, so once the
-        stored events after ``after`` are sent, nothing more will ever come."""
+        stored events after ``after`` are sent, nothing more will ever come. ``hung_up``: whether
+        the client has closed its connection (asked at least every ``HANGUP_CHECK`` seconds);
+        without it, a closed connection is noticed only when a write fails, at the next
+        keep-alive, and until then the stream holds one of the worker's stream places."""
         self.hub = hub
         self.box = box
         self.after = after
         self.finished = finished
+        self.hung_up = hung_up
         self._frames = self._generate()
         self._closed = False
 
@@ -494,8 +507,9 @@ class GameStream:
                     last = envelope.version
                 yield b": game over\n\n"
                 return
-            batch = self.box.take(quiet_until - time.monotonic())
-            if batch.closed:
+            wait = quiet_until - time.monotonic()
+            batch = self.box.take(wait if self.hung_up is None else min(wait, HANGUP_CHECK))
+            if batch.closed or (self.hung_up is not None and self.hung_up()):
                 return
             fresh: list[Envelope] = []
             pending = fresh
