@@ -410,29 +410,30 @@ class BotGames:
 
 # ------------------------------------------------------------------------------ past positions
 def long_game(port: int, events: int) -> tuple[str, int]:
-    """A manual-dice game of at least ``events`` events: every column claimed, then every roll
-    busts (two players, columns_to_win 11: nobody can win), played over HTTP."""
+    """A manual-dice game of at least ``events`` events, played over HTTP: every turn places
+    three runners and busts, so nobody ever claims a column and the game never ends."""
     client = Client(port)
-    created = client.call(
-        "POST",
-        "/v1/games",
-        {"players": ["Ann", "Bob"], "dice": "manual", "rules": {"columns_to_win": 11}},
-    )
+    created = client.call("POST", "/v1/games", {"players": ["Ann", "Bob"], "dice": "manual"})
     game, tokens = created["game"], [s["token"] for s in created["seats"]]
-    dice = [[1, 1, 1, 1], [1, 2, 3, 4], [2, 3, 4, 5], [3, 4, 5, 6], [6, 6, 6, 6], [5, 5, 6, 6]]
-    turn = 0
-    while game["version"] < events:
-        legal = game["legal_actions"]
-        if {"type": "stop"} in legal:
-            action: dict[str, Any] = {"type": "stop"}
-        elif legal[0]["type"] == "roll":
-            action = {"type": "roll", "dice": dice[turn % len(dice)]}
-            turn += 1
-        else:
-            action = legal[0]
-        game = client.call(
-            "POST", f"/v1/games/{game['id']}/actions", action, tokens[game["turn"]["player"]]
-        )["game"]
+    turn: list[dict[str, Any]] = [
+        {"type": "roll", "dice": [1, 1, 1, 1]},
+        {"type": "move", "sums": [2, 2]},
+        {"type": "roll", "dice": [1, 1, 2, 2]},
+        {"type": "move", "sums": [2, 4]},
+        {"type": "roll", "dice": [6, 6, 6, 6]},
+        {"type": "move", "sums": [12, 12]},
+        {"type": "roll", "dice": [3, 3, 3, 3]},  # 6 and 6: no runner there, none left: a bust
+    ]
+    step = 0
+    try:
+        while game["version"] < events:
+            action = turn[step % len(turn)]
+            step += 1
+            game = client.call(
+                "POST", f"/v1/games/{game['id']}/actions", action, tokens[game["turn"]["player"]]
+            )["game"]
+    finally:
+        client.conn.close()
     return game["id"], game["version"]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bench.http import against
@@ -56,3 +58,21 @@ def test_past_positions_alternate_and_read_each_version_once(
     assert len(versions) == len(set(versions)) == 110
     assert all(len(r) == 11 for r in read)
     assert all(max(r) < 60 for r in read[0::2]) and all(min(r) > 4950 for r in read[1::2])
+
+
+@pytest.mark.slow
+def test_the_benchs_long_game_stays_in_progress(tmp_path: Path) -> None:
+    """The past-positions bench needs a game thousands of events long: its script must keep the
+    game going under the rules, not end it (a script that does fails `make bench` at its last
+    step)."""
+    from bench.http import long_game
+    from tests.test_live import free_port
+    from tests.test_server_edges import HOST, send, serving
+
+    port = free_port()
+    args = ("--host", HOST, "--port", str(port), "--workers", "1")
+    with serving(tmp_path, *args, env={"CANTSTOP_THREADS": "4"}, ready_port=port):
+        game_id, version = long_game(port, 300)
+        assert version >= 300
+        state = send(port, "GET", f"/v1/games/{game_id}").json()
+        assert state["status"] == "in_progress" and state["version"] == version
