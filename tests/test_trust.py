@@ -360,6 +360,50 @@ def test_a_damaged_vault_is_reported_on_actions_of_that_game_only(sqlite_app: Fl
         assert ok.status_code == 200
 
 
+@pytest.mark.parametrize(
+    "seed",
+    [
+        pytest.param({"not": "a seed"}, id="an-object"),
+        pytest.param("x", id="not-64-hex"),
+        pytest.param("ab" * 32, id="another-seed"),  # well formed, but not the committed one
+    ],
+)
+def test_a_damaged_stored_seed_is_corrupt_game_never_a_500_nor_other_dice(
+    sqlite_app: Flask, seed: Any
+) -> None:
+    """A vault whose seed is damaged: a roll would draw dice from a seed that does not match the
+    published commitment (nobody could verify them), and the end of the game could never reveal
+    it. Every action of that game is 409 corrupt_game and records nothing; others play on."""
+    client = sqlite_app.test_client()
+    created = client.post("/v1/games", json={"players": ["Ann", "Bob"]}).get_json()
+    game = created["game"]
+    tokens = [s["token"] for s in created["seats"]]
+    healthy, healthy_tokens = new_manual_game(client)
+    with sqlite3.connect(sqlite_path(sqlite_app)) as db:
+        key = (vault_id(uuid.UUID(game["id"])).hex,)
+        (state,) = db.execute(
+            "SELECT state FROM stored_events WHERE originator_id = ? AND originator_version = 1",
+            key,
+        ).fetchone()
+        opened = json.loads(state)
+        opened["server_seed"] = seed
+        db.execute(
+            "UPDATE stored_events SET state = ? WHERE originator_id = ? AND originator_version = 1",
+            (json.dumps(opened).encode(), *key),
+        )
+    with fresh_client(sqlite_app) as fresh:  # nothing cached
+        to_act = bearer(tokens[game["turn"]["player"]])
+        for action, token in (({"type": "roll"}, to_act), ({"type": "resign"}, bearer(tokens[0]))):
+            answer = fresh.post(f"/v1/games/{game['id']}/actions", json=action, headers=token)
+            problem(answer, 409, "corrupt_game")
+        assert fresh.get(f"/v1/games/{game['id']}").get_json()["version"] == game["version"]
+        roll = {"type": "roll", "dice": [1, 2, 3, 4]}
+        ok = fresh.post(
+            f"/v1/games/{healthy}/actions", json=roll, headers=bearer(healthy_tokens[0])
+        )
+        assert ok.status_code == 200
+
+
 def test_a_tampered_snapshot_is_found_by_the_audit(sqlite_app: Flask) -> None:
     client = sqlite_app.test_client()
     game_id, tokens = new_manual_game(client)

@@ -200,6 +200,23 @@ def check_bots(players: Any) -> None:
                 raise InvalidRequest(f"{exc}; the bots are {known}") from None
 
 
+SEED_FORM = re.compile(r"[0-9a-f]{64}")
+
+
+def _vault_damage(vault: Vault) -> str | None:
+    """What is wrong with a vault read from the store, if anything: a server seed that is not
+    64 lowercase hex characters, or token hashes that are not text by seat."""
+    seed = vault.server_seed
+    if seed is not None and not (isinstance(seed, str) and SEED_FORM.fullmatch(seed)):
+        return "the server seed is not 64 lowercase hex characters"
+    hashes = vault.token_hashes
+    if not isinstance(hashes, dict) or not all(
+        isinstance(seat, str) and isinstance(digest, str) for seat, digest in hashes.items()
+    ):
+        return "the token hashes are not text by seat"
+    return None
+
+
 def _dicer(server_seed: str, client_seed: str) -> Draw:
     return functools.partial(fairness.draw, server_seed, client_seed)
 
@@ -281,6 +298,7 @@ class Games(Application[uuid.UUID]):
         # and whether a game was imported (read-only). Both only ever grow.
         self.secrets_cache: dict[uuid.UUID, Secrets] = {}
         self.imported_cache: dict[uuid.UUID, bool] = {}
+        self.seeds_checked: set[uuid.UUID] = set()  # stored seeds found to match commitments
         # The latest version of each game this worker holds is one object in the repository's
         # cache, owned under its game's lock: commands change it in place (no deep copy), and it
         # is evicted when a change cannot be saved. Readers get views or copies.
@@ -579,6 +597,12 @@ class Games(Application[uuid.UUID]):
                 f"game {game_id} is damaged: its stored secrets cannot be read", version=None
             ) from None
         assert isinstance(vault, Vault)
+        damage = _vault_damage(vault)
+        if damage is not None:
+            log.error("game %s: its stored secrets are damaged: %s", game_id, damage)
+            raise CorruptGame(
+                f"game {game_id} is damaged: its stored secrets cannot be used", version=None
+            )
         if len(self.secrets_cache) >= self.SECRETS_CACHE:
             self.secrets_cache.clear()
         self.secrets_cache[game_id] = Secrets(
@@ -603,8 +627,26 @@ class Games(Application[uuid.UUID]):
 
     def dicer(self, game: Game) -> Draw | None:
         """The draw function of ``game``'s server dice, or None for manual dice."""
-        seed = self._secrets(game.id).server_seed
+        seed = self._seed(game)
         return _dicer(seed, game.client_seed or "") if seed else None
+
+    def _seed(self, game: Game) -> str | None:
+        """``game``'s server seed, once it matches the game's published commitment: a stored
+        seed that does not (damage) would draw dice nobody can verify, and could never be
+        revealed; such a game is corrupt_game instead."""
+        seed = self._secrets(game.id).server_seed
+        if not seed or game.id in self.seeds_checked:
+            return seed
+        if fairness.commitment(seed) != game.seed_commitment:
+            log.error("game %s: its stored seed does not match its commitment", game.id)
+            raise CorruptGame(
+                f"game {game.id} is damaged: its stored seed does not match its commitment",
+                version=None,
+            )
+        if len(self.seeds_checked) >= self.SECRETS_CACHE:
+            self.seeds_checked.clear()
+        self.seeds_checked.add(game.id)
+        return seed
 
     @staticmethod
     def dicer_for(server_seed: str, client_seed: str) -> Draw:
@@ -612,8 +654,10 @@ class Games(Application[uuid.UUID]):
 
     def finish_up(self, game: Game) -> None:
         """Once a game is finished, its seed is revealed (in the same save)."""
-        seed = self._secrets(game.id).server_seed
-        if game.status == "finished" and seed and game.server_seed is None:
+        if game.status != "finished" or game.server_seed is not None:
+            return
+        seed = self._seed(game)
+        if seed:
             game.reveal_seed(seed)
 
     # ----------------------------------------------------------------------------- commands
