@@ -221,6 +221,31 @@ def test_gunicorn_passes_over_long_lines_and_headers_to_the_app_which_answers_pr
         assert json.loads(payload)["code"] == "malformed_request"
 
 
+def test_the_access_log_shows_the_apis_own_query_values_and_no_other(tmp_path: Path) -> None:
+    """A client that puts its seat token in the URL is refused (401), and the token is not
+    written to the access log either: only the API's own query parameters show their values."""
+    port = free_port()
+    args = ("--host", HOST, "--port", str(port), "--workers", "1")
+    env = {"CANTSTOP_THREADS": "4", "CANTSTOP_ACCESS_LOG": "-"}
+    with serving(tmp_path, *args, env=env, ready_port=port) as server:
+        created = send(port, "POST", "/v1/games", {"players": ["Ann", "Bob"]}).json()
+        game, token = created["game"], created["seats"][0]["token"]
+        path = f"/v1/games/{game['id']}"
+        problem(
+            send(port, "POST", f"{path}/actions?token={token}", {"type": "roll"}),
+            401,
+            "unauthorized",
+        )
+        assert send(port, "GET", f"{path}/seat?access_token={token}&{token}").status == 401
+        assert send(port, "GET", f"{path}?version=1&seat=0").status == 200
+        server.stop()  # the log is whole once the server has stopped
+    logged = server.log.read_text()
+    assert token not in logged
+    assert f'"POST {path}/actions?… HTTP/1.1" 401' in logged
+    assert f'"GET {path}/seat?…&… HTTP/1.1" 401' in logged
+    assert f'"GET {path}?version=1&seat=0 HTTP/1.1" 200' in logged
+
+
 @pytest.mark.slow
 def test_bodies_sent_with_a_length_or_in_chunks_are_read_alike_and_limited(
     tmp_path: Path,
