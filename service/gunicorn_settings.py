@@ -125,7 +125,7 @@ def _logged(query: str) -> str:
     return "&".join(parts)
 
 
-class AccessLogger(glogging.Logger):
+class AccessLogger(glogging.Logger):  # type: ignore[misc]  # gunicorn has no types
     """gunicorn's logger, writing only the API's own query values (``LOGGED_QUERY``)."""
 
     def atoms(self, resp: Any, req: Any, environ: dict[str, Any], request_time: Any) -> Any:
