@@ -30,6 +30,7 @@ from playwright.sync_api import (
     Locator,
     Page,
     Request,
+    Route,
     expect,
     sync_playwright,
 )
@@ -776,3 +777,47 @@ def test_a_page_open_while_the_store_goes_back_to_a_backup_starts_over_from_the_
             assert refused, watch.errors
             down = [e for e in watch.errors if "ERR_CONNECTION_REFUSED" in e]
             watch.errors[:] = [e for e in watch.errors if e not in refused + down]
+
+
+def test_a_roll_that_failed_is_sent_again_with_its_entropy_and_key(
+    server: Server, browser: Browser
+) -> None:
+    """The server's answer to a roll is lost (here: the browser's request fails once): the next
+    click on Roll sends the same entropy under the same Idempotency-Key, so a server that drops
+    the rolls it dislikes gets the same dice back. Once a roll is answered, the next one is new."""
+    created = server.api("POST", "/v1/games", {"players": ["Ann", "Bob"]})  # server dice
+    game_id, to_act = created["game"]["id"], created["game"]["turn"]["player"]
+    token = created["seats"][to_act]["token"]
+    sent: list[tuple[str, str | None]] = []
+
+    def first_fails(route: Route) -> None:
+        request = route.request
+        if request.method == "POST" and (request.post_data_json or {}).get("type") == "roll":
+            sent.append((request.post_data_json["entropy"], request.headers["idempotency-key"]))
+            if len(sent) == 1:
+                route.abort()
+                return
+        route.continue_()
+
+    with context(browser, server) as (ctx, watch):
+        page = ctx.new_page()
+        page.route(f"**/v1/games/{game_id}/actions", first_fails)
+        page.goto(f"/games/{game_id}#token={token}")
+        page.get_by_role("button", name="Roll").click()
+        expect(page.get_by_text("The server cannot be reached; try again.")).to_be_visible()
+        page.get_by_role("button", name="Roll").click()
+        expect(page.get_by_role("button", name=re.compile(r"^Move "))).not_to_have_count(0)
+        assert len(sent) == 2 and sent[1] == sent[0]
+        page.get_by_role("button", name=re.compile(r"^Move ")).first.click()
+        page.get_by_role("button", name="Roll").click()
+        poll_until = time.monotonic() + 10
+        while len(sent) < 3 and time.monotonic() < poll_until:
+            page.wait_for_timeout(50)
+        assert len(sent) == 3
+        assert sent[2][0] != sent[0][0] and sent[2][1] != sent[0][1]
+        watch.errors[:] = [
+            e for e in watch.errors if "ERR_FAILED" not in e
+        ]  # the failure made here
+    events = server.api("GET", f"/v1/games/{game_id}/events")["events"]
+    rolls = [e for e in events if e["type"] in ("DiceRolled", "TurnBusted")]
+    assert rolls and rolls[0]["data"]["entropy"] == sent[0][0]

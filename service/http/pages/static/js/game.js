@@ -199,8 +199,19 @@ function manualDice() {
   );
 }
 
+// A server-dice roll keeps its entropy and Idempotency-Key until it is answered: a roll that
+// failed (refused, dropped, the server unreachable) is sent again as it was, so a server that
+// refuses rolls it dislikes gets the same dice back and cannot try for others (the contract's
+// "Fairness that no one can grind"). A new version of the game brings new ones.
+let pendingRoll = null; // { version, entropy, key }
+
 function rollBody() {
-  if (state.dice !== "manual") return { type: "roll", entropy: randomText() };
+  if (state.dice !== "manual") {
+    if (!pendingRoll || pendingRoll.version !== state.version) {
+      pendingRoll = { version: state.version, entropy: randomText(), key: randomText() };
+    }
+    return { type: "roll", entropy: pendingRoll.entropy };
+  }
   const inputs = Array.from(document.querySelectorAll("#controls [data-die]"));
   const dice = inputs.map((el) => Number(el.value));
   const faces = state.rules.dice_faces;
@@ -569,13 +580,18 @@ async function act(body) {
   busy = true;
   say("");
   renderControls();
+  const retried = pendingRoll && body.entropy === pendingRoll.entropy ? pendingRoll : null;
   try {
     const done = await api(`/v1/games/${gameId}/actions`, {
       method: "POST",
       body,
       token: held.token,
-      headers: { "If-Match": `"${state.version}"`, "Idempotency-Key": randomText() },
+      headers: {
+        "If-Match": `"${state.version}"`,
+        "Idempotency-Key": retried ? retried.key : randomText(),
+      },
     });
+    if (retried) pendingRoll = null;
     learnSeat(done.events);
     addEvents(done.events);
     busy = false;
