@@ -9,6 +9,8 @@ from typing import Any
 
 from flask.testing import FlaskClient
 
+from domain.audit import audit_records
+from domain.game import chain_hash
 from service.application.aggregates import vault_id
 from service.config import Settings
 from service.http.app import create_app
@@ -167,6 +169,41 @@ def test_an_export_that_does_not_verify_is_refused_with_its_verdict(client: Flas
     assert problem_code(response, 422) == "import_invalid"
     verdict = response.get_json()["verdict"]
     assert verdict["valid"] is False and verdict["first_bad_version"] == 7
+
+
+def test_an_export_of_a_game_of_this_server_must_hold_what_this_server_recorded(
+    client: FlaskClient,
+) -> None:
+    """A history rewritten after version 1 with its hash chain recomputed verifies on its own
+    (here only a time moves; with a finished game's public seed, the dice could too): an
+    export that names a game of this server is compared with it, hash by hash. A cut export
+    of it still imports, and so does the rewrite under an id this server does not have."""
+    game_id, _ = server_game_with_actions(client, 15)
+    lines = export_text(client, game_id).splitlines()
+    events = [json.loads(line) for line in lines[1:]]
+    last = events[-1]
+    moved = last["at"][:-2] + str((int(last["at"][-2]) + 1) % 10) + "Z"
+    if moved < events[-2]["at"]:
+        moved = events[-2]["at"]
+    assert moved != last["at"]
+    last["at"] = moved
+    last["hash"] = chain_hash(last["prev_hash"], last["version"], last["type"], moved, last["data"])
+    forged = [lines[0], *(json.dumps(e) for e in events)]
+    alone = audit_records(json.loads(json.dumps(events)))
+    assert alone["valid"] is True  # on its own, the rewrite verifies
+
+    response = client.post("/v1/games/import", data="\n".join(forged), content_type=NDJSON)
+    assert problem_code(response, 422) == "import_invalid"
+    verdict = response.get_json()["verdict"]
+    assert verdict["first_bad_version"] == last["version"]
+    origin = next(c for c in verdict["checks"] if c["name"] == "origin")
+    assert origin["ok"] is False and game_id in origin["detail"]
+
+    cut = "\n".join(lines[:8])
+    assert client.post("/v1/games/import", data=cut, content_type=NDJSON).status_code == 201
+    elsewhere = json.dumps({**json.loads(lines[0]), "game_id": str(uuid.uuid4())})
+    unknown = "\n".join([elsewhere, *forged[1:]])
+    assert client.post("/v1/games/import", data=unknown, content_type=NDJSON).status_code == 201
 
 
 def test_an_export_with_a_lone_surrogate_is_refused_not_a_500(client: FlaskClient) -> None:

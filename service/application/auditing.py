@@ -172,11 +172,12 @@ def import_export(games: Games, body: bytes) -> tuple[uuid.UUID, str | None]:
         header, records = parse_export(body)
     except MalformedExport as exc:
         raise InvalidRequest(f"not a game export: {exc}") from None
-    verdict = audit_records(records)
+    source = header["game_id"]
+    origin = _origin(games, source, records)
+    verdict = audit_records(records, extra=[] if origin is None else [origin])
     if not verdict["valid"]:
         raise ImportInvalid("the export does not verify", verdict=verdict)
     game_id = uuid.uuid4()
-    source = header["game_id"]
     events = [_event(game_id, record) for record in records]
     # The marker first: whatever follows the log sees the game as imported before its events.
     games.save(
@@ -186,6 +187,36 @@ def import_export(games: Games, body: bytes) -> tuple[uuid.UUID, str | None]:
     )
     log.info("imported game %s from the export of game %s: %d events", game_id, source, len(events))
     return game_id, source
+
+
+def _origin(games: Games, source: Any, records: list[Any]) -> Check | None:
+    """An export that names a game of this server must hold what this server recorded of it
+    (the same hashes, version by version; fewer versions are a cut export, as anywhere). Once a
+    game is finished its seed is public, so anyone can rewrite its history after version 1 into
+    one that verifies on its own: only the server that played it can tell. None for a game this
+    server does not have."""
+    try:
+        source_id = uuid.UUID(str(source))
+    except ValueError:
+        return None
+    try:
+        mine = games.history(source_id, limit=len(records) + 1)
+    except NotFound:
+        return None
+    if not mine:
+        return None
+    for record, kept in zip(records, mine, strict=False):
+        if not isinstance(record, Mapping) or record.get("hash") != kept["hash"]:
+            version = kept["version"]
+            detail = f"this server recorded game {source_id} otherwise from version {version} on"
+            return Check("origin", False, detail, version)
+    if len(records) > len(mine):
+        detail = (
+            f"this server recorded {len(mine)} events of game {source_id}; the export has "
+            f"{len(records)}"
+        )
+        return Check("origin", False, detail, len(mine) + 1)
+    return Check("origin", True, f"the events this server recorded of game {source_id}")
 
 
 def import_transcript(games: Games, transcript: Any) -> uuid.UUID:
