@@ -7,6 +7,7 @@ prints OK or the first bad version. Exit status: 0 OK, 1 a bad version, 2 not an
 import hashlib
 import hmac
 import json
+import re
 import sys
 
 
@@ -89,6 +90,8 @@ def verify_dice(events):
         print(f"chain OK; {len(draws)} draws pending: the seed is not revealed yet")
         return None
     seed = reveals[0]["data"]["server_seed"]
+    if not re.fullmatch("[0-9a-f]{64}", str(seed)):
+        return reveals[0]["version"], "the revealed seed is not 64 lowercase hex characters"
     if hashlib.sha256(seed.encode("ascii")).hexdigest() != created["seed_commitment"]:
         return reveals[0]["version"], "the revealed seed does not match the commitment"
     for version, entry in draws:

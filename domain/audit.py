@@ -252,7 +252,12 @@ def check_dice(records: Sequence[Any], problems: Sequence[str | None]) -> Check:
         return Check("dice", True, detail)
     reveal = reveals[0]
     seed = reveal["data"].get("server_seed")
-    if not isinstance(seed, str) or not seed.isascii() or fairness.commitment(seed) != promised:
+    if not isinstance(seed, str) or not HEX64.fullmatch(seed):
+        detail = (
+            f"version {reveal['version']}: the revealed seed is not 64 lowercase hex characters"
+        )
+        return Check("dice", False, detail, reveal["version"])
+    if fairness.commitment(seed) != promised:
         detail = f"version {reveal['version']}: the revealed seed does not hash to the commitment"
         return Check("dice", False, detail, reveal["version"])
     mixed = 0

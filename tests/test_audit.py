@@ -242,6 +242,17 @@ def test_a_revealed_seed_that_breaks_the_commitment_is_refused(
     assert failing(verdict) == {"rules": len(records), "dice": len(records)}
 
 
+def test_a_seed_that_is_not_64_lowercase_hex_characters_fails_the_dice_check() -> None:
+    """A forger's game drawn from a seed of its own making, the commitment made to match: the
+    contract's seeds are 64 lowercase hex characters, and nothing else is one."""
+    for seed in ("x", SEED.upper()):
+        _, records = domain_game(seed=seed)
+        verdict = audit_records(records)
+        assert failing(verdict) == {"dice": len(records)}, seed
+        dice = next(c for c in verdict["checks"] if c["name"] == "dice")
+        assert "64 lowercase hex" in dice["detail"]
+
+
 def test_dice_of_faces_no_game_has_fail_the_audit_without_drawing_them(
     finished: tuple[Game, Records],
 ) -> None:
