@@ -792,8 +792,9 @@ def test_a_roll_that_failed_is_sent_again_with_its_entropy_and_key(
 
     def first_fails(route: Route) -> None:
         request = route.request
-        if request.method == "POST" and (request.post_data_json or {}).get("type") == "roll":
-            sent.append((request.post_data_json["entropy"], request.headers["idempotency-key"]))
+        body = request.post_data_json or {}
+        if request.method == "POST" and body.get("type") == "roll":
+            sent.append((body["entropy"], request.headers["idempotency-key"]))
             if len(sent) == 1:
                 route.abort()
                 return
