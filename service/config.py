@@ -235,6 +235,9 @@ class ServerSettings:
     """``CANTSTOP_CPU_AFFINITY``: ``off`` (the kernel places the workers), ``auto`` (each
     worker keeps to one CPU when the server has its CPUs to itself) or ``on`` (always):
     service/gunicorn_settings.py."""
+    read_timeout: int = 20
+    """``CANTSTOP_READ_TIMEOUT``: seconds a client may send nothing in the middle of a request
+    (its headers or its body) before its connection is closed (a body: 408)."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ServerSettings:
@@ -252,4 +255,5 @@ class ServerSettings:
                 env, "CANTSTOP_LOG_LEVEL", "info", ("debug", "info", "warning", "error", "critical")
             ),
             cpu_affinity=env_choice(env, "CANTSTOP_CPU_AFFINITY", "off", ("off", "auto", "on")),
+            read_timeout=env_int(env, "CANTSTOP_READ_TIMEOUT", 20, low=1, high=3600),
         )

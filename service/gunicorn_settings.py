@@ -37,6 +37,9 @@ on the host first. The `cantstop worker` process (clocks, bots) is never pinned.
 import json
 import logging
 import os
+import socket
+import struct
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -125,8 +128,16 @@ def _logged(query: str) -> str:
     return "&".join(parts)
 
 
-class AccessLogger(glogging.Logger):  # type: ignore[misc]  # gunicorn has no types
-    """gunicorn's logger, writing only the API's own query values (``LOGGED_QUERY``)."""
+class ServerLogger(glogging.Logger):  # type: ignore[misc]  # gunicorn has no types
+    """gunicorn's logger, writing only the API's own query values (``LOGGED_QUERY``), and a
+    connection closed for sending nothing mid-request (``when_ready``) as one line, not as a
+    socket error with its traceback (a slow-client attack would fill the log with them)."""
+
+    def exception(self, msg: str, *args: Any, **kwargs: Any) -> None:
+        if isinstance(sys.exc_info()[1], BlockingIOError):
+            self.info("a client sent nothing for %s s mid-request: connection closed", READ_TIMEOUT)
+            return
+        super().exception(msg, *args, **kwargs)
 
     def atoms(self, resp: Any, req: Any, environ: dict[str, Any], request_time: Any) -> Any:
         atoms = super().atoms(resp, req, environ, request_time)
@@ -139,7 +150,25 @@ class AccessLogger(glogging.Logger):  # type: ignore[misc]  # gunicorn has no ty
         return atoms
 
 
-logger_class = AccessLogger
+logger_class = ServerLogger
+
+
+# A connection's reads wait at most this long for the client's next bytes once its request has
+# begun: gthread's threads read headers and bodies blocking, so a client that sends part of a
+# request and then nothing held a thread for ever (about 260 of them froze both workers of a
+# default server). The kernel's receive timeout, set on the listening sockets, is inherited by
+# every connection they accept, and Python's setblocking() leaves it in place: a blocking read
+# past it fails with EAGAIN (BlockingIOError). gunicorn then closes the connection; a body read
+# by the app is answered 408 request_timeout (service/http/core.py). Idle kept-alive connections
+# wait in gthread's poller, not in a read, and streams never read: neither is affected.
+READ_TIMEOUT = _server.read_timeout
+
+
+def when_ready(server: Any) -> None:
+    """In the master, once it listens: the read timeout on every listening socket."""
+    timeout = struct.pack("ll", READ_TIMEOUT, 0)
+    for listener in server.LISTENERS:
+        listener.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeout)
 
 
 def on_starting(server: Any) -> None:

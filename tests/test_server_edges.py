@@ -17,6 +17,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -244,6 +245,51 @@ def test_the_access_log_shows_the_apis_own_query_values_and_no_other(tmp_path: P
     assert f'"POST {path}/actions?… HTTP/1.1" 401' in logged
     assert f'"GET {path}/seat?…&… HTTP/1.1" 401' in logged
     assert f'"GET {path}?version=1&seat=0 HTTP/1.1" 200' in logged
+
+
+@pytest.mark.slow
+def test_clients_that_stop_sending_mid_request_lose_their_connection_not_the_server(
+    tmp_path: Path,
+) -> None:
+    """Each thread reads a request blocking: connections that sent part of their headers or
+    body and then nothing once held every thread (the server answered nobody). After the read
+    timeout, a stalled body is 408 request_timeout and stalled headers are closed; the server
+    answers the others all along, and logs one line a connection, not a traceback."""
+    port = free_port()
+    args = ("--host", HOST, "--port", str(port), "--workers", "1")
+    env = {"CANTSTOP_THREADS": "4", "CANTSTOP_READ_TIMEOUT": "1", "CANTSTOP_ACCESS_LOG": ""}
+    with serving(tmp_path, *args, env=env, ready_port=port) as server:
+        answers: dict[int, bytes] = {}
+
+        def stall(i: int) -> None:  # then read until the server closes the connection
+            with socket.create_connection((HOST, port), timeout=30) as raw:
+                if i % 2:
+                    raw.sendall(b"GET /v1/games HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+                else:
+                    raw.sendall(
+                        b"POST /v1/games HTTP/1.1\r\nHost: x\r\n"
+                        b'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"pl'
+                    )
+                answers[i] = raw.makefile("rb").read()
+
+        stalled = [threading.Thread(target=stall, args=(i,)) for i in range(12)]  # 3x threads
+        for thread in stalled:
+            thread.start()
+        assert send(port, "GET", "/healthz", timeout=20).status == 200
+        for thread in stalled:
+            thread.join(timeout=30)
+        assert sorted(answers) == list(range(12))
+        for i, answer in answers.items():
+            if i % 2:
+                assert answer == b"", answer
+            else:
+                head, _, payload = answer.partition(b"\r\n\r\n")
+                assert head.startswith(b"HTTP/1.1 408 "), answer
+                assert json.loads(payload)["code"] == "request_timeout"
+        server.stop()
+    logged = server.log.read_text()
+    assert "Socket error processing request" not in logged and "Traceback" not in logged
+    assert "sent nothing for 1 s mid-request" in logged
 
 
 @pytest.mark.slow

@@ -22,6 +22,7 @@ from werkzeug.exceptions import (
     HTTPException,
     RequestEntityTooLarge,
     RequestHeaderFieldsTooLarge,
+    RequestTimeout,
     RequestURITooLarge,
 )
 from werkzeug.routing import BaseConverter
@@ -86,6 +87,7 @@ STATUS = {
 }
 HTTP_CODES = {
     404: "not_found",
+    408: "request_timeout",
     405: "method_not_allowed",
     406: "not_acceptable",
     413: "payload_too_large",
@@ -366,11 +368,20 @@ def whole_body(req: flask.Request) -> bytes:
     """The request's body, whole, or 413 if it is over the request's limit. A body without a
     length (chunked) stops at the limit, silently in Werkzeug: as it cannot tell whether more
     was coming, one that reaches the limit is refused."""
-    data = req.get_data(cache=True)
+    try:
+        data = req.get_data(cache=True)
+    except BlockingIOError:
+        raise stalled_body() from None
     limit = req.max_content_length
     if limit is not None and len(data) >= limit and "CONTENT_LENGTH" not in req.environ:
         raise RequestEntityTooLarge()
     return data
+
+
+def stalled_body() -> RequestTimeout:
+    """A body whose client sent nothing for the server's read timeout (gunicorn_settings.py:
+    the read fails with EAGAIN) is 408, not a 500."""
+    return RequestTimeout("the client sent nothing more of the body in time")
 
 
 def _sized_body(req: flask.Request, environ: Mapping[str, Any]) -> bytes | None:
@@ -388,7 +399,10 @@ def _sized_body(req: flask.Request, environ: Mapping[str, Any]) -> bytes | None:
     limit = req.max_content_length
     if limit is not None and size > limit:
         raise RequestEntityTooLarge()
-    data: bytes = environ["wsgi.input"].read(size) if size else b""
+    try:  # (no context manager here: it costs ~1.5% of an action's instructions)
+        data: bytes = environ["wsgi.input"].read(size) if size else b""
+    except BlockingIOError:
+        raise stalled_body() from None
     if len(data) != size:  # the client went away mid-body, or sent less than it said
         raise BadRequest(f"the body ended after {len(data)} of its {size} bytes")
     req._cached_data = data  # what get_data reads first (werkzeug.wrappers.Request)
