@@ -3,6 +3,7 @@ and removed, the one rematch of a finished game, games of bots only, and advice.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -337,6 +338,42 @@ def finished_game(client: FlaskClient, players: list[Any], **extra: Any) -> tupl
         )
     assert client.get(f"/v1/games/{game['id']}").get_json()["status"] == "finished"
     return game["id"], seats
+
+
+def test_listings_answer_while_games_are_created_at_once(app: Flask) -> None:
+    """A listing read the index while another request's catch-up added games to it: "dictionary
+    changed size during iteration", a 500. Listings and the leaderboard read a copy taken under
+    the projection's lock."""
+    statuses: list[int] = []
+    done = threading.Event()
+
+    def create() -> None:
+        client = app.test_client()
+        for _ in range(60):
+            statuses.append(client.post("/v1/games", json={"players": ["Ann"]}).status_code)
+
+    def read() -> None:
+        client = app.test_client()
+        while not done.is_set():
+            statuses.append(client.get("/v1/games?limit=1").status_code)
+            statuses.append(client.get("/v1/solitaire/leaderboard?mode=easy").status_code)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns often: the race shows within the bound
+    try:
+        creators = [threading.Thread(target=create) for _ in range(4)]
+        readers = [threading.Thread(target=read) for _ in range(4)]
+        for thread in (*creators, *readers):
+            thread.start()
+        for thread in creators:
+            thread.join(timeout=120)
+        done.set()
+        for thread in readers:
+            thread.join(timeout=120)
+    finally:
+        sys.setswitchinterval(interval)
+    assert set(statuses) <= {200, 201}, sorted(set(statuses))
+    assert statuses.count(201) == 240
 
 
 def test_a_rematch_is_one_game_however_many_ask_at_once(app: Flask) -> None:

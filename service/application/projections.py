@@ -165,9 +165,11 @@ class GameIndex(Projection):
 
     def query(self, *, status: str | None = None, open_only: bool = False) -> list[dict[str, Any]]:
         now = datetime.now(UTC)
+        with self._lock:  # another request's catch_up may be adding games meanwhile
+            games = list(self.games.values())
         rows = [
             g.to_dict(now)
-            for g in reversed(self.games.values())
+            for g in reversed(games)
             if (status is None or g.status == status) and (not open_only or g.open_seats > 0)
         ]
         return rows
@@ -244,8 +246,10 @@ class Leaderboard(Projection):
                 )
 
     def best(self, rules: RuleSet, limit: int) -> list[dict[str, Any]]:
+        with self._lock:  # another request's catch_up may be adding results meanwhile
+            results = list(self.results.values())
         ranked = sorted(
-            (r for r in self.results.values() if r.rules == rules),
+            (r for r in results if r.rules == rules),
             key=lambda r: (r.turns, r.finished_at, r.game_id),
         )
         return [dict(r.to_dict(), rank=i + 1) for i, r in enumerate(ranked[:limit])]
