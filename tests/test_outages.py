@@ -12,6 +12,7 @@ import contextlib
 import os
 import re
 import signal
+import sqlite3
 import subprocess
 import threading
 import time
@@ -473,6 +474,53 @@ def test_a_full_disk_refuses_writes_with_503_keeps_reads_and_healthz_tells_until
         health = client.get("/healthz")
         assert health.get_json()["status"] == "ok"
         assert health.get_json()["checks"]["writes"] == "ok"
+    finally:
+        app.extensions["cantstop"].close()
+
+
+def test_a_database_locked_from_outside_answers_each_writer_503_promptly_not_in_turn(
+    tmp_path: Path,
+) -> None:
+    """Another program holds an exclusive transaction on the SQLite file (a backup tool, the
+    sqlite3 shell). Writers waited 10 s for SQLite's lock, tried again, and queued behind one
+    another in the process: the fourth got its 503 after 40 s. Each now gets its 503 within
+    about 2 s (SQLite's lock timeout, and no longer than it behind another writer of the same
+    process), long before the lock is let go; nothing is recorded; then writes work again."""
+    path = tmp_path / "locked.sqlite"
+    app = create_app(Settings(database_url=f"sqlite:///{path}"), create_tables=True)
+    try:
+        game_id, tokens = manual_game(app)
+        before = events_of(app, game_id)
+        outsider = sqlite3.connect(path, isolation_level=None)
+        outsider.execute("BEGIN EXCLUSIVE")
+        held_until = time.monotonic() + 20
+
+        def write(i: int) -> tuple[int, str, float]:
+            client = app.test_client()
+            if i % 2:
+                reply = client.post("/v1/games", json={"players": ["Cy", "Di"]})
+            else:
+                reply = client.post(
+                    f"/v1/games/{game_id}/actions",
+                    json={"type": "roll", "dice": [1, 2, 3, 4]},
+                    headers={"Authorization": f"Bearer {tokens[0]}"},
+                )
+            return reply.status_code, reply.get_json()["code"], time.monotonic()
+
+        with ThreadPoolExecutor(4) as pool:
+            answers = list(pool.map(write, range(4)))
+        assert [(status, code) for status, code, _ in answers] == [(503, "store_unavailable")] * 4
+        assert all(answered < held_until for _, _, answered in answers)  # not in turn, at last
+        outsider.execute("ROLLBACK")
+        outsider.close()
+        assert events_of(app, game_id) == before
+        client = app.test_client()
+        roll = client.post(
+            f"/v1/games/{game_id}/actions",
+            json={"type": "roll", "dice": [1, 2, 3, 4]},
+            headers={"Authorization": f"Bearer {tokens[0]}"},
+        )
+        assert roll.status_code == 200, roll.get_json()
     finally:
         app.extensions["cantstop"].close()
 

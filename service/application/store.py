@@ -80,6 +80,11 @@ LIBPQ_CONNECT_TIMEOUT = 2  # seconds for libpq to open one (its minimum is 2)
 ATTEMPTS = 2
 RETRY_PAUSE = 0.05
 COOLDOWN = 1.0
+# Seconds a SQLite statement waits for a lock another connection holds. Commits hold it for
+# microseconds (WAL, synchronous=NORMAL; under FULL the processes' writers queue on a file
+# lock first), so only a lock taken from outside (a backup tool's exclusive transaction) waits
+# this long, and the request then gets its 503 within about 2 s, as promised.
+SQLITE_LOCK_TIMEOUT = 2
 URL_FIELDS = ("dbname", "host", "port", "user", "password")
 
 T = TypeVar("T")
@@ -202,10 +207,16 @@ def _plain(kwargs: dict[str, Any]) -> bool:
 
 
 def _no_answer(exc: BaseException) -> bool:
-    """Whether ``exc`` (or what caused it: the library wraps psycopg's errors) is ``NoAnswer``."""
+    """Whether ``exc`` (or what caused it: the library wraps psycopg's errors) is ``NoAnswer``,
+    or SQLite's lock that stayed taken for the whole lock timeout: asking again at once would
+    only wait as long again."""
     cause: BaseException | None = exc
     while cause is not None:
-        if isinstance(cause, NoAnswer):
+        if isinstance(cause, NoAnswer | WritersQueued):
+            return True
+        if isinstance(cause, sqlite3.OperationalError) and getattr(
+            cause, "sqlite_errorname", ""
+        ) in ("SQLITE_BUSY", "SQLITE_LOCKED"):
             return True
         cause = cause.__cause__
     return False
@@ -269,6 +280,10 @@ def _deadline_of(conn: Any) -> float | None:
     """How long ``conn`` waits for the server now: its deadline (``DeadlineConnection``), or no
     bound for another connection or inside ``_unbounded``."""
     return None if _UNBOUNDED.get() else getattr(conn, "deadline", None)
+
+
+class WritersQueued(sqlite3.OperationalError):
+    """This process's writers waited for one another past SQLite's lock timeout."""
 
 
 class NoAnswer(psycopg.OperationalError):
@@ -692,8 +707,14 @@ class _SQLitePool(SQLiteConnectionPool):
         self.writers_fd = os.open(f"{path}.writers", os.O_CREAT | os.O_RDWR, 0o600)
 
     def _begin_writing(self) -> None:
-        """The right to write: first among this process's threads, then among the processes."""
-        self.write_lock.acquire()
+        """The right to write: first among this process's threads, then among the processes.
+        A thread waits for the others of its process no longer than SQLite waits for a lock
+        (``lock_timeout``): behind a writer that waits for a database locked from outside (a
+        backup tool's exclusive transaction), each writer queued here waited for all those
+        before it, 20, 30, 40 s, where a 503 is promised within about 2 s."""
+        if not self.write_lock.acquire(timeout=self.lock_timeout or SQLITE_LOCK_TIMEOUT):
+            queued = WritersQueued("database is locked: this process's writers wait for it already")
+            raise _library_sqlite_error(queued) from queued
         if self.writers_fd is not None:
             try:
                 fcntl.flock(self.writers_fd, fcntl.LOCK_EX)
@@ -744,7 +765,7 @@ class _SQLitePool(SQLiteConnectionPool):
                 uri=True,
                 check_same_thread=False,
                 isolation_level=None,
-                timeout=self.lock_timeout or 10,
+                timeout=self.lock_timeout or SQLITE_LOCK_TIMEOUT,
             )
             for pragma in self.pragmas():
                 self._writer.execute(pragma)
@@ -926,7 +947,7 @@ def persistence_env(settings: Settings, *, create_table: bool) -> dict[str, str]
         return {
             "PERSISTENCE_MODULE": f"{SQLiteStore.__module__}:{SQLiteStore.__qualname__}",
             "SQLITE_DBNAME": path if path != ":memory:" else "file::memory:?cache=shared",
-            "SQLITE_LOCK_TIMEOUT": "10",
+            "SQLITE_LOCK_TIMEOUT": str(SQLITE_LOCK_TIMEOUT),
             "CANTSTOP_SQLITE_SYNCHRONOUS": settings.sqlite_synchronous,
             "CREATE_TABLE": create,
         }
