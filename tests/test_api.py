@@ -559,10 +559,61 @@ def test_if_match_on_an_old_version_is_412(
     fresh = act(client, gid, ann, headers={"If-Match": '"2"'}, type="roll", dice=[1, 2, 3, 4])
     assert fresh.status_code == 200
     # A tag that names no version can never match (RFC 9110: If-Match compares strongly).
-    for tag in ("soon", '"02"', '"+3"', '"\u0663"'):  # "02" names no version: "3" does
+    for tag in ('"soon"', '"02"', '"+3"', '"\u0663"'):  # "02" names no version: "3" does
         problem(
             act(client, gid, ann, headers={"If-Match": tag}, type="stop"), 412, "version_conflict"
         )
+    # What is no list of entity tags (3, unquoted) is a bad request, not the tag "3".
+    for field in ("3", '"3" 3', "W/3", '"3'):
+        refused = act(client, gid, ann, headers={"If-Match": field}, type="stop")
+        problem(refused, 422, "invalid_request")
+        read = client.get(f"/v1/games/{gid}", headers={"If-None-Match": field})
+        problem(read, 422, "invalid_request")
+    assert state(client, gid)["version"] == 3
+    listed = {"If-Match": ' , "1", W/"3", "3" ,'}  # empty elements, a weak tag, then "3"
+    assert act(client, gid, ann, headers=listed, type="stop").status_code == 409  # at last legal
+
+
+def test_joining_or_leaving_a_lobby_honours_if_match(client: FlaskClient) -> None:
+    """RFC 9110: a false precondition stops a change; joins and leaves ignored If-Match."""
+    lobby = client.post("/v1/games", json={"seats": 3}).get_json()["game"]
+    path = f"/v1/games/{lobby['id']}/players"
+    stale = {"If-Match": '"9"'}
+    problem(client.post(path, json={"name": "Ann"}, headers=stale), 412, "version_conflict")
+    ann = client.post(path, json={"name": "Ann"}, headers={"If-Match": '"1"'})
+    assert ann.status_code == 201, ann.get_json()
+    token = {"Authorization": f"Bearer {ann.get_json()['token']}"}
+    leave = f"{path}/{ann.get_json()['seat']}"
+    problem(client.delete(leave, headers={**token, **stale}), 412, "version_conflict")
+    assert state(client, lobby["id"])["version"] == 2  # nothing recorded by the refusals
+    left = client.delete(leave, headers={**token, "If-Match": '"2"'})
+    assert left.status_code == 200, left.get_json()
+
+
+def test_http_edges_answer_as_the_contract_says(
+    client: FlaskClient, manual_game: tuple[str, list[str]]
+) -> None:
+    gid, (ann, _) = manual_game
+    # Doubled slashes name no resource: 404 problem+json, not a redirect to the Host sent.
+    for path in ("/v1//games", f"/v1/games//{gid}", f"/v1/games/{gid}//events"):
+        answer = client.get(path, headers={"Host": "evil.example"})
+        problem(answer, 404, "not_found")
+        assert "Location" not in answer.headers
+    # OPTIONS: 204 with Allow, no body and no media type.
+    options = client.options(f"/v1/games/{gid}/actions")
+    assert options.status_code == 204 and "Content-Type" not in options.headers
+    assert {"POST", "OPTIONS"} <= set(options.headers["Allow"].split(", "))
+    # A 406 is the answer to that Accept only.
+    refused = client.get(f"/v1/games/{gid}/record-sheet?seat=0", headers={"Accept": "image/png"})
+    problem(refused, 406, "not_acceptable")
+    assert "Accept" in refused.headers["Vary"]
+    # A body with a Content-Encoding is not read as if it had none: 415, nothing recorded.
+    for coding in ("gzip", "br, gzip"):
+        encoded = act(client, gid, ann, headers={"Content-Encoding": coding}, type="resign")
+        problem(encoded, 415, "unsupported_media_type")
+    assert state(client, gid)["status"] == "in_progress"
+    plain = act(client, gid, ann, headers={"Content-Encoding": "identity"}, type="resign")
+    assert plain.status_code == 200
 
 
 def test_idempotency_key_replays_the_first_response(

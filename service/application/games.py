@@ -189,6 +189,16 @@ def parse_game_id(raw: str) -> uuid.UUID:
     return parsed
 
 
+def check_version(game: Game, if_match: Collection[int] | None) -> None:
+    """A change asked for at certain versions (If-Match) only: VersionConflict (412) when the
+    game is at another."""
+    if if_match is not None and game.version not in if_match:
+        wanted = ", ".join(str(v) for v in sorted(if_match)) or "no version (a weak tag?)"
+        raise VersionConflict(
+            f"the game is at version {game.version}, not {wanted}", version=game.version
+        )
+
+
 def check_bots(players: Any) -> None:
     """Every computer player named must be one the service has (domain.strategies)."""
     for player in players:
@@ -826,11 +836,7 @@ class Games(Application[uuid.UUID]):
         if_match: Collection[int] | None,
     ) -> list[dict[str, Any]]:
         """Run the command on ``game``: its new events as served (pending, not yet saved)."""
-        if if_match is not None and game.version not in if_match:
-            wanted = ", ".join(str(v) for v in sorted(if_match)) or "no version (a weak tag?)"
-            raise VersionConflict(
-                f"the game is at version {game.version}, not {wanted}", version=game.version
-            )
+        check_version(game, if_match)
         game.act(seat, command, draw=self.dicer(game))
         self.finish_up(game)
         return self.pending_records(game)

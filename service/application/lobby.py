@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import secrets
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -24,7 +24,7 @@ from domain.errors import IllegalAction
 from domain.game import Game
 from service.application.aggregates import Vault, match_token, new_token, token_hash
 from service.application.errors import ConcurrentAction, NotFound, NotYourSeat, Unauthorized
-from service.application.games import Games, Seat, check_bots
+from service.application.games import Games, Seat, check_bots, check_version
 
 ATTEMPTS = 8
 T = TypeVar("T")
@@ -56,16 +56,30 @@ class Lobby:
         return vault, seat
 
     def join(
-        self, game_id: uuid.UUID, name: str, *, bot: str | None = None, token: str | None = None
+        self,
+        game_id: uuid.UUID,
+        name: str,
+        *,
+        bot: str | None = None,
+        token: str | None = None,
+        if_match: Collection[int] | None = None,
     ) -> Seated:
         """Take the first open seat: a person gets a token; a computer player (``bot``) is seated
-        by a player already seated, whose ``token`` is given."""
+        by a player already seated, whose ``token`` is given. ``if_match``: only while the game
+        is at one of those versions (If-Match), else VersionConflict."""
         self.games.refuse_imported(game_id)
         if bot is not None:
             check_bots([{"name": name, "bot": bot}])
-        return self._again(lambda: self._join(game_id, name, bot, token))
+        return self._again(lambda: self._join(game_id, name, bot, token, if_match))
 
-    def _join(self, game_id: uuid.UUID, name: str, bot: str | None, token: str | None) -> Seated:
+    def _join(
+        self,
+        game_id: uuid.UUID,
+        name: str,
+        bot: str | None,
+        token: str | None,
+        if_match: Collection[int] | None,
+    ) -> Seated:
         games = self.games
         with games.owned(game_id) as game:  # the vault read under the game's lock, afresh
             if bot is not None or token is not None:
@@ -74,6 +88,7 @@ class Lobby:
                 vault, _ = self._seated_seat(game_id, token)
             else:
                 vault = games.vault(game_id)
+            check_version(game, if_match)
             seat = game.join(name, draw=games.dicer(game), bot=bot)
             issued = self._issue(vault, seat, bot)
             self._sealed_if_started(game, vault)
@@ -92,16 +107,25 @@ class Lobby:
                 continue
         return attempt()
 
-    def leave(self, game_id: uuid.UUID, seat: int, token: str | None) -> dict[str, Any]:
+    def leave(
+        self,
+        game_id: uuid.UUID,
+        seat: int,
+        token: str | None,
+        if_match: Collection[int] | None = None,
+    ) -> dict[str, Any]:
         """Give a seat back before the game starts: with its own token, or (a computer player's
         seat) with any seated player's. The seat is open again; its token stops working."""
         self.games.refuse_imported(game_id)
-        return self._again(lambda: self._leave(game_id, seat, token))
+        return self._again(lambda: self._leave(game_id, seat, token, if_match))
 
-    def _leave(self, game_id: uuid.UUID, seat: int, token: str | None) -> dict[str, Any]:
+    def _leave(
+        self, game_id: uuid.UUID, seat: int, token: str | None, if_match: Collection[int] | None
+    ) -> dict[str, Any]:
         games = self.games
         with games.owned(game_id) as game:
             vault, holder = self._seated_seat(game_id, token)
+            check_version(game, if_match)
             game.check_leave(seat)  # the game's rules first (started? taken?), then whose seat
             if not game.is_bot(seat) and holder != seat:
                 raise NotYourSeat(f"your token holds seat {holder}, not seat {seat}")

@@ -56,10 +56,24 @@ class NoSessions(SessionInterface):
         return None
 
 
+class App(Flask):
+    """Flask, answering OPTIONS (without CORS) with 204 and ``Allow``: Flask's own answer is
+    an empty 200 labelled text/html."""
+
+    def make_default_options_response(self) -> Response:
+        response = super().make_default_options_response()
+        response.status_code = 204
+        del response.headers["Content-Type"]
+        return response
+
+
 def create_app(settings: Settings | None = None, *, create_tables: bool = False) -> Flask:
     settings = settings or Settings.from_env()
-    app = Flask("cantstop")
+    app = App("cantstop")
     app.session_interface = NoSessions()
+    # A path with doubled slashes names no resource (404), as any other unknown path: Werkzeug
+    # answered it with a 308 redirect, an HTML page, to the Host the client sent.
+    app.url_map.merge_slashes = False
     app.url_map.converters["game"] = GameIdConverter  # before the routes that use it
     app.request_class = request_class(
         max_body_bytes=settings.max_body_bytes,
@@ -84,6 +98,7 @@ def create_app(settings: Settings | None = None, *, create_tables: bool = False)
             resources={r"/v1/*": {"origins": list(settings.cors_origins)}},
             allow_headers=CORS_ALLOW_HEADERS,
             expose_headers=CORS_EXPOSE_HEADERS,
+            methods=["GET", "HEAD", "POST", "DELETE", "OPTIONS"],  # what the API's routes take
             max_age=600,
         )
         if "*" not in settings.cors_origins:

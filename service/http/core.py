@@ -216,8 +216,8 @@ def problem(status: int, code: str, detail: str, **extra: Any) -> Response:
     """An error's answer: problem+json, or an HTML page to a browser asking for a page. Outside
     the API (``/v1``) an error may be either, so it varies with ``Accept``."""
     response = _problem(status, code, detail, **extra)
-    if not request.path.startswith("/v1/"):
-        response.vary.add("Accept")
+    if status == 406 or not request.path.startswith("/v1/"):
+        response.vary.add("Accept")  # (a 406 is the answer to this Accept only)
     return response
 
 
@@ -346,6 +346,8 @@ def json_bytes(req: flask.Request | None = None) -> bytes:
     if req is None:
         req = this_request()
     environ = req.environ
+    if "HTTP_CONTENT_ENCODING" in environ:
+        check_not_encoded(environ)
     if environ.get("CONTENT_TYPE") == "application/json":  # as nearly every client sends it
         data = _sized_body(req, environ)
         if data is not None:
@@ -364,10 +366,21 @@ def json_bytes(req: flask.Request | None = None) -> bytes:
     return data
 
 
+def check_not_encoded(environ: Mapping[str, Any]) -> None:
+    """415 for a body sent with a ``Content-Encoding`` (gzip, ...): bodies are read as sent, and
+    a plain body labelled gzip was acted on as if it were not labelled (RFC 9110, 8.4)."""
+    coding = str(environ.get("HTTP_CONTENT_ENCODING", "")).strip().lower()
+    if coding not in ("", "identity"):
+        raise UnsupportedMediaType(
+            f"bodies are read as sent: send them without Content-Encoding, not {coding[:40]!r}"
+        )
+
+
 def whole_body(req: flask.Request) -> bytes:
     """The request's body, whole, or 413 if it is over the request's limit. A body without a
     length (chunked) stops at the limit, silently in Werkzeug: as it cannot tell whether more
     was coming, one that reaches the limit is refused."""
+    check_not_encoded(req.environ)
     try:
         data = req.get_data(cache=True)
     except BlockingIOError:
@@ -478,22 +491,47 @@ def bearer_token(environ: Mapping[str, Any] | None = None) -> str | None:
 
 
 # ------------------------------------------------------------------------------ conditionals
+# RFC 9110's entity tag: an optional W/, then any visible characters but DQUOTE, quoted.
+ENTITY_TAG = re.compile(r'[ \t]*(W/)?"([\x21\x23-\x7e\x80-\uffff]*)"[ \t]*(?:,|$)')
+
+
+def entity_tags(field: str, name: str) -> list[tuple[bool, str]] | None:
+    """An If-Match or If-None-Match field: None for ``*``, else its tags as (weak, text). A
+    value that is no list of entity tags (``2``, unquoted) is 400: Werkzeug read ``2`` as the
+    tag ``"2"``, so it matched version 2."""
+    if field.strip() == "*":
+        return None
+    tags: list[tuple[bool, str]] = []
+    position, end = 0, len(field)
+    while True:
+        while position < end and field[position] in " \t,":  # (a list may have empty elements)
+            position += 1
+        if position == end:
+            return tags
+        found = ENTITY_TAG.match(field, position)
+        if found is None:
+            raise BadRequest(f'{name} must be "*" or a list of entity tags such as "12"')
+        tags.append((found.group(1) is not None, found.group(2)))
+        position = found.end()
+
+
 def not_modified(version_tag: str) -> bool:
     """RFC 9110 If-None-Match on a read: weak comparison, lists and ``*``."""
-    if "HTTP_IF_NONE_MATCH" not in request.environ:
+    field = request.environ.get("HTTP_IF_NONE_MATCH")
+    if field is None:
         return False
-    return request.if_none_match.contains_weak(version_tag)
+    tags = entity_tags(field, "If-None-Match")
+    return tags is None or any(text == version_tag for _, text in tags)
 
 
 def required_versions(environ: Mapping[str, Any] | None = None) -> frozenset[int] | None:
-    """RFC 9110 If-Match on an action: None when absent or ``*`` (the game exists, so ``*``
+    """RFC 9110 If-Match on a change: None when absent or ``*`` (the game exists, so ``*``
     always matches); else the versions its strong tags name. A weak tag never matches (If-Match
     compares strongly), so a list of weak tags only is an empty set: 412."""
-    if "HTTP_IF_MATCH" not in (request.environ if environ is None else environ):
+    field = (request.environ if environ is None else environ).get("HTTP_IF_MATCH")
+    if field is None:
         return None
-    tags = request.if_match
-    if tags.star_tag:
+    tags = entity_tags(field, "If-Match")
+    if tags is None:
         return None
-    # An empty tag ("") is a valid entity tag that werkzeug reads as None: it names no version.
-    strong = (tag for tag in tags.as_set() if tag and VERSION_TAG.fullmatch(tag))
-    return frozenset(int(tag) for tag in strong)
+    return frozenset(int(text) for weak, text in tags if not weak and VERSION_TAG.fullmatch(text))

@@ -116,7 +116,9 @@ def join_game(game_id: str) -> Response:
     """A person takes a seat; or a seated player seats a computer player (``bot``)."""
     gid = parse_game_id(game_id)
     data = load(JOIN, json_body())
-    done = runtime().lobby.join(gid, data["name"], bot=data.get("bot"), token=bearer_token())
+    done = runtime().lobby.join(
+        gid, data["name"], bot=data.get("bot"), token=bearer_token(), if_match=required_versions()
+    )
     return seated(done.state, done.seat)
 
 
@@ -126,7 +128,7 @@ def leave_game(game_id: str, seat: str) -> Response:
     gid = parse_game_id(game_id)
     if not DIGITS.fullmatch(seat) or int(seat) > 7:
         raise BadRequest("seat must be a seat number from 0 to 7")
-    state = runtime().lobby.leave(gid, int(seat), bearer_token())
+    state = runtime().lobby.leave(gid, int(seat), bearer_token(), required_versions())
     return json_response(state, headers=etag(state["version"]))
 
 
