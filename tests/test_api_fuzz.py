@@ -91,7 +91,8 @@ def refused_by_state(case: Case, response: Response) -> bool:
       used for another action (422 idempotency_key_reused); a roll that does not fit the game's
       dice: dice or entropy its dice mode refuses (422 invalid_request), dice beyond its faces
       (422 invalid_dice);
-    - joinGame: a computer player for a lobby with manual dice (422);
+    - joinGame: a computer player for a lobby with manual dice (422); joinGame and leaveGame:
+      ``If-Match`` naming another version (412 version_conflict), as for act;
     - getRecordSheet: a seat the game does not have, or none for a multiplayer game (422);
     - importGame: an export or transcript that does not verify (422 import_invalid: the hash
       chain and the rules judge it), or an NDJSON body that is no export (no schema describes an
@@ -111,6 +112,8 @@ def refused_by_state(case: Case, response: Response) -> bool:
         # "this game uses server dice: send {"type": "roll"} without dice", or "entropy is for
         # server dice: a manual roll carries its dice".
         return code == "invalid_request" and body.get("type") == "roll" and "server dice" in detail
+    if operation in ("joinGame", "leaveGame") and response.status_code == 412:
+        return code == "version_conflict"
     if operation == "joinGame":
         return code == "invalid_request" and detail.startswith("computer players play server-dice")
     if operation == "getRecordSheet":
