@@ -297,6 +297,23 @@ def test_a_lobby_seat_acting_before_the_start_is_refused(client: FlaskClient) ->
     assert state(client, game["id"])["version"] == 2
 
 
+def test_the_game_list_pages_newest_first_with_the_total(client: FlaskClient) -> None:
+    made = [create(client, players=["Ann", "Bob"])[0]["id"] for _ in range(5)]
+    made.reverse()  # newest first
+    first = client.get("/v1/games?limit=2").get_json()
+    assert [g["id"] for g in first["games"]] == made[:2]
+    total = first["total"]
+    assert total >= 5 and first["next_offset"] == 2
+    last = client.get(f"/v1/games?limit=2&offset={total - 1}").get_json()
+    assert len(last["games"]) == 1 and last["total"] == total and last["next_offset"] is None
+    beyond = client.get(f"/v1/games?offset={total + 10}").get_json()
+    assert beyond == {"games": [], "total": total, "next_offset": None}
+    waiting = client.get("/v1/games?status=waiting").get_json()
+    assert waiting["total"] == len(waiting["games"]) and made[0] not in {
+        g["id"] for g in waiting["games"]
+    }
+
+
 def test_game_list_rejects_bad_filters(client: FlaskClient) -> None:
     problem(client.get("/v1/games?status=lost"), 422, "invalid_request")
     problem(client.get("/v1/games?limit=0"), 422, "invalid_request")

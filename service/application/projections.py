@@ -163,16 +163,20 @@ class GameIndex(Projection):
             summary.status = "finished"
             summary.winner = event.winner
 
-    def query(self, *, status: str | None = None, open_only: bool = False) -> list[dict[str, Any]]:
-        now = datetime.now(UTC)
+    def query(
+        self, *, status: str | None = None, open_only: bool = False, offset: int = 0, limit: int
+    ) -> tuple[list[dict[str, Any]], int]:
+        """One page of the games that match, newest first, and how many match in all. Only the
+        page's rows are built (a listing once built a row for every game, then kept 50)."""
         with self._lock:  # another request's catch_up may be adding games meanwhile
             games = list(self.games.values())
-        rows = [
-            g.to_dict(now)
+        matching = [
+            g
             for g in reversed(games)
             if (status is None or g.status == status) and (not open_only or g.open_seats > 0)
         ]
-        return rows
+        now = datetime.now(UTC)
+        return [g.to_dict(now) for g in matching[offset : offset + limit]], len(matching)
 
 
 @dataclass(frozen=True)

@@ -97,10 +97,11 @@ def list_games() -> Response:
     offset = int_arg("offset", 0, 0)
     rt = runtime()
     rt.index.catch_up(rt.games)
-    rows = rt.index.query(status=status, open_only=open_raw == "true")
-    page = rows[offset : offset + limit]
-    next_offset = offset + limit if offset + limit < len(rows) else None
-    return json_response({"games": page, "total": len(rows), "next_offset": next_offset})
+    page, total = rt.index.query(
+        status=status, open_only=open_raw == "true", offset=offset, limit=limit
+    )
+    next_offset = offset + limit if offset + limit < total else None
+    return json_response({"games": page, "total": total, "next_offset": next_offset})
 
 
 @games_api.get("/v1/games/<game:game_id>")  # not "import" (core.GameIdConverter)
