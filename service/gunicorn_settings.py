@@ -115,7 +115,10 @@ access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms'
 # The query parameters whose values the access log shows: the API's own. Any other is written
 # as "…": a client that puts its seat token in the URL (refused: 401) must not have it logged.
 LOGGED_QUERY = frozenset(
-    "version after limit offset seat status open mode dice_faces steep_hill".split()
+    [
+        *("version", "after", "limit", "offset", "seat"),
+        *("status", "open", "mode", "dice_faces", "steep_hill"),
+    ]
 )
 
 
