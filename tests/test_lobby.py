@@ -446,6 +446,38 @@ def test_a_rematch_waits_for_every_person_and_refuses_unfinished_games(
     )
 
 
+def test_the_claim_that_creates_a_rematch_may_bring_a_committed_seed(
+    client: FlaskClient,
+) -> None:
+    """Contract 1.1's fairness for a rematch: the seed committed before the client chose its
+    seed, as for a new game. Once the rematch exists its seed is drawn: a later claim with
+    seeds claims the seat, its commitment left unused. A used commitment is used up."""
+    old, seats = finished_game(client, ["Ann", "Bob"])
+    committed = client.post("/v1/seed-commitments").get_json()["seed_commitment"]
+    path = f"/v1/games/{old}/rematch"
+    lacking = {"seed_commitment": committed}  # no client seed: the seed would be the server's
+    problem(
+        client.post(path, json=lacking, headers=bearer(seats[0]["token"])), 422, "invalid_request"
+    )
+    seeds = {"client_seed": "ann-rolls-0417", "seed_commitment": committed}
+    ann = client.post(path, json=seeds, headers=bearer(seats[0]["token"]))
+    assert ann.status_code == 201, ann.get_json()
+    fairness = ann.get_json()["game"]["fairness"]
+    assert fairness["seed_commitment"] == committed and fairness["client_seed"] == "ann-rolls-0417"
+    created = history(client, ann.get_json()["game"]["id"])[0]["data"]
+    assert created["seed_committed_at"] is not None and created["rematch_of"] == old
+    again = {"players": ["Cy", "Dee"], "client_seed": "x", "seed_commitment": committed}
+    problem(client.post("/v1/games", json=again), 422, "invalid_request")  # used up
+    # Bob asks with seeds of his own: the rematch exists, its seeds Ann's; his go unused.
+    bobs = client.post("/v1/seed-commitments").get_json()["seed_commitment"]
+    others = {"client_seed": "bob", "seed_commitment": bobs}
+    bob = client.post(path, json=others, headers=bearer(seats[1]["token"]))
+    assert bob.status_code == 201 and bob.get_json()["game"]["status"] == "in_progress"
+    assert bob.get_json()["game"]["fairness"] == fairness
+    unused = {"players": ["Cy", "Dee"], "client_seed": "x", "seed_commitment": bobs}
+    assert client.post("/v1/games", json=unused).status_code == 201
+
+
 # ------------------------------------------------------------------------------ advice
 def test_advice_gives_exact_odds_and_the_experts_choice(client: FlaskClient) -> None:
     created = client.post(

@@ -587,6 +587,9 @@ def test_an_open_seat_is_taken_from_the_lobby_and_the_players_ask_for_a_rematch(
         guest.wait_for_url(re.compile(rf"/games/{rematch_id}$"))
         again = server.api("GET", f"/v1/games/{rematch_id}")
         assert again["rematch_of"] == game_id and again["status"] == "in_progress"
+        for made in (game_id, rematch_id):  # each seed committed before the page chose its own
+            created = server.api("GET", f"/v1/games/{made}/events?limit=1")["events"][0]["data"]
+            assert created["seed_committed_at"] is not None and created["client_seed"] != made
         for page in (host, guest):
             expect(page.get_by_role("button", name="Resign")).to_be_visible()
 

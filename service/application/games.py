@@ -592,6 +592,10 @@ class Games(Application[uuid.UUID]):
             self.imported_cache[game_id] = known
         return known
 
+    def is_stored(self, game_id: uuid.UUID) -> bool:
+        """Whether anything is stored under ``game_id`` (one row read)."""
+        return bool(self.recorder.select_events(game_id, limit=1))
+
     def refuse_imported(self, game_id: uuid.UUID) -> None:
         if self.is_imported(game_id):
             raise ReadOnly("this game was imported: it can be read, not played")
@@ -692,7 +696,7 @@ class Games(Application[uuid.UUID]):
         committed_at: str | None = None
         server_seed: str | None
         if seed_commitment is not None:
-            server_seed, committed_at = self._take_commitment(setup, seed_commitment)
+            server_seed, committed_at = self.take_commitment(setup, seed_commitment)
         else:
             server_seed = secrets.token_hex(32) if setup.dice == "server" else None
         draw = None
@@ -717,7 +721,10 @@ class Games(Application[uuid.UUID]):
             self.repository.cache.put(game_id, game)
         return self.views.of(game), issued
 
-    def _take_commitment(self, setup: NewGame, seed_commitment: str) -> tuple[str, str]:
+    def take_commitment(self, setup: NewGame, seed_commitment: str) -> tuple[str, str]:
+        """The seed drawn for ``seed_commitment`` (used up: never again) and when it was
+        committed, once ``setup`` is judged a game that can start (a refused game does not use
+        up the commitment)."""
         if setup.dice != "server":
             raise InvalidRequest("seed_commitment is for server dice")
         if not visible_ascii(setup.client_seed):

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from eventsourcing.persistence import IntegrityError
 
 from domain.commands import NewGame
-from domain.errors import IllegalAction
+from domain.errors import IllegalAction, InvalidRequest
 from domain.game import Game
 from service.application.aggregates import Vault, match_token, new_token, token_hash
 from service.application.errors import ConcurrentAction, NotFound, NotYourSeat, Unauthorized
@@ -135,13 +135,27 @@ class Lobby:
             self._save(game, vault)
             return games.views.of(game)
 
-    def rematch(self, game_id: uuid.UUID, token: str | None) -> Seated:
+    def rematch(
+        self,
+        game_id: uuid.UUID,
+        token: str | None,
+        *,
+        client_seed: str | None = None,
+        seed_commitment: str | None = None,
+    ) -> Seated:
         """Claim your seat in the one rematch of a finished game (created by the first to ask),
-        with the token you held in it: a fresh token for the new game."""
+        with the token you held in it: a fresh token for the new game.
+
+        ``client_seed`` and ``seed_commitment`` (contract 1.1's fairness, as for a new game) are
+        for the claim that creates the rematch: its server dice then use the seed committed
+        before the client chose theirs. Once the rematch exists its seed is drawn: a claim that
+        brings seeds claims the seat as one without them, its commitment unused (the rematch's
+        ``fairness`` says whose seeds it has)."""
         games = self.games
         games.refuse_imported(game_id)
         if not token:
             raise Unauthorized("send your seat's token of the finished game")
+        seeded = client_seed is not None or seed_commitment is not None
         old = games.game(game_id)
         if old.status != "finished":
             raise IllegalAction("a rematch is for a finished game; this one is not finished")
@@ -155,6 +169,11 @@ class Lobby:
         if seat is None:
             raise Unauthorized("unknown token for this game")
         new_id = rematch_id(game_id)
+        if seeded:
+            if old.dice_mode != "server":
+                raise InvalidRequest("client_seed and seed_commitment are for server dice")
+            with suppress(IntegrityError):  # created already: the seat is claimed all the same
+                self._create_rematch(new_id, old, client_seed, seed_commitment)
         for _ in range(ATTEMPTS):  # others create it or claim their seats at the same moment
             try:
                 return self._claim(new_id, old, seat)
@@ -165,17 +184,38 @@ class Lobby:
                 continue
         raise ConcurrentAction("the rematch is busy; try again")
 
-    def _create_rematch(self, new_id: uuid.UUID, old: Game) -> None:
-        """The lobby of the rematch, with its computer players seated at once."""
-        server_seed = secrets.token_hex(32) if old.dice_mode == "server" else None
+    def _create_rematch(
+        self,
+        new_id: uuid.UUID,
+        old: Game,
+        client_seed: str | None = None,
+        seed_commitment: str | None = None,
+    ) -> None:
+        """The lobby of the rematch, with its computer players seated at once (IntegrityError
+        if it exists already)."""
         setup = NewGame(
             seats=old.seats,
             rules=old.rules,
             dice=old.dice_mode,
             first_player=old.first_player if old.dice_mode == "manual" else None,
             clock={"turn_seconds": old.clock_seconds} if old.clock_seconds else None,
+            client_seed=client_seed,
         )
-        game = Game.start(new_id, setup, server_seed=server_seed, rematch_of=str(old.id))
+        committed_at: str | None = None
+        server_seed: str | None = None
+        if seed_commitment is not None:
+            if self.games.is_stored(new_id):  # before the commitment is used up
+                raise IntegrityError(f"the rematch {new_id} exists already")
+            server_seed, committed_at = self.games.take_commitment(setup, seed_commitment)
+        elif old.dice_mode == "server":
+            server_seed = secrets.token_hex(32)
+        game = Game.start(
+            new_id,
+            setup,
+            server_seed=server_seed,
+            rematch_of=str(old.id),
+            seed_committed_at=committed_at,
+        )
         vault = Vault(game_id=new_id, server_seed=server_seed)
         draw = None
         if server_seed is not None:

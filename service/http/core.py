@@ -333,6 +333,14 @@ def json_body() -> Any:
     return parse_json(json_bytes())
 
 
+def has_body(req: flask.Request) -> bool:
+    """Whether the request brings a body (a length above 0, or chunks), for a route whose body
+    is optional."""
+    environ = req.environ
+    length = environ.get("CONTENT_LENGTH") or "0"
+    return length != "0" or "HTTP_TRANSFER_ENCODING" in environ
+
+
 def this_request() -> flask.Request:
     """The request itself, not Flask's context proxy, for a view that reads it often: each read
     through ``flask.request`` is a context lookup (~0.6% of an action's instructions each)."""

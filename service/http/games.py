@@ -18,6 +18,7 @@ from service.http.core import (
     BadRequest,
     bearer_token,
     error_problem,
+    has_body,
     int_arg,
     json_body,
     json_bytes,
@@ -40,6 +41,7 @@ MAX_GAMES_PAGE = 200
 ACTION = schemas.ActionSchema()
 CREATE_GAME = schemas.CreateGameSchema()
 JOIN = schemas.JoinSchema()
+REMATCH = schemas.RematchSchema()
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 # Action bodies already parsed, by their bytes: clients send the same few bodies again and again
 # ({"type":"roll"}, a move's sums), and parsing one is a pure function of its bytes, so each
@@ -144,8 +146,12 @@ def which_seat(game_id: str) -> Response:
 
 @games_api.post("/v1/games/<game_id>/rematch")
 def rematch(game_id: str) -> Response:
-    """Claim your seat in the one rematch of a finished game, with your token of it."""
-    done = runtime().lobby.rematch(parse_game_id(game_id), bearer_token())
+    """Claim your seat in the one rematch of a finished game, with your token of it; the claim
+    that creates it may bring a client seed and a seed commitment (no body: neither)."""
+    gid = parse_game_id(game_id)
+    token = bearer_token()
+    seeds = load(REMATCH, json_body()) if has_body(this_request()) else {}
+    done = runtime().lobby.rematch(gid, token, **seeds)
     return seated(done.state, done.seat)
 
 

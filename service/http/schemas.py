@@ -98,6 +98,13 @@ class JoinSchema(Schema):
     bot = fields.String(validate=validate.Length(min=1, max=40))
 
 
+class RematchSchema(Schema):
+    """The claim that creates a rematch may bring the seeds of contract 1.1 (as a new game)."""
+
+    client_seed = fields.String(validate=validate.Length(min=1, max=200))
+    seed_commitment = fields.String(validate=validate.Regexp(r"^[0-9a-f]{64}$"))
+
+
 class ActionSchema(Schema):
     type = fields.String(required=True, validate=validate.OneOf(["roll", "move", "stop", "resign"]))
     # The dice are judged by the rules (invalid_dice), after the turn checks, as the contract says:

@@ -120,6 +120,17 @@ export function randomText() {
   return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
+/**
+ * The seeds of contract 1.1 for a new server-dice game or a rematch: a seed commitment asked for
+ * first, then a client seed of this browser's choosing, so the server's seed was fixed before
+ * it (the server cannot try seeds until it likes the dice). Manual dice need none.
+ */
+export async function committedSeeds(dice) {
+  if (dice === "manual") return {};
+  const { seed_commitment } = await api("/v1/seed-commitments", { method: "POST" });
+  return { client_seed: randomText(), seed_commitment };
+}
+
 // ----------------------------------------------------------------------------- seat tokens
 const KEY = (gameId) => `cantstop:seat:${gameId}`;
 const memory = new Map(); // when localStorage is unavailable (a locked-down browser)

@@ -4,6 +4,7 @@
 import {
   api,
   allEvents,
+  committedSeeds,
   forgetSeat,
   heldSeat,
   openGameStream,
@@ -551,7 +552,9 @@ async function removeBot(seat) {
 
 async function rematch() {
   try {
-    const done = await api(`/v1/games/${gameId}/rematch`, { method: "POST", token: held.token });
+    // If another player asked first, the rematch exists with their seeds, and these go unused.
+    const body = await committedSeeds(state.dice);
+    const done = await api(`/v1/games/${gameId}/rematch`, { method: "POST", token: held.token, body });
     location.assign(seatLink(done.game.id, done.token, done.seat));
   } catch (e) {
     say(e.detail);
@@ -567,7 +570,8 @@ async function playAgain() {
     dice: state.dice,
   };
   try {
-    const done = await api("/v1/games", { method: "POST", body });
+    const seeded = { ...body, ...(await committedSeeds(body.dice)) };
+    const done = await api("/v1/games", { method: "POST", body: seeded });
     location.assign(seatLink(done.game.id, done.seats[0].token, 0));
   } catch (e) {
     say(e.detail);

@@ -1,6 +1,6 @@
 // The lobby: create a game or a solitaire, join an open seat, watch games, the leaderboard.
 
-import { api, rememberSeat, seatLink } from "./api.js";
+import { api, committedSeeds, rememberSeat, seatLink } from "./api.js";
 import { $, $$, fill, h, show } from "./dom.js";
 
 const NAME_KEY = "cantstop:name";
@@ -205,7 +205,8 @@ async function createGame(event) {
           r.kind.startsWith("bot:") ? { name: r.name || r.kind.slice(4), bot: r.kind.slice(4) } : r.name,
         ),
       ];
-      const created = await api("/v1/games", { method: "POST", body });
+      const seeded = { ...body, ...(await committedSeeds(body.dice)) };
+      const created = await api("/v1/games", { method: "POST", body: seeded });
       handOut(created.game.id, created.seats[0], created.seats.slice(1));
     }
   } catch (e) {
@@ -218,7 +219,8 @@ async function createGame(event) {
 /** Open seats: a lobby game that starts when every seat is taken. You take the first seat,
  * then the people named and the computer players are seated; the rest wait for others. */
 async function createLobby(body, me, rows) {
-  const created = await api("/v1/games", { method: "POST", body: { ...body, seats: rows.length + 1 } });
+  const seeded = { ...body, seats: rows.length + 1, ...(await committedSeeds(body.dice)) };
+  const created = await api("/v1/games", { method: "POST", body: seeded });
   const id = created.game.id;
   const mine = await api(`/v1/games/${id}/players`, { method: "POST", body: { name: me } });
   const others = [];
@@ -305,7 +307,8 @@ async function playSolitaire(event) {
     dice: form.elements.solo_dice.value,
   };
   try {
-    const created = await api("/v1/games", { method: "POST", body });
+    const seeded = { ...body, ...(await committedSeeds(body.dice)) };
+    const created = await api("/v1/games", { method: "POST", body: seeded });
     goPlay(created.game.id, created.seats[0].token, 0);
   } catch (e) {
     say(e.detail, "#solitaire-message");
