@@ -616,6 +616,18 @@ def test_http_edges_answer_as_the_contract_says(
         answer = client.get(path, headers={"Host": "evil.example"})
         problem(answer, 404, "not_found")
         assert "Location" not in answer.headers
+    # Leading doubled slashes too (Werkzeug's routing dropped them: //v1/... was /v1/...).
+    plain = FlaskClient(client.application)  # (the path is set as a server would pass it on)
+    for method, path in (("GET", "//v1/games"), ("GET", "//healthz"), ("POST", f"//v1/{gid}")):
+        answer = plain.open("/", method=method, environ_overrides={"PATH_INFO": path})
+        problem(answer, 404, "not_found")
+    resign = plain.post(
+        "/",
+        json={"type": "resign"},
+        headers={"Authorization": f"Bearer {ann}"},
+        environ_overrides={"PATH_INFO": f"//v1/games/{gid}/actions"},
+    )
+    problem(resign, 404, "not_found")  # and nothing recorded: the game plays on below
     # OPTIONS: 204 with Allow, no body and no media type.
     options = client.options(f"/v1/games/{gid}/actions")
     assert options.status_code == 204 and "Content-Type" not in options.headers

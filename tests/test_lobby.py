@@ -476,6 +476,15 @@ def test_the_claim_that_creates_a_rematch_may_bring_a_committed_seed(
     assert bob.get_json()["game"]["fairness"] == fairness
     unused = {"players": ["Cy", "Dee"], "client_seed": "x", "seed_commitment": bobs}
     assert client.post("/v1/games", json=unused).status_code == 201
+    # An empty body is no body, however its length is written: judged as a claim (Bob's seat
+    # is taken already), not as a document that is not JSON.
+    empty = client.post(
+        path,
+        data=b"",
+        headers={**bearer(seats[1]["token"]), "Content-Type": "application/json"},
+        environ_overrides={"CONTENT_LENGTH": "00"},
+    )
+    assert "claimed already" in problem(empty, 409, "illegal_action")["detail"]
 
 
 # ------------------------------------------------------------------------------ advice

@@ -193,9 +193,12 @@ def check_version(game: Game, if_match: Collection[int] | None) -> None:
     """A change asked for at certain versions (If-Match) only: VersionConflict (412) when the
     game is at another."""
     if if_match is not None and game.version not in if_match:
-        wanted = ", ".join(str(v) for v in sorted(if_match)) or "no version (a weak tag?)"
+        wanted = ", ".join(str(v) for v in sorted(if_match))
+        named = (
+            f"not {wanted}" if wanted else "and If-Match names no version (a weak tag never does)"
+        )
         raise VersionConflict(
-            f"the game is at version {game.version}, not {wanted}", version=game.version
+            f"the game is at version {game.version}, {named}", version=game.version
         )
 
 

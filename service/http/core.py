@@ -20,6 +20,7 @@ from marshmallow import Schema, ValidationError
 from werkzeug.datastructures import MIMEAccept
 from werkzeug.exceptions import (
     HTTPException,
+    NotFound,
     RequestEntityTooLarge,
     RequestHeaderFieldsTooLarge,
     RequestTimeout,
@@ -134,6 +135,11 @@ def request_class(*, max_body_bytes: int, max_line: int, max_headers: int) -> ty
 
         def __init__(self, environ: dict[str, Any], *args: Any, **kwargs: Any) -> None:
             super().__init__(environ, *args, **kwargs)
+            if environ.get("PATH_INFO", "")[:2] == "//":
+                # Werkzeug's routing drops leading slashes: //v1/games was /v1/games. A path
+                # with doubled slashes names nothing, there as anywhere (url_map.merge_slashes).
+                self.routing_exception = NotFound()
+                return
             uri = environ.get("RAW_URI") or environ.get("REQUEST_URI") or self.full_path
             if len(uri) > max_line:
                 detail = f"the request target is longer than {max_line} bytes"
@@ -337,8 +343,8 @@ def has_body(req: flask.Request) -> bool:
     """Whether the request brings a body (a length above 0, or chunks), for a route whose body
     is optional."""
     environ = req.environ
-    length = environ.get("CONTENT_LENGTH") or "0"
-    return length != "0" or "HTTP_TRANSFER_ENCODING" in environ
+    length = (environ.get("CONTENT_LENGTH") or "0").lstrip("0")
+    return bool(length) or "HTTP_TRANSFER_ENCODING" in environ
 
 
 def this_request() -> flask.Request:

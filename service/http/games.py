@@ -150,7 +150,9 @@ def rematch(game_id: str) -> Response:
     that creates it may bring a client seed and a seed commitment (no body: neither)."""
     gid = parse_game_id(game_id)
     token = bearer_token()
-    seeds = load(REMATCH, json_body()) if has_body(this_request()) else {}
+    req = this_request()
+    sent = json_bytes(req) if has_body(req) else b""
+    seeds = load(REMATCH, parse_json(sent)) if sent else {}  # an empty body is no body
     done = runtime().lobby.rematch(gid, token, **seeds)
     return seated(done.state, done.seat)
 
