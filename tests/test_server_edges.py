@@ -265,6 +265,12 @@ def test_clients_that_stop_sending_mid_request_lose_their_connection_not_the_ser
             with socket.create_connection((HOST, port), timeout=30) as raw:
                 if i % 2:
                     raw.sendall(b"GET /v1/games HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+                elif i % 4 == 2:  # a body in chunks, one of them cut short
+                    raw.sendall(
+                        b"POST /v1/games HTTP/1.1\r\nHost: x\r\n"
+                        b"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+                        b'5\r\n{"pl'
+                    )
                 else:
                     raw.sendall(
                         b"POST /v1/games HTTP/1.1\r\nHost: x\r\n"

@@ -19,6 +19,7 @@ from gunicorn.http.errors import ParseException as ServerParseError
 from marshmallow import Schema, ValidationError
 from werkzeug.datastructures import MIMEAccept
 from werkzeug.exceptions import (
+    ClientDisconnected,
     HTTPException,
     NotFound,
     RequestEntityTooLarge,
@@ -399,6 +400,10 @@ def whole_body(req: flask.Request) -> bytes:
         data = req.get_data(cache=True)
     except BlockingIOError:
         raise stalled_body() from None
+    except ClientDisconnected as exc:  # Werkzeug's for a failed read of a body without a length
+        if isinstance(exc.__context__, BlockingIOError):
+            raise stalled_body() from None
+        raise
     limit = req.max_content_length
     if limit is not None and len(data) >= limit and "CONTENT_LENGTH" not in req.environ:
         raise RequestEntityTooLarge()
