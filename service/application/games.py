@@ -31,6 +31,7 @@ from eventsourcing.persistence import IntegrityError, JSONTranscoder, Mapper, St
 from eventsourcing.utils import get_topic, strtobool
 
 from domain import fairness, strategies
+from domain.audit import HEX64
 from domain.commands import Command, NewGame, to_dict, visible_ascii
 from domain.errors import DomainError, InvalidRequest, TimedOut
 from domain.game import Draw, Game, event_record, event_records, format_at
@@ -213,14 +214,11 @@ def check_bots(players: Any) -> None:
                 raise InvalidRequest(f"{exc}; the bots are {known}") from None
 
 
-SEED_FORM = re.compile(r"[0-9a-f]{64}")
-
-
 def _vault_damage(vault: Vault) -> str | None:
     """What is wrong with a vault read from the store, if anything: a server seed that is not
     64 lowercase hex characters, or token hashes that are not text by seat."""
     seed = vault.server_seed
-    if seed is not None and not (isinstance(seed, str) and SEED_FORM.fullmatch(seed)):
+    if seed is not None and not (isinstance(seed, str) and HEX64.fullmatch(seed)):
         return "the server seed is not 64 lowercase hex characters"
     hashes = vault.token_hashes
     if not isinstance(hashes, dict) or not all(

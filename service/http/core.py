@@ -516,8 +516,8 @@ ENTITY_TAG = re.compile(r'[ \t]*(W/)?"([\x21\x23-\x7e\x80-\uffff]*)"[ \t]*(?:,|$
 
 def entity_tags(field: str, name: str) -> list[tuple[bool, str]] | None:
     """An If-Match or If-None-Match field: None for ``*``, else its tags as (weak, text). A
-    value that is no list of entity tags (``2``, unquoted) is 400: Werkzeug read ``2`` as the
-    tag ``"2"``, so it matched version 2."""
+    value that is no list of entity tags (``2``, unquoted) is 422 invalid_request: Werkzeug
+    read ``2`` as the tag ``"2"``, so it matched version 2."""
     if field.strip() == "*":
         return None
     tags: list[tuple[bool, str]] = []
