@@ -1,7 +1,10 @@
 """Configuration from the environment (README: Configuration), checked in one place.
 
-Every ``CANTSTOP_*`` value is read and validated here; a bad one is a ``ConfigError`` whose message
-is one line naming the variable, which ``cantstop`` prints before exiting with status 2.
+Every ``CANTSTOP_*`` value is read and validated with the helpers here, most of them by
+``Settings``; the live streams' ``CANTSTOP_STREAM_*`` by ``LiveConfig`` (service/live/hub.py),
+and the store reads back what ``persistence_env`` hands it. A bad value is a ``ConfigError``
+whose message is one line naming the variable, which ``cantstop`` prints before exiting with
+status 2.
 """
 
 from __future__ import annotations
