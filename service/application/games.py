@@ -568,10 +568,27 @@ class Games(Application[uuid.UUID]):
             if stored_event.originator_version != expected:
                 self._missing(game_id, expected)
             expected += 1
-            records.append(event_record(stored_event))
+            records.append(self._served(game_id, stored_event))
         if not records:
             self.game(game_id)  # 404 for an unknown game; else simply nothing after ``after``
         return records
+
+    @staticmethod
+    def _served(game_id: uuid.UUID, stored_event: Game.Event) -> dict[str, Any]:
+        """A stored event as served; one whose stored form decoded but lacks what an event has
+        (its hash, its time: a damaged row) is CorruptGame at its version, not a 500."""
+        try:
+            return event_record(stored_event)
+        except Exception as exc:
+            version = stored_event.originator_version
+            log.error(
+                "game %s: stored event %s cannot be served: %s", game_id, version, describe(exc)
+            )
+            raise CorruptGame(
+                f"game {game_id} is damaged: its stored event at version {version} cannot be "
+                "read (see its /audit)",
+                version=version,
+            ) from None
 
     @staticmethod
     def _missing(game_id: uuid.UUID, version: int) -> NoReturn:
