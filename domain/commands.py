@@ -28,7 +28,8 @@ class Roll:
 
 @dataclass(frozen=True, slots=True)
 class Move:
-    """Play one legal move of the dice rolled: its sums, in any order."""
+    """Play one legal move of the dice rolled: its sums, sent in any order (``parse_action``
+    sorts them: ``[10, 6]`` and ``[6, 10]`` are one command, and one Idempotency-Key's)."""
 
     sums: tuple[int, ...]
 
@@ -92,7 +93,7 @@ def parse_action(action: Mapping[str, Any]) -> Command:
         sums = action.get("sums")
         if not isinstance(sums, list | tuple) or not sums or not all(is_int(s) for s in sums):
             raise InvalidRequest("sums must be a non-empty list of integers")
-        return Move(tuple(sums))
+        return Move(tuple(sorted(sums)))
     if kind == "stop":
         return Stop()
     if kind == "resign":

@@ -662,6 +662,15 @@ def test_idempotency_key_replays_the_first_response(
     problem(
         act(client, gid, bob, headers=key, type="roll", dice=[1, 5, 4, 6]), 403, "not_your_turn"
     )
+    # A move's sums in another order are the same move (rules: in any order), so the same key
+    # replays it rather than calling the key reused (found by a black-box review).
+    sums = next(a["sums"] for a in first.get_json()["game"]["legal_actions"] if len(a["sums"]) == 2)
+    move_key = {"Idempotency-Key": "move-1"}
+    moved = act(client, gid, ann, headers=move_key, type="move", sums=sums[::-1])
+    assert moved.status_code == 200
+    retried = act(client, gid, ann, headers=move_key, type="move", sums=sums)
+    assert retried.status_code == 200 and retried.headers["Idempotent-Replayed"] == "true"
+    assert retried.get_json() == moved.get_json()
 
 
 # ------------------------------------------------------------------------------ fairness
