@@ -53,12 +53,39 @@ def loads(data: bytes | str, limit: int = MAX_DEPTH) -> Any:
         except UnicodeDecodeError:
             raise MalformedJson("the document is not UTF-8") from None
     try:
-        value = json.loads(data)
+        value = json.loads(
+            data, parse_int=_integer, parse_float=_finite, parse_constant=_no_constant
+        )
     except RecursionError:
         raise MalformedJson(f"the document is nested more than {limit} levels deep") from None
     except ValueError as exc:
         raise MalformedJson(f"not JSON: {exc}") from None
     return check_text(check_depth(value, limit))
+
+
+# The integers the API's parser (orjson) reads as integers; beyond them it reads a number as a
+# float, as these do, so that a transcript or an export means the same to the API and the CLI
+# (a seat of 10**22 is "not an integer" to both).
+WIDEST_INT = (-(2**63), 2**64 - 1)
+
+
+def _integer(text: str) -> int | float:
+    if len(text) < 19:  # (every such number is in range)
+        return int(text)
+    number = int(text)
+    low, high = WIDEST_INT
+    return number if low <= number <= high else float(number)
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if number in (float("inf"), float("-inf")):
+        raise ValueError(f"the number {text[:40]} is too large for a double")
+    return number
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not JSON")
 
 
 def check_text(value: Any) -> Any:

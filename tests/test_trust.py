@@ -784,6 +784,38 @@ def test_cantstop_verify_on_a_deep_document_is_exit_2_with_one_line(tmp_path: Pa
     assert len(ran.stderr.strip().splitlines()) == 1 and "Traceback" not in ran.stderr
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"players": ["A", "B"], "actions": [{"type": "roll", "seat": 10000000000000000000000}]}',
+        '{"players": ["A", "B"], "actions": [{"type": "move", "sums": [18446744073709551616]}]}',
+        '{"players": ["A", "B"], "actions": [{"type": "roll", "seat": NaN}]}',
+        '{"players": ["A", "B"], "first_player": -Infinity}',
+        '{"players": ["A", "B"], "first_player": 1e400}',
+    ],
+)
+def test_the_api_and_cantstop_verify_read_numbers_alike(
+    client: FlaskClient, tmp_path: Path, text: str
+) -> None:
+    """An integer beyond 64 bits is a float to the API's parser, and NaN or an infinity no JSON:
+    the CLI read them as Python's json does, and gave a verdict where the API said 422 (found by
+    a black-box review). A transcript that is not well formed is 422 and exit status 2."""
+    answer = client.post(
+        "/v1/transcripts/verify", data=text, headers={"Content-Type": "application/json"}
+    )
+    problem(answer, 422, "invalid_request")
+    path = tmp_path / "transcript.json"
+    path.write_text(text)
+    ran = subprocess.run(
+        [str(Path(sys.executable).with_name("cantstop")), "verify", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == 2, ran.stdout
+    assert len(ran.stderr.strip().splitlines()) == 1 and "Traceback" not in ran.stderr
+
+
 # ----------------------------------------------------------------------- conditionals
 @pytest.mark.parametrize("tag", ['"5"', 'W/"5"', '"4", "5"', "*", 'W/"1", W/"5"'])
 def test_if_none_match_follows_rfc_9110(client: FlaskClient, tag: str) -> None:
