@@ -475,12 +475,21 @@ def int_arg(name: str, default: int, low: int, high: int | None = None) -> int:
     return value
 
 
+# ``?version=N``: any integer is a version to look up (contract: outside 1..current is 404).
+SIGNED_DIGITS = re.compile(r"-?[0-9]+")
+
+
 def version_arg() -> int | None:
+    """``?version=N`` as an integer: 422 if it is none, else whatever it is (outside the game's
+    versions, 404 where the game is read). Beyond twelve digits, no version's: read as one past
+    any version (``int`` refuses strings of over 4,300 digits, and none is needed)."""
     raw = request.args.get("version")
     if raw is None:
         return None
-    if not DIGITS.fullmatch(raw):
-        raise BadRequest("version must be a positive integer")
+    if not SIGNED_DIGITS.fullmatch(raw):
+        raise BadRequest("version must be an integer")
+    if len(raw.lstrip("-")) > 12:
+        return -1 if raw[0] == "-" else 10**12
     return int(raw)
 
 
