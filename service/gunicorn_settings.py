@@ -40,7 +40,8 @@ import os
 import socket
 import struct
 import sys
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -252,6 +253,38 @@ def post_fork(server: Any, worker: Any) -> None:
     worker.handle_exit = handle_exit  # installed as the SIGTERM handler by init_signals()
 
 
+# Answers to a request whose body the app did not read whole: a stalled body (408) or one over
+# the limit (413). gunicorn then closes the connection (the rest of the body cannot be told from
+# a next request), but it wrote ``Connection: keep-alive`` in the answer, which only it writes
+# (it drops the app's ``Connection``), and a client that sent its next request on the connection
+# lost it. Marking the request as closing makes gunicorn say ``Connection: close``.
+UNREAD_BODY = frozenset({"408", "413"})
+_serving = threading.local()  # gthread serves each request on one thread, hooks included
+
+
+def pre_request(worker: Any, req: Any) -> None:
+    _serving.req = req
+
+
+def post_worker_init(worker: Any) -> None:
+    """Wrap the worker's app (``UNREAD_BODY``); the Flask app itself stays at
+    ``worker.cantstop_app`` (``_end_streams``)."""
+    app = worker.wsgi
+    worker.cantstop_app = app
+
+    def closing(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            if status[:3] in UNREAD_BODY:
+                req = getattr(_serving, "req", None)
+                if req is not None:
+                    req.must_close = True
+            return start_response(status, headers, exc_info)
+
+        return app(environ, start)
+
+    worker.wsgi = closing
+
+
 def worker_int(worker: Any) -> None:
     """SIGINT / SIGQUIT: the quick shutdown; end the streams so the worker can exit at once."""
     _end_streams(worker)
@@ -260,6 +293,7 @@ def worker_int(worker: Any) -> None:
 def _end_streams(worker: Any) -> None:
     # In the signal handler, on the main thread: it only takes the hub's locks, which the main
     # thread (gthread's event loop) never holds, so this cannot deadlock; it does not block.
-    runtime = getattr(getattr(worker, "wsgi", None), "extensions", {}).get("cantstop")
+    app = getattr(worker, "cantstop_app", None) or getattr(worker, "wsgi", None)
+    runtime = getattr(app, "extensions", {}).get("cantstop")
     if runtime is not None:
         runtime.hub.shutdown()
