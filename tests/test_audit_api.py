@@ -112,6 +112,22 @@ def test_an_imported_export_keeps_every_event_and_can_be_browsed(client: FlaskCl
     assert client.get(f"/v1/games/{new_id}/board.svg?version=2").status_code == 200
 
 
+def test_an_export_is_imported_only_as_utf8(client: FlaskClient) -> None:
+    """As JSON bodies are: another charset is 415, and nothing is imported (an export labelled
+    latin-1 was imported as if UTF-8; found by a black-box review)."""
+    game_id, _ = server_game_with_actions(client, 3)
+    exported = export_text(client, game_id)
+    before = len(ok(client.get("/v1/games"))["games"])
+    for charset in ("latin-1", "utf-16"):
+        labelled = f"{NDJSON}; charset={charset}"
+        refused = client.post("/v1/games/import", data=exported, content_type=labelled)
+        assert refused.status_code == 415, refused.get_json()
+        assert refused.get_json()["code"] == "unsupported_media_type"
+    assert len(ok(client.get("/v1/games"))["games"]) == before
+    utf8 = f"{NDJSON}; charset=UTF-8"
+    ok(client.post("/v1/games/import", data=exported, content_type=utf8), 201)
+
+
 def test_an_imported_game_with_a_clock_shows_no_deadline(client: FlaskClient) -> None:
     """Its turn never times out (nobody plays it): a deadline there would be a time that passes
     and never comes."""

@@ -23,6 +23,7 @@ from service.http.core import (
     load,
     runtime,
     this_request,
+    utf8_only,
     version_arg,
     whole_body,
 )
@@ -68,6 +69,7 @@ def import_game() -> Response:
     games = runtime().games
     source: str | None = None
     if request.mimetype == NDJSON:
+        utf8_only(this_request(), "exports")
         request.max_content_length = max(IMPORT_MAX_BYTES, request.max_content_length or 0)
         game_id, source = import_export(games, whole_body(this_request()))
         kind = "export"

@@ -375,10 +375,15 @@ def json_bytes(req: flask.Request | None = None) -> bytes:
             "send the body as JSON (Content-Type: application/json), "
             f"not {req.mimetype or 'without a Content-Type'}"
         )
+    utf8_only(req, "JSON bodies")
+    return data
+
+
+def utf8_only(req: flask.Request, what: str) -> None:
+    """415 for a body labelled with a charset other than UTF-8 (``what``: which bodies)."""
     charset = req.mimetype_params.get("charset", "utf-8").lower()
     if charset not in ("utf-8", "utf8"):
-        raise UnsupportedMediaType(f"JSON bodies are UTF-8, not {charset}")
-    return data
+        raise UnsupportedMediaType(f"{what} are UTF-8, not {charset}")
 
 
 def check_not_encoded(environ: Mapping[str, Any]) -> None:
