@@ -771,15 +771,20 @@ def test_an_action_body_parsed_before_is_still_judged_by_its_media_type_and_game
     )
 
 
-def test_cantstop_verify_on_a_deep_document_is_exit_2_with_one_line(tmp_path: Path) -> None:
-    path = tmp_path / "deep.json"
-    path.write_bytes(DEEP)
-    ran = subprocess.run(
+def cantstop_verify(path: Path) -> subprocess.CompletedProcess[str]:
+    """``cantstop verify FILE``, run as a user would."""
+    return subprocess.run(
         [str(Path(sys.executable).with_name("cantstop")), "verify", str(path)],
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def test_cantstop_verify_on_a_deep_document_is_exit_2_with_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "deep.json"
+    path.write_bytes(DEEP)
+    ran = cantstop_verify(path)
     assert ran.returncode == 2
     assert len(ran.stderr.strip().splitlines()) == 1 and "Traceback" not in ran.stderr
 
@@ -806,12 +811,7 @@ def test_the_api_and_cantstop_verify_read_numbers_alike(
     problem(answer, 422, "invalid_request")
     path = tmp_path / "transcript.json"
     path.write_text(text)
-    ran = subprocess.run(
-        [str(Path(sys.executable).with_name("cantstop")), "verify", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    ran = cantstop_verify(path)
     assert ran.returncode == 2, ran.stdout
     assert len(ran.stderr.strip().splitlines()) == 1 and "Traceback" not in ran.stderr
 
