@@ -509,6 +509,8 @@ def test_every_past_version_can_be_read(
     for outside in ("-1", "-0", "1000000000000", "9" * 4400, "-" + "9" * 4400):
         problem(client.get(f"/v1/games/{gid}?version={outside}"), 404, "not_found")
         problem(client.get(f"/v1/games/{gid}/board.svg?version={outside}"), 404, "not_found")
+    huge = problem(client.get(f"/v1/games/{gid}?version=99999999999999999999999"), 404, "not_found")
+    assert "99999999999999999999999" in huge["detail"]  # (not a stand-in number)
     problem(client.get(f"/v1/games/{gid}?version=1.5"), 422, "invalid_request")
     # Digits of other scripts are not numbers here, though Python's int() reads them.
     for digit in ("\u0662", "\uff12"):  # ARABIC-INDIC DIGIT TWO, FULLWIDTH DIGIT TWO

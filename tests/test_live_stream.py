@@ -258,6 +258,10 @@ def test_an_imported_game_in_progress_streams_its_events_then_ends(
         (f"/v1/games/{UNKNOWN}/stream", {}, 404),
         ("/v1/games/not-a-game/stream", {}, 404),
         ("{game}/stream?after=x", {}, 422),
+        # ASCII digits only, as every query's integers (a blank was read past: ?after=%201)
+        ("{game}/stream?after=%201", {}, 422),
+        ("{game}/stream?after=+1", {}, 422),
+        ("{game}/stream?after=", {}, 422),
         ("{game}/stream", {"Last-Event-ID": "-1"}, 422),
         ("{game}/stream", {"Last-Event-ID": "99"}, 422),
         ("{game}/stream?after=3", {}, 422),

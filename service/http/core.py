@@ -33,6 +33,7 @@ from domain import jsondoc
 from domain.errors import DomainError
 from domain.record_sheet import RecordSheet, record_sheet
 from service.application.errors import ApplicationError
+from service.application.errors import NotFound as NotFoundProblem
 from service.runtime import Runtime
 
 log = logging.getLogger("cantstop")
@@ -486,15 +487,16 @@ SIGNED_DIGITS = re.compile(r"-?[0-9]+")
 
 def version_arg() -> int | None:
     """``?version=N`` as an integer: 422 if it is none, else whatever it is (outside the game's
-    versions, 404 where the game is read). Beyond twelve digits, no version's: read as one past
-    any version (``int`` refuses strings of over 4,300 digits, and none is needed)."""
+    versions, 404 where the game is read). Beyond twelve digits it is no game's version: 404
+    here (``int`` refuses strings of over 4,300 digits, and none is needed)."""
     raw = request.args.get("version")
     if raw is None:
         return None
     if not SIGNED_DIGITS.fullmatch(raw):
         raise BadRequest("version must be an integer")
     if len(raw.lstrip("-")) > 12:
-        return -1 if raw[0] == "-" else 10**12
+        shown = raw if len(raw) <= 24 else f"{raw[:20]}… ({len(raw)} characters)"
+        raise NotFoundProblem(f"no game has a version {shown}")
     return int(raw)
 
 

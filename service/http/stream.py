@@ -27,9 +27,10 @@ def _resume_point() -> int | None:
     ):
         if raw is None:
             continue
-        raw = raw.strip()
-        if not raw:  # an empty Last-Event-ID, as an event with an empty id sets: no resume point
-            continue
+        if name == "Last-Event-ID":  # (a header's value may have blanks around it; a query not)
+            raw = raw.strip()
+            if not raw:  # an empty one, as an event with an empty id sets: no resume point
+                continue
         if not raw.isdigit() or not raw.isascii() or int(raw) > LAST_EVENT_ID_MAX:
             raise BadRequest(f"{name} must be a version: a non-negative integer")
         return int(raw)
