@@ -8,6 +8,7 @@ more than ``MAX_DEPTH`` levels is refused as malformed before any code walks it.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -79,7 +80,7 @@ def _integer(text: str) -> int | float:
 
 def _finite(text: str) -> float:
     number = float(text)
-    if number in (float("inf"), float("-inf")):
+    if math.isinf(number):
         raise ValueError(f"the number {text[:40]} is too large for a double")
     return number
 

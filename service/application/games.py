@@ -533,12 +533,7 @@ class Games(Application[uuid.UUID]):
         except (StoreUnavailable, CorruptGame):
             raise
         except Exception as exc:
-            log.error("game %s: stored event %s cannot be read: %s", game_id, at, describe(exc))
-            raise CorruptGame(
-                f"game {game_id} is damaged: its stored event at version {at} cannot be read "
-                "(see its /audit)",
-                version=at,
-            ) from None
+            raise self._damaged_event(game_id, at, "cannot be read", describe(exc)) from None
         if game is None:
             raise NotFound(f"no game {game_id}")
         log.warning(
@@ -581,21 +576,20 @@ class Games(Application[uuid.UUID]):
             return event_record(stored_event)
         except Exception as exc:
             version = stored_event.originator_version
-            log.error(
-                "game %s: stored event %s cannot be served: %s", game_id, version, describe(exc)
-            )
-            raise CorruptGame(
-                f"game {game_id} is damaged: its stored event at version {version} cannot be "
-                "read (see its /audit)",
-                version=version,
-            ) from None
+            raise Games._damaged_event(game_id, version, "cannot be read", describe(exc)) from None
 
     @staticmethod
     def _missing(game_id: uuid.UUID, version: int) -> NoReturn:
         """A gap in a game's stored events (a row deleted): CorruptGame at the first missing."""
-        log.error("game %s: stored event %s is missing", game_id, version)
-        raise CorruptGame(
-            f"game {game_id} is damaged: its stored event at version {version} is missing "
+        raise Games._damaged_event(game_id, version, "is missing")
+
+    @staticmethod
+    def _damaged_event(game_id: uuid.UUID, version: int, what: str, cause: str = "") -> CorruptGame:
+        """CorruptGame at one stored event of a game (``what``: "is missing", "cannot be
+        read"), logged with its ``cause``."""
+        log.error("game %s: stored event %s %s%s", game_id, version, what, cause and f": {cause}")
+        return CorruptGame(
+            f"game {game_id} is damaged: its stored event at version {version} {what} "
             "(see its /audit)",
             version=version,
         )

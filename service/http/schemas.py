@@ -11,6 +11,7 @@ from typing import Any
 
 from marshmallow import Schema, ValidationError, fields, validate, validates_schema
 
+from domain.audit import HEX64
 from domain.game import MAX_NAME_LENGTH
 
 
@@ -77,14 +78,19 @@ class ClockSchema(Schema):
     turn_seconds = StrictInt(required=True, validate=validate.Range(min=5, max=604_800))
 
 
+# The seeds of contract 1.1, for a new game and for the claim that creates a rematch.
+CLIENT_SEED = validate.Length(min=1, max=200)
+SEED_COMMITMENT = validate.Regexp(rf"^{HEX64.pattern}$")  # sha256 hex, as the audit reads it
+
+
 class CreateGameSchema(Schema):
     players = fields.List(PlayerField(), validate=validate.Length(min=1, max=8))
     seats = StrictInt(validate=validate.Range(min=2, max=8))
     rules = fields.Nested(RulesSchema, allow_none=True)
     dice = fields.String(load_default="server", validate=validate.OneOf(["server", "manual"]))
     first_player = StrictInt(allow_none=True)
-    client_seed = fields.String(allow_none=True, validate=validate.Length(min=1, max=200))
-    seed_commitment = fields.String(validate=validate.Regexp(r"^[0-9a-f]{64}$"))
+    client_seed = fields.String(allow_none=True, validate=CLIENT_SEED)
+    seed_commitment = fields.String(validate=SEED_COMMITMENT)
     clock = fields.Nested(ClockSchema, allow_none=True)
 
     @validates_schema
@@ -101,8 +107,8 @@ class JoinSchema(Schema):
 class RematchSchema(Schema):
     """The claim that creates a rematch may bring the seeds of contract 1.1 (as a new game)."""
 
-    client_seed = fields.String(validate=validate.Length(min=1, max=200))
-    seed_commitment = fields.String(validate=validate.Regexp(r"^[0-9a-f]{64}$"))
+    client_seed = fields.String(validate=CLIENT_SEED)
+    seed_commitment = fields.String(validate=SEED_COMMITMENT)
 
 
 class ActionSchema(Schema):
