@@ -25,7 +25,8 @@ from domain.errors import InvalidRequest
 from domain.record_sheet import record_sheet
 from domain.transcript import MalformedTranscript, verify
 from service import arena_cli
-from service.application.store import StoreUnavailable, postgres_connect_error
+from service.persistence.errors import StoreUnavailable
+from service.persistence.settings import postgres_connect_error
 from service.config import ConfigError, ServerSettings, Settings
 from service.live.hub import LiveConfig
 from service.render.sheet import render_csv, render_pdf, render_text

@@ -11,7 +11,7 @@ from service.application.games import Games
 from service.application.lobby import Lobby
 from service.application.projections import GameIndex, Leaderboard
 from service.application.scheduler import Scheduler
-from service.application.store import persistence_env
+from service.persistence.settings import persistence_env
 from service.application.timekeeper import Timekeeper
 from service.config import Settings
 from service.live.hub import Hub, LiveConfig

@@ -31,7 +31,7 @@ import yaml
 from flask import Flask
 
 from service import cli
-from service.application.store import persistence_env
+from service.persistence.settings import persistence_env
 from service.config import ConfigError, ServerSettings, Settings
 from service.http.app import create_app
 from service.live.hub import LiveConfig

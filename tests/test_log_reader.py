@@ -1,5 +1,5 @@
 """The notification log is read in commit order: a projection never passes over an event that
-commits after a later one (PostgreSQL writes without a table lock: service/application/store.py)."""
+commits after a later one (PostgreSQL writes without a table lock: service/persistence/)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from eventsourcing.utils import get_topic
 
 from domain.commands import NewGame
 from domain.game import Game
-from service.application.store import LogReader
+from service.persistence.log import LogReader
 from service.config import Settings
 from service.http.app import create_app
 

@@ -29,7 +29,7 @@ from flask import Flask
 
 from bench.http import processes, tree
 from service.application.games import Games
-from service.application.store import COOLDOWN
+from service.persistence.guard import COOLDOWN
 from service.config import Settings
 from service.http.app import create_app
 from tests.test_live import free_port, wait_until

@@ -27,7 +27,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from service.application.store import persistence_env
+from service.persistence.settings import persistence_env
 from service.config import Settings
 from service.http.app import create_app
 from tests.test_live import Served, free_port, wait_until

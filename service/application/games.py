@@ -54,14 +54,10 @@ from service.application.errors import (
     VersionConflict,
     describe,
 )
-from service.application.store import (
-    CorruptGame,
-    GuardedPostgresApplicationRecorder,
-    GuardedSQLiteApplicationRecorder,
-    SeedCommitments,
-    SQLiteStore,
-    StoreUnavailable,
-)
+from service.persistence.commitments import SeedCommitments
+from service.persistence.errors import CorruptGame, StoreUnavailable
+from service.persistence.postgres import GuardedPostgresApplicationRecorder
+from service.persistence.sqlite import GuardedSQLiteApplicationRecorder, SQLiteStore
 
 log = logging.getLogger("cantstop")
 

@@ -20,7 +20,7 @@ from eventsourcing.utils import get_topic
 from domain.game import Game, format_at, parse_at
 from service.application.aggregates import ImportedGame
 from service.application.errors import describe
-from service.application.store import LogReader
+from service.persistence.log import LogReader
 
 log = logging.getLogger("cantstop.projections")
 IMPORTED: type[Any] = ImportedGame.Recorded  # type: ignore[attr-defined]

@@ -30,7 +30,7 @@ from eventsourcing.utils import get_topic
 from domain.game import Game
 from service.application.errors import ApplicationError, describe
 from service.application.games import GAME_TOPICS, Games
-from service.application.store import LogReader
+from service.persistence.log import LogReader
 from service.application.timekeeper import Timekeeper
 
 log = logging.getLogger("cantstop.scheduler")

@@ -10,7 +10,7 @@ from flask import Blueprint, Flask, Response
 from flask_swagger_ui import get_swaggerui_blueprint
 
 from domain.game import format_at
-from service.application.store import WriteHealth
+from service.persistence.guard import WriteHealth
 from service.http.core import json_response, runtime
 
 meta_api = Blueprint("meta", __name__)

@@ -42,7 +42,7 @@ import redis
 
 from service.application.errors import ApplicationError
 from service.application.games import Games
-from service.application.store import LogReader
+from service.persistence.log import LogReader
 from service.config import env_int, env_number
 from service.live.redis_link import RECONNECT_MAX, RECONNECT_MIN, RedisLink
 

@@ -1,0 +1,28 @@
+"""The event store: SQLite (the default) or PostgreSQL (production), and how it fails; the views
+kept beside it.
+
+One module a concern: ``errors`` (what failures look like), ``guard`` (bounded waits, the breaker),
+``postgres`` and ``sqlite`` (the library's factories adapted), ``settings`` (the URL as the
+library's settings), ``commitments`` (seeds committed before their games), ``log`` (the
+notification log in commit order), ``views`` (cross-game views in tables, with tracking), and
+``hooks`` (every private part of a library this package relies on, with the reason).
+
+``persistence_env`` turns ``CANTSTOP_DATABASE_URL`` into the eventsourcing settings, naming the
+factories of ``postgres`` and ``sqlite``, which adapt the library's own:
+
+- **Bounded waits.** eventsourcing retries a failed PostgreSQL operation ten times, each waiting for
+  the connect timeout: a stopped database held every request for ~100 s. Here each operation is
+  tried at most twice, a connection is waited for at most ``CONNECT_TIMEOUT`` seconds, and a
+  process-wide circuit breaker answers at once (503 ``store_unavailable`` with ``Retry-After``) for
+  ``COOLDOWN`` seconds after a failure, so waiting requests never pile up. The pool reconnects in
+  the background, so service resumes within seconds of the database returning. A PostgreSQL
+  server that stops answering without closing its connections is waited for at most
+  ``CANTSTOP_PG_QUERY_TIMEOUT`` seconds per statement (``DeadlineConnection``).
+- **Every connection option of the URL** (``?sslmode=require``, ``sslrootcert``,
+  ``application_name``, a socket directory as ``?host=``) reaches libpq, as psycopg parses it.
+- **SQLite**: the file is created readable by its owner only (it holds unrevealed seeds), in WAL
+  mode, with ``synchronous`` = ``NORMAL`` by default (a commit survives the crash of any process;
+  ``CANTSTOP_SQLITE_SYNCHRONOUS=full`` also survives a power cut, at a cost measured in
+  docs/performance.md). A file cannot go down as a server can: its errors answer 503 too, but open
+  no breaker (``cooldown`` 0).
+"""
