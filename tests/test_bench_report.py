@@ -66,8 +66,8 @@ def test_the_benchs_long_game_stays_in_progress(tmp_path: Path) -> None:
     game going under the rules, not end it (a script that does fails `make bench` at its last
     step)."""
     from bench.http import long_game
-    from tests.test_live import free_port
-    from tests.test_server_edges import HOST, send, serving
+    from tests.support.http import HOST, send
+    from tests.support.servers import free_port, serving
 
     port = free_port()
     args = ("--host", HOST, "--port", str(port), "--workers", "1")

@@ -28,8 +28,9 @@ from domain.record_sheet import record_sheet
 from service.application.scheduler import Scheduler
 from service.config import Settings
 from service.http.app import create_app
-from tests.test_live import free_port, wait_until
-from tests.test_server_edges import send, serving
+from tests.support.http import send
+from tests.support.polling import wait_until
+from tests.support.servers import free_port, serving
 
 Json = dict[str, Any]
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)

@@ -35,8 +35,8 @@ from service.persistence.settings import persistence_env
 from service.config import ConfigError, ServerSettings, Settings
 from service.http.app import create_app
 from service.live.hub import LiveConfig
-from tests.test_live import free_port
-from tests.test_server_edges import HOST, send, serving
+from tests.support.http import HOST, send
+from tests.support.servers import free_port, serving
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "Dockerfile"

@@ -9,12 +9,10 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
-import os
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,97 +21,16 @@ from typing import Any
 
 import pytest
 
+from tests.support.http import HOST, call
+from tests.support.polling import wait_until
+from tests.support.servers import Served, free_port
+
 pytestmark = pytest.mark.slow
 
-CANTSTOP = Path(sys.executable).parent / "cantstop"
-HOST = "127.0.0.1"
 Json = dict[str, Any]
 
 
 # ------------------------------------------------------------------------------- helpers
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def wait_until(check: Callable[[], bool], timeout: float, what: str) -> None:
-    """Poll ``check`` until it holds; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
-
-
-def call(
-    port: int,
-    method: str,
-    path: str,
-    body: Json | None = None,
-    token: str | None = None,
-    timeout: float = 20,
-) -> tuple[int, Json]:
-    """One HTTP request; a generous timeout, so a starved server fails the test, not hangs it."""
-    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
-    headers = {"Content-Type": "application/json"}
-    if token is not None:
-        headers["Authorization"] = f"Bearer {token}"
-    try:
-        conn.request(method, path, body=None if body is None else json.dumps(body), headers=headers)
-        response = conn.getresponse()
-        raw = response.read()
-        return response.status, json.loads(raw) if raw else {}
-    finally:
-        conn.close()
-
-
-class Served:
-    """``cantstop serve`` as a subprocess with a clean ``CANTSTOP_*`` environment (SQLite in
-    ``tmp`` unless told otherwise, no access log), its output in a log file."""
-
-    def __init__(self, tmp: Path, *args: str, env: dict[str, str], name: str = "server") -> None:
-        self.log = tmp / f"{name}.log"
-        full_env = {k: v for k, v in os.environ.items() if not k.startswith("CANTSTOP_")}
-        full_env["CANTSTOP_ACCESS_LOG"] = ""
-        full_env["CANTSTOP_DATABASE_URL"] = f"sqlite:///{tmp / f'{name}.sqlite'}"
-        full_env.update(env)
-        with self.log.open("wb") as log:
-            self.process = subprocess.Popen(
-                [str(CANTSTOP), "serve", *args],
-                env=full_env,
-                cwd=tmp,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")[-4000:]
-
-    def wait_ready(self, port: int, timeout: float = 30) -> None:
-        def ready() -> bool:
-            if self.process.poll() is not None:
-                raise AssertionError(f"the server exited:\n{self.output()}")
-            with contextlib.suppress(OSError):
-                return call(port, "GET", "/healthz", timeout=5)[0] == 200
-            return False
-
-        wait_until(ready, timeout, f"/healthz on port {port}")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)  # gunicorn's quick shutdown
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
-                raise AssertionError(
-                    f"the server did not stop on SIGINT:\n{self.output()}"
-                ) from None
-
-
 class Server(Served):
     """``cantstop serve --workers 2`` on a port of its own, streams kept alive every second."""
 

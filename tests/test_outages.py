@@ -32,8 +32,9 @@ from service.application.games import Games
 from service.persistence.guard import COOLDOWN
 from service.config import Settings
 from service.http.app import create_app
-from tests.test_live import free_port, wait_until
-from tests.test_server_edges import HOST, Reply, problem, send, serving
+from tests.support.http import HOST, Reply, problem, send
+from tests.support.polling import wait_until
+from tests.support.servers import free_port, serving
 
 Json = dict[str, Any]
 PROMPT = 8.0  # seconds: an upper bound that proves no ~100 s hang, not a benchmark

@@ -36,8 +36,8 @@ from playwright.sync_api import (
 )
 from pypdf import PdfReader
 
-from tests.test_live import Served, free_port
-from tests.test_server_edges import HOST, send, serving
+from tests.support.http import HOST, send
+from tests.support.servers import Served, free_port, serving
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")

@@ -4,7 +4,7 @@ Each of these was broken once (the GitHub issue on outages and edges): gunicorn 
 over-long request line or header in HTML; a bad ``CANTSTOP_*`` value printed a traceback;
 ``?sslmode=require`` was dropped from a PostgreSQL URL; the SQLite file (which holds unrevealed
 seeds) was created world-readable; a built wheel lacked openapi.yaml and the gunicorn settings.
-The process helpers here are shared with tests/test_outages.py.
+The process helpers are shared with the other real-server tests: tests/support/.
 """
 
 from __future__ import annotations
@@ -16,13 +16,8 @@ import os
 import socket
 import stat
 import subprocess
-import sys
 import threading
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
@@ -30,62 +25,14 @@ import pytest
 from service.persistence.settings import persistence_env
 from service.config import Settings
 from service.http.app import create_app
-from tests.test_live import Served, free_port, wait_until
+from tests.support.http import HOST, Reply, problem, send
+from tests.support.polling import wait_until
+from tests.support.servers import CANTSTOP, free_port, serving
 
 ROOT = Path(__file__).resolve().parent.parent
-CANTSTOP = Path(sys.executable).parent / "cantstop"
-HOST = "127.0.0.1"
-Json = dict[str, Any]
 
 
 # ------------------------------------------------------------------------------- helpers
-
-
-@dataclass
-class Reply:
-    status: int
-    headers: dict[str, str]  # names in lower case
-    body: bytes
-    seconds: float
-
-    def json(self) -> Json:
-        value = json.loads(self.body)
-        assert isinstance(value, dict), value
-        return value
-
-    @property
-    def content_type(self) -> str:
-        return self.headers.get("content-type", "").split(";")[0].strip()
-
-
-def send(
-    port: int,
-    method: str,
-    path: str,
-    body: Json | None = None,
-    headers: dict[str, str] | None = None,
-    timeout: float = 30,
-) -> Reply:
-    """One HTTP request on a fresh connection; the timeout only keeps a broken server from
-    hanging the test (tests bound the time themselves, with ``Reply.seconds``)."""
-    all_headers = {"Content-Type": "application/json"} if body is not None else {}
-    all_headers.update(headers or {})
-    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
-    started = time.monotonic()
-    try:
-        conn.request(
-            method, path, body=None if body is None else json.dumps(body), headers=all_headers
-        )
-        response = conn.getresponse()
-        raw = response.read()
-        return Reply(
-            response.status,
-            {name.lower(): value for name, value in response.getheaders()},
-            raw,
-            time.monotonic() - started,
-        )
-    finally:
-        conn.close()
 
 
 def post_bytes(
@@ -113,32 +60,6 @@ def answers(port: int) -> bool:
             return True
     except OSError:
         return False
-
-
-@contextlib.contextmanager
-def serving(
-    tmp: Path, *args: str, env: dict[str, str], ready_port: int, name: str = "server"
-) -> Iterator[Served]:
-    """A started server (``/healthz`` answers 200 on ``ready_port``), stopped afterwards; if
-    the block fails, the end of the server's log is printed (pytest shows it with the failure)."""
-    server = Served(tmp, *args, env=env, name=name)
-    try:
-        server.wait_ready(ready_port)
-        yield server
-    except BaseException:
-        print(server.output())
-        raise
-    finally:
-        server.stop()
-
-
-def problem(reply: Reply, status: int, code: str) -> Json:
-    assert reply.status == status, (reply.status, reply.body[:500])
-    assert reply.content_type == "application/problem+json", reply.headers
-    body = reply.json()
-    assert body["code"] == code and body["status"] == status, body
-    assert {"type", "title", "detail"} <= body.keys()
-    return body
 
 
 # ------------------------------------------------------------------- CPU affinity
