@@ -34,14 +34,9 @@ from domain.view import game_state
 from service import cli
 from service.config import Settings
 from service.http.app import create_app
-from tests.test_audit_helpers import (
-    StoredRows,
-    bearer,
-    choose,
-    export_text,
-    ok,
-    play_manual,
-)
+from tests.support.games import choose, export_text, play_manual
+from tests.support.http import bearer, ok
+from tests.support.stored import StoredRows
 
 SEED = "5eed" * 16
 VERIFY_SCRIPT = Path(__file__).resolve().parent.parent / "docs" / "verify_export.py"

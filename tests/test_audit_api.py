@@ -14,15 +14,8 @@ from domain.game import chain_hash
 from service.application.aggregates import vault_id
 from service.config import Settings
 from service.http.app import create_app
-from tests.test_audit_helpers import (
-    MANUAL_ROLLS,
-    bearer,
-    choose,
-    create_game,
-    export_text,
-    ok,
-    play_manual,
-)
+from tests.support.games import MANUAL_ROLLS, choose, create_game, export_text, play_manual
+from tests.support.http import bearer, ok
 
 NDJSON = "application/x-ndjson"
 

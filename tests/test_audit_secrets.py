@@ -19,7 +19,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from service.application.aggregates import token_hash, vault_id
-from tests.test_audit_helpers import bearer, choose, ok
+from tests.support.games import choose
+from tests.support.http import bearer, ok
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""HTTP to a real server on this host: one request per fresh connection, and its checks."""
+"""HTTP: requests to a real server on this host (one per fresh connection) and their checks;
+the test client's requests and their checks."""
 
 from __future__ import annotations
 
@@ -88,3 +89,13 @@ def problem(reply: Reply, status: int, code: str) -> Json:
     assert body["code"] == code and body["status"] == status, body
     assert {"type", "title", "detail"} <= body.keys()
     return body
+
+
+# ------------------------------------------------------------------------- the test client
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def ok(response: Any, status: int = 200) -> Any:
+    assert response.status_code == status, response.get_data(as_text=True)
+    return response.get_json()

@@ -1,0 +1,70 @@
+"""The stored rows of a game, tampered with directly in the database (SQLite or PostgreSQL),
+bypassing the application entirely."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from flask import Flask
+from psycopg import sql
+
+
+class StoredRows:
+    """Direct access to eventsourcing's stored events table, behind the application's back."""
+
+    def __init__(self, app: Flask, database_url: str) -> None:
+        recorder = app.extensions["cantstop"].games.recorder
+        self.table: str = recorder.events_table_name
+        self.url = database_url
+        self.postgres = not database_url.startswith("sqlite:///")
+        self.schema: str = recorder.datastore.schema if self.postgres else ""
+
+    def _run(self, statement: str, params: tuple[Any, ...]) -> list[Any]:
+        if self.postgres:
+            query = sql.SQL(statement.replace("?", "%s")).format(
+                table=sql.Identifier(self.schema, self.table)
+            )
+            with psycopg.connect(self.url, autocommit=True) as conn:
+                cursor = conn.execute(query, params)
+                return list(cursor.fetchall()) if cursor.description else []
+        with sqlite3.connect(self.url[len("sqlite:///") :]) as db:
+            rows = db.execute(statement.replace("{table}", self.table), params).fetchall()
+        db.close()
+        return rows
+
+    def _id(self, game_id: str) -> Any:
+        return uuid.UUID(game_id) if self.postgres else uuid.UUID(game_id).hex
+
+    def read(self, game_id: str, version: int) -> tuple[str, bytes]:
+        rows = self._run(
+            "SELECT topic, state FROM {table} WHERE originator_id = ? AND originator_version = ?",
+            (self._id(game_id), version),
+        )
+        assert len(rows) == 1
+        return rows[0][0], bytes(rows[0][1])
+
+    def write(self, game_id: str, version: int, topic: str, state: bytes) -> None:
+        self._run(
+            "UPDATE {table} SET topic = ?, state = ? "
+            "WHERE originator_id = ? AND originator_version = ?",
+            (topic, state, self._id(game_id), version),
+        )
+        assert self.read(game_id, version) == (topic, state)
+
+    def delete(self, game_id: str, version: int) -> None:
+        self._run(
+            "DELETE FROM {table} WHERE originator_id = ? AND originator_version = ?",
+            (self._id(game_id), version),
+        )
+
+    def edit(self, game_id: str, version: int, change: Callable[[dict[str, Any]], None]) -> None:
+        """Decode a row's JSON state, let ``change`` alter it, write it back."""
+        topic, state = self.read(game_id, version)
+        body = json.loads(state)
+        change(body)
+        self.write(game_id, version, topic, json.dumps(body, separators=(",", ":")).encode())
