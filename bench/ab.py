@@ -4,7 +4,7 @@ On a shared VM whose speed drifts by ±25% within minutes, measuring tree A, the
 the minutes as much as the trees. Here both serve at the same time, each with clients of its own
 (one client process per tree, so the clients' own GIL is not shared), and each round gives the
 ratio of their CPU per action: the drift falls on both alike. Use it to judge a change to the
-request path before `make bench` (docs/performance.md, "Simultaneous A/B").
+request path before `make bench` (docs/performance.md, "How to measure").
 
     git worktree add /tmp/before HEAD~1
     python -m bench.ab /tmp/before . [--rounds 5] [--clients 4] [--seconds 6] [--store sqlite]

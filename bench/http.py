@@ -57,8 +57,9 @@ BIN = Path(sys.executable).parent
 ONE_CLIENT = ("hello", "sqlite")
 # Each server's time in a round, in windows of 2 s. Each window's connections are new, and how
 # the kernel spreads them over the two workers moves the hello-world's rate by up to ±20% from
-# one window to the next: with four windows a round, the SQLite ratio of rounds run minutes apart
-# spread from 0.55x to 0.68x; with eight, 0.64x to 0.67x (docs/performance.md, "eighth set").
+# one window to the next: a round averages as many draws of that split as it has windows, and
+# eight keep rounds run minutes apart closer together than four did (docs/performance.md, "How
+# to measure").
 SECONDS = 16.0
 SLICES = 8
 

@@ -22,10 +22,9 @@ CPU affinity (CANTSTOP_CPU_AFFINITY, ``off`` by default): with ``auto`` or ``on`
 to one CPU, the one fewest live workers keep to when it starts. A worker's threads take turns at
 the GIL, and each time one lets go of it (a socket, an SQLite call, a contended lock) another
 takes it, on whichever CPU the kernel woke it: the interpreter's data then moves between the
-cores' caches. Kept to one CPU, under the bench's 8 clients on this 2-core VM, the service served
-8-18% more actions per second at 5-10% less CPU per action, and the hello-world 7-10% more
-(docs/performance.md); with one client, the hello-world's p50 went from 0.65 to 0.58 ms and the
-service's from 0.94 to 0.92. ``auto`` pins only a server that has its CPUs to itself: at
+cores' caches. Kept to one CPU, on the bench's 2-core VM, both the service and the hello-world
+served more actions per second at less CPU per action, alike, so the ratio between them did not
+move (docs/performance.md (levers)). ``auto`` pins only a server that has its CPUs to itself: at
 least as many workers as the CPUs it may run on (``taskset``, a cpuset), and no CPU quota below
 them (a container's ``--cpus``: cgroup ``cpu.max`` or ``cpu.cfs_quota_us``); elsewhere (2
 workers on a 64-core host, other servers beside it) pinning would tie every server's first

@@ -44,8 +44,8 @@ CORS_EXPOSE_HEADERS = [
 class NoSessions(SessionInterface):
     """No cookie sessions (the service has none, and no secret key): every request shares one
     empty, read-only session (Flask's ``NullSession``, which refuses any change), and nothing is
-    saved. Flask's default builds a new one on every request: ~1% of an action's instructions
-    (docs/performance.md)."""
+    saved. Flask's default builds a new one on every request, work for no reader
+    (docs/performance.md (levers))."""
 
     null = NullSession()
 

@@ -119,8 +119,9 @@ class NotAcceptable(HttpProblem):
 
 def request_class(*, max_body_bytes: int, max_line: int, max_headers: int) -> type[flask.Request]:
     """Flask's request with the service's limits, checked as the request is built: no
-    ``before_request`` hook and no read of the request context, which cost ~3.5% of an
-    action's instructions as a hook (docs/performance.md).
+    ``before_request`` hook and no read of the request context, because a registered hook costs
+    Flask's machinery around it on every request before it does anything, and each read of
+    ``flask.request`` resolves a context variable (docs/performance.md (levers)).
 
     - The body limit (``max_body_bytes``, 413) is a plain attribute, as Werkzeug has it; a view
       may still raise it for its own request (the import). Flask's property read the app's
@@ -425,9 +426,10 @@ def stalled_body() -> RequestTimeout:
 def _sized_body(req: flask.Request, environ: Mapping[str, Any]) -> bytes | None:
     """The body of a request that says its length (``Content-Length``, no ``Transfer-Encoding``:
     nearly every client), read from the server's stream as Werkzeug would, without its stream
-    wrapper (3% of an action's instructions, docs/performance.md); None for any other request,
-    which takes Werkzeug's way. Too long a body is 413, a short one 422, like any body that is
-    not a JSON document; Werkzeug's ``get_data`` answers the same bytes afterwards."""
+    wrapper: layers of Python calls on every action for what one read does (docs/performance.md
+    (levers)). None for any other request, which takes Werkzeug's way. Too long a body is 413, a
+    short one 422, like any body that is not a JSON document; Werkzeug's ``get_data`` answers
+    the same bytes afterwards."""
     length = environ.get("CONTENT_LENGTH")
     if not length or not length.isdigit() or not length.isascii():
         return None
