@@ -18,6 +18,7 @@ from typing import Any
 
 from eventsourcing.persistence import PersistenceError
 from gunicorn.app.base import Application  # has load_config_from_file
+from tqdm import tqdm  # type: ignore[import-untyped]
 
 from domain import jsondoc
 from domain.audit import MalformedExport, audit_records, parse_export
@@ -25,10 +26,10 @@ from domain.errors import InvalidRequest
 from domain.record_sheet import record_sheet
 from domain.transcript import MalformedTranscript, verify
 from service import arena_cli
-from service.persistence.errors import StoreUnavailable
-from service.persistence.settings import postgres_connect_error
 from service.config import ConfigError, ServerSettings, Settings
 from service.live.hub import LiveConfig
+from service.persistence.errors import StoreUnavailable
+from service.persistence.settings import postgres_connect_error
 from service.render.sheet import render_csv, render_pdf, render_text
 from service.runtime import Runtime
 
@@ -145,6 +146,50 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     Runtime(Settings.from_env(), create_tables=True).close()
     print("tables ready", file=sys.stderr)
     return 0
+
+
+def cmd_projections(args: argparse.Namespace) -> int:
+    """``status``: each view's place in the log and whether its code changed. ``rebuild
+    [NAME]``: fill a new generation of the view(s) from the log while the service keeps answering
+    from the old one, then switch (service/persistence/views.py)."""
+    runtime = Runtime(Settings.from_env(), create_tables=True)
+    try:
+        views = {view.name: view for view in runtime.all_views()}
+        if args.name is not None and args.name not in views:
+            print(
+                f"cantstop: no view {args.name!r}; the views are {', '.join(views)}",
+                file=sys.stderr,
+            )
+            return 2
+        chosen = [views[args.name]] if args.name else list(views.values())
+        if args.action == "status":
+            for view in chosen:
+                track = runtime.views.tracking(view)
+                note = runtime.views.stale(view) or "current"
+                print(
+                    f"{view.name}: version {track.version}, generation {track.generation}, "
+                    f"at {tuple(track.position)}: {note}"
+                )
+            return 0
+        end = runtime.views.end()
+        for view in chosen:
+            with tqdm(
+                total=end.id or None,
+                desc=view.name,
+                unit=" events",
+                file=sys.stderr,
+                disable=not sys.stderr.isatty(),
+            ) as bar:
+
+                def shown(position: Any, bar: Any = bar) -> None:
+                    bar.n = min(position.id, bar.total or position.id)
+                    bar.refresh()
+
+                applied = runtime.views.rebuild(view, progress=shown)
+            print(f"{view.name}: rebuilt from {applied} events", file=sys.stderr)
+        return 0
+    finally:
+        runtime.close()
 
 
 WORKER_NICENESS = 10
@@ -288,6 +333,13 @@ def build_parser() -> argparse.ArgumentParser:
         "worker", help="record timeouts, computer players' turns and abandoned games"
     )
     worker.set_defaults(func=cmd_worker)
+
+    proj = sub.add_parser(
+        "projections", help="the views kept in the store: their status, or rebuild them"
+    )
+    proj.add_argument("action", choices=("status", "rebuild"))
+    proj.add_argument("name", nargs="?", help="one view (default: all)")
+    proj.set_defaults(func=cmd_projections)
 
     arena_cli.add_parser(sub)
 

@@ -1,4 +1,4 @@
-"""What one worker process holds: the application, its projections and the live hub.
+"""What one worker process holds: the application, its views and the live hub.
 
 Built once per process, after gunicorn forks (never shared across processes); the HTTP app
 factory and the command line both build their process's ``Runtime`` here.
@@ -9,13 +9,14 @@ from __future__ import annotations
 from service.application.advisor import Advisor
 from service.application.games import Games
 from service.application.lobby import Lobby
-from service.application.projections import GameIndex, Leaderboard
-from service.application.scheduler import Scheduler
-from service.persistence.settings import persistence_env
+from service.application.projections import GameList, SolitaireBest
+from service.application.scheduler import DueIndex, Scheduler
 from service.application.timekeeper import Timekeeper
 from service.config import Settings
 from service.live.hub import Hub, LiveConfig
 from service.live.redis_link import RedisLink
+from service.persistence.settings import persistence_env
+from service.persistence.views import View, Views
 
 
 class Runtime:
@@ -36,19 +37,38 @@ class Runtime:
         self.timekeeper = Timekeeper(
             self.games, abandon_after=settings.abandon_after, bot_pause=settings.bot_pause
         )
-        self.index = GameIndex()
-        self.leaderboard = Leaderboard()
+        # The views across games, in tables of the store (service/persistence/views.py).
+        self.views = Views(
+            self.games.recorder, self.games.mapper.to_domain_event, create=create_tables
+        )
+        self.game_list = GameList()
+        self.leaderboard = SolitaireBest()
+        if create_tables:
+            self.views.setup(self.all_views())
         self.link = RedisLink(settings.redis_url) if settings.redis_url else None
         self.hub = Hub(self.games, self.link, LiveConfig.from_env())
         self.games.on_recorded = self.hub.publish
 
     def scheduler(self) -> Scheduler:
-        """A loop that records what is due without a request (``cantstop worker`` runs one)."""
-        return Scheduler(self.games, self.timekeeper)
+        """A loop that records what is due without a request (``cantstop worker`` runs one),
+        and keeps every view moving on."""
+        return Scheduler(
+            self.games, self.timekeeper, self.views, others=(self.game_list, self.leaderboard)
+        )
+
+    def all_views(self) -> list[View]:
+        """Every view in the store, by name (``cantstop projections``)."""
+        return [self.game_list, self.leaderboard, DueIndex(self.games, self.timekeeper)]
 
     def redis_status(self) -> str:
         """For /healthz: ``ok``, ``down: <reason>`` or ``not configured``."""
         return "not configured" if self.link is None else self.link.status()
+
+    def __enter__(self) -> Runtime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         self.hub.close()

@@ -290,7 +290,7 @@ def moved_clock(clock_settings: Settings) -> Iterator[tuple[Flask, Scheduler, Fa
     app = create_app(clock_settings, create_tables=True)
     rt = app.extensions["cantstop"]
     time_ = FakeTime()
-    yield app, Scheduler(rt.games, rt.timekeeper, clock=time_), time_
+    yield app, Scheduler(rt.games, rt.timekeeper, rt.views, clock=time_), time_
     rt.close()
 
 
@@ -351,12 +351,10 @@ def test_a_new_game_is_planned_from_its_creation_unless_it_has_a_clock(
     events = history(client, str(plans["plain"]))
     assert len(events) >= 2
     early = parse_at(events[0]["at"]) + timedelta(seconds=clock_settings.abandon_after)
-    assert scheduler._planned[plans["plain"]] == early  # from the creation, not the last event
-    assert plans["plain"] in scheduler._plain
+    assert scheduler.planned(plans["plain"]) == (early, True)  # from the creation, not the last
     with rt.games.owned(plans["clocked"]) as clocked:
         truth = rt.timekeeper.due_at(clocked)
-    assert truth is not None and scheduler._planned[plans["clocked"]] == truth  # the deadline
-    assert plans["clocked"] not in scheduler._plain
+    assert truth is not None and scheduler.planned(plans["clocked"]) == (truth, False)
 
 
 def test_a_computer_player_seated_in_a_planned_lobby_plays_without_waiting(

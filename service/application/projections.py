@@ -1,31 +1,26 @@
-"""Projections of the event history that answer list queries (``GET /v1/games``).
+"""The views across games that answer list queries: the game listing and lobby
+(``GET /v1/games``) and the solitaire leaderboard (``GET /v1/solitaire/leaderboard``).
 
-A projection follows the application's notification log (every event of every game, in the order
-recorded), filtered to the event types it needs, and keeps its answer in memory. It can always be
-rebuilt from scratch by reading the log from the start; each worker process keeps its own copy and
-catches up before answering.
+Each is a ``View`` kept in tables of the event store's database and moved on once per event by
+``service.persistence.views.Views`` (which says how: tracking, exactly once, rebuilds). This module
+says only what each view holds and how each event changes it, in SQL that runs on SQLite and
+PostgreSQL alike.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
+import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from eventsourcing.application import Application
 from eventsourcing.utils import get_topic
 
 from domain.game import Game, format_at, parse_at
 from service.application.aggregates import ImportedGame
-from service.application.errors import describe
-from service.persistence.log import LogReader
+from service.persistence.views import Sql, View, Views
 
-log = logging.getLogger("cantstop.projections")
 IMPORTED: type[Any] = ImportedGame.Recorded  # type: ignore[attr-defined]
-
-BATCH = 500
 # ImportedGame lived in service.auditing before: its stored rows keep that topic.
 IMPORT_TOPICS = (
     get_topic(IMPORTED),
@@ -33,150 +28,153 @@ IMPORT_TOPICS = (
 )
 
 
-class Projection:
-    """Follows the notification log; subclasses say which event classes they handle.
-
-    A stored row that cannot be decoded or handled is logged and passed over: one damaged game
-    never stops a listing for everyone (its own reads report it as ``corrupt_game``)."""
-
-    handles: tuple[type[Any], ...] = ()
-    extra_topics: tuple[str, ...] = ()
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._topics = (*(get_topic(cls) for cls in self.handles), *self.extra_topics)
-        self._reader: LogReader | None = None
-
-    def catch_up(self, app: Application[Any]) -> None:
-        with self._lock:
-            if self._reader is None:
-                self._reader = LogReader(app.recorder, self._topics)
-            while True:
-                batch = self._reader.read(BATCH)
-                for notification in batch:
-                    try:
-                        self.handle(app.mapper.to_domain_event(notification))
-                    except Exception as exc:  # a damaged row: skipped here, reported by reads
-                        log.error(
-                            "%s: passed over notification %s of %s: %s",
-                            type(self).__name__,
-                            notification.id,
-                            notification.originator_id,
-                            describe(exc),
-                        )
-                if len(batch) < BATCH:
-                    return
-
-    def handle(self, event: Any) -> None:
-        raise NotImplementedError
+def _topics(*classes: type[Any]) -> tuple[str, ...]:
+    return (*(get_topic(cls) for cls in classes), *IMPORT_TOPICS)
 
 
-@dataclass
-class GameSummary:
-    id: str
-    created_at: str
-    players: list[str | None]
-    dice: str
-    rules: dict[str, Any]
-    status: str = "waiting"
-    winner: int | None = None
-    imported: bool = False
-    rematch: bool = False
-
-    @property
-    def open_seats(self) -> int:
-        """Seats anyone may take: only in a lobby still waiting; none in an imported game (it is
-        read-only), nor in a rematch (its seats are kept for the players of the game before)."""
-        if self.imported or self.rematch or self.status != "waiting":
-            return 0
-        return sum(1 for p in self.players if p is None)
-
-    def to_dict(self, now: datetime) -> dict[str, Any]:
-        waited = None
-        if self.status == "waiting":  # how long the lobby has waited for its players
-            waited = max(0, int((now - parse_at(self.created_at)).total_seconds()))
-        row = {
-            "id": self.id,
-            "status": self.status,
-            "created_at": self.created_at,
-            "players": list(self.players),
-            "open_seats": self.open_seats,
-            "dice": self.dice,
-            "rules": self.rules,
-            "winner": self.winner,
-            "waited_seconds": waited,
-        }
-        if self.imported:  # as in its state: present only on an imported game
-            row["imported"] = True
-        return row
+def _waited(status: str, created_at: str, now: datetime) -> int | None:
+    """How long a lobby has waited for its players, in whole seconds; None once it started."""
+    if status != "waiting":
+        return None
+    return max(0, int((now - parse_at(created_at)).total_seconds()))
 
 
-class GameIndex(Projection):
-    """Every game with its status and seats, newest first."""
+class GameList(View):
+    """Every game with its status and seats, newest first (by its place in the log)."""
 
-    handles = (
-        Game.GameCreated,
-        Game.SeatJoined,
-        Game.SeatLeft,
-        Game.TurnOrderDecided,
-        Game.GameFinished,
+    name = "games"
+    version = 1
+    topics = _topics(
+        Game.GameCreated, Game.SeatJoined, Game.SeatLeft, Game.TurnOrderDecided, Game.GameFinished
     )
-    extra_topics = IMPORT_TOPICS
+    tables = {  # noqa: RUF012 (the View's declaration)
+        "games": [
+            "CREATE TABLE IF NOT EXISTS {games} (game_id TEXT PRIMARY KEY, "
+            "seq BIGINT NOT NULL, created_at TEXT NOT NULL, status TEXT NOT NULL, "
+            "players TEXT NOT NULL, open_seats INTEGER NOT NULL, dice TEXT NOT NULL, "
+            "rules TEXT NOT NULL, winner INTEGER, imported INTEGER NOT NULL, "
+            "rematch INTEGER NOT NULL)",
+            "CREATE INDEX IF NOT EXISTS {games}_seq ON {games} (seq)",
+            "CREATE INDEX IF NOT EXISTS {games}_status ON {games} (status, seq)",
+            "CREATE INDEX IF NOT EXISTS {games}_open ON {games} (open_seats, seq)",
+        ],
+        # Imported games' markers, which may be read before the game's creation.
+        "imports": ["CREATE TABLE IF NOT EXISTS {imports} (game_id TEXT PRIMARY KEY)"],
+    }
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.games: dict[str, GameSummary] = {}
-        self.imported: set[str] = set()
+    def apply(self, sql: Sql, prepared: list[tuple[int, Any]]) -> None:
+        for seq, event in prepared:
+            self._apply(sql, seq, event)
 
-    def handle(self, event: Any) -> None:
+    @staticmethod
+    def _open_seats(status: str, players: list[Any], imported: bool, rematch: bool) -> int:
+        """Seats anyone may take: only in a lobby still waiting; none in an imported game (it
+        is read-only), nor in a rematch (its seats are kept for the players of the game
+        before)."""
+        if imported or rematch or status != "waiting":
+            return 0
+        return sum(1 for p in players if p is None)
+
+    def _apply(self, sql: Sql, seq: int, event: Any) -> None:
         if isinstance(event, IMPORTED):  # the marker, saved with the imported game's events
             key = str(event.game_id)
-            self.imported.add(key)
-            if key in self.games:
-                self.games[key].imported = True
+            sql.execute(
+                "INSERT INTO {imports} (game_id) VALUES (?) ON CONFLICT (game_id) DO NOTHING",
+                [key],
+            )
+            sql.execute("UPDATE {games} SET imported = 1, open_seats = 0 WHERE game_id = ?", [key])
             return
         key = str(event.originator_id)
         if isinstance(event, Game.GameCreated):
-            players: list[str | None] = (
-                list(event.players) if event.players else [None] * event.seats
-            )
-            self.games[key] = GameSummary(
-                key,
-                format_at(event.timestamp),
-                players,
-                event.dice,
-                dict(event.rules),
-                imported=key in self.imported,
-                rematch=event.rematch_of is not None,
+            players = list(event.players) if event.players else [None] * event.seats
+            imported = sql.one("SELECT 1 FROM {imports} WHERE game_id = ?", [key]) is not None
+            rematch = event.rematch_of is not None
+            sql.execute(
+                "INSERT INTO {games} (game_id, seq, created_at, status, players, open_seats, "
+                "dice, rules, winner, imported, rematch) "
+                "VALUES (?, ?, ?, 'waiting', ?, ?, ?, ?, NULL, ?, ?) "
+                "ON CONFLICT (game_id) DO NOTHING",
+                [
+                    key,
+                    seq,
+                    format_at(event.timestamp),
+                    json.dumps(players),
+                    self._open_seats("waiting", players, imported, rematch),
+                    event.dice,
+                    json.dumps(dict(event.rules), sort_keys=True),
+                    int(imported),
+                    int(rematch),
+                ],
             )
             return
-        summary = self.games.get(key)
-        if summary is None:
+        row = sql.one(
+            "SELECT status, players, imported, rematch FROM {games} WHERE game_id = ?", [key]
+        )
+        if row is None:
             return
+        status, players = row["status"], json.loads(row["players"])
+        winner = None
         if isinstance(event, Game.SeatJoined):
-            summary.players[event.seat] = event.name
+            players[event.seat] = event.name
         elif isinstance(event, Game.SeatLeft):
-            summary.players[event.seat] = None
+            players[event.seat] = None
         elif isinstance(event, Game.TurnOrderDecided):
-            summary.status = "in_progress"
+            status = "in_progress"
         elif isinstance(event, Game.GameFinished):
-            summary.status = "finished"
-            summary.winner = event.winner
+            status, winner = "finished", event.winner
+        open_seats = self._open_seats(status, players, bool(row["imported"]), bool(row["rematch"]))
+        sql.execute(
+            "UPDATE {games} SET status = ?, players = ?, open_seats = ?, "
+            "winner = coalesce(?, winner) WHERE game_id = ?",
+            [status, json.dumps(players), open_seats, winner, key],
+        )
 
     def query(
-        self, *, status: str | None = None, open_only: bool = False, offset: int = 0, limit: int
+        self,
+        views: Views,
+        *,
+        status: str | None = None,
+        open_only: bool = False,
+        offset: int = 0,
+        limit: int,
     ) -> tuple[list[dict[str, Any]], int]:
-        """One page of the games that match, newest first, and how many match in all. Only the
-        page's rows are built (a listing once built a row for every game, then kept 50)."""
-        with self._lock:  # another request's catch_up may be adding games meanwhile
-            games = list(self.games.values())
-        matching = [
-            g
-            for g in reversed(games)
-            if (status is None or g.status == status) and (not open_only or g.open_seats > 0)
-        ]
+        """One page of the games that match, newest first, and how many match in all."""
+        where, params = [], []
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        if open_only:
+            where.append("open_seats > 0")
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+
+        def run(sql: Sql) -> tuple[list[Any], int]:
+            total = sql.one("SELECT count(*) AS n FROM {games}" + clause, params)["n"]
+            rows = sql.all(
+                "SELECT * FROM {games}" + clause + " ORDER BY seq DESC LIMIT ? OFFSET ?",
+                [*params, limit, offset],
+            )
+            return rows, int(total)
+
+        rows, total = views.read(self, run)
         now = datetime.now(UTC)
-        return [g.to_dict(now) for g in matching[offset : offset + limit]], len(matching)
+        return [self._row(row, now) for row in rows], total
+
+    @staticmethod
+    def _row(row: Any, now: datetime) -> dict[str, Any]:
+        game = {
+            "id": row["game_id"],
+            "status": row["status"],
+            "created_at": row["created_at"],
+            "players": json.loads(row["players"]),
+            "open_seats": row["open_seats"],
+            "dice": row["dice"],
+            "rules": json.loads(row["rules"]),
+            "winner": row["winner"],
+            "waited_seconds": _waited(row["status"], row["created_at"], now),
+        }
+        if row["imported"]:  # as in its state: present only on an imported game
+            game["imported"] = True
+        return game
 
 
 @dataclass(frozen=True)
@@ -188,72 +186,110 @@ class RuleSet:
     steep_hill: bool = False
 
 
-@dataclass
-class BestResult:
-    game_id: str
-    player: str
-    rules: RuleSet
-    turns: int
-    rating: str
-    finished_at: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "game_id": self.game_id,
-            "player": self.player,
-            "mode": self.rules.mode,
-            "dice_faces": self.rules.dice_faces,
-            "steep_hill": self.rules.steep_hill,
-            "turns": self.turns,
-            "rating": self.rating,
-            "date": self.finished_at,
-            "audit": f"/v1/games/{self.game_id}/audit",
-        }
-
-
-class Leaderboard(Projection):
+class SolitaireBest(View):
     """The best solitaire games per rule set: fewest turns, earliest first on ties.
 
     Honest (contract 1.1): only games played to the end on this server, by a person, with server
     dice — never manual dice (anyone could choose them), never an imported game (the same game
     could be imported again and again), never a bot seat."""
 
-    handles = (Game.GameCreated, Game.GameFinished)
-    extra_topics = IMPORT_TOPICS
+    name = "solitaire"
+    version = 1
+    topics = _topics(Game.GameCreated, Game.GameFinished)
+    _rules = "mode TEXT NOT NULL, dice_faces INTEGER NOT NULL, steep_hill INTEGER NOT NULL"
+    tables = {  # noqa: RUF012 (the View's declaration)
+        "candidates": [
+            "CREATE TABLE IF NOT EXISTS {candidates} (game_id TEXT PRIMARY KEY, "
+            f"{_rules}, player TEXT NOT NULL)"
+        ],
+        "results": [
+            "CREATE TABLE IF NOT EXISTS {results} (game_id TEXT PRIMARY KEY, "
+            f"{_rules}, player TEXT NOT NULL, turns INTEGER NOT NULL, rating TEXT NOT NULL, "
+            "finished_at TEXT NOT NULL)",
+            "CREATE INDEX IF NOT EXISTS {results}_rank ON {results} "
+            "(mode, dice_faces, steep_hill, turns, finished_at, game_id)",
+        ],
+        "imports": ["CREATE TABLE IF NOT EXISTS {imports} (game_id TEXT PRIMARY KEY)"],
+    }
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.candidates: dict[str, tuple[RuleSet, str]] = {}  # game id → (rules, player)
-        self.results: dict[str, BestResult] = {}  # game id → result
-        self.imported: set[str] = set()
+    def apply(self, sql: Sql, prepared: list[tuple[int, Any]]) -> None:
+        for _, event in prepared:
+            self._apply(sql, event)
 
-    def handle(self, event: Any) -> None:
+    def _apply(self, sql: Sql, event: Any) -> None:
         if isinstance(event, IMPORTED):  # the marker, saved with the imported game's events
             key = str(event.game_id)
-            self.imported.add(key)
-            self.candidates.pop(key, None)
-            self.results.pop(key, None)
+            sql.execute(
+                "INSERT INTO {imports} (game_id) VALUES (?) ON CONFLICT (game_id) DO NOTHING",
+                [key],
+            )
+            sql.execute("DELETE FROM {candidates} WHERE game_id = ?", [key])
+            sql.execute("DELETE FROM {results} WHERE game_id = ?", [key])
             return
         key = str(event.originator_id)
         if isinstance(event, Game.GameCreated):
             mode = event.rules.get("solitaire")
             bots = getattr(event, "bots", None)
-            if mode and event.players and event.dice == "server" and not bots:
-                rules = RuleSet(mode, event.rules["dice_faces"], bool(event.rules["steep_hill"]))
-                if key not in self.imported:
-                    self.candidates[key] = (rules, event.players[0])
-        elif isinstance(event, Game.GameFinished) and key in self.candidates:
-            rules, player = self.candidates.pop(key)
+            if not (mode and event.players and event.dice == "server" and not bots):
+                return
+            if sql.one("SELECT 1 FROM {imports} WHERE game_id = ?", [key]) is not None:
+                return
+            sql.execute(
+                "INSERT INTO {candidates} (game_id, mode, dice_faces, steep_hill, player) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (game_id) DO NOTHING",
+                [
+                    key,
+                    mode,
+                    int(event.rules["dice_faces"]),
+                    int(bool(event.rules["steep_hill"])),
+                    event.players[0],
+                ],
+            )
+        elif isinstance(event, Game.GameFinished):
+            found = sql.one(
+                "SELECT mode, dice_faces, steep_hill, player FROM {candidates} WHERE game_id = ?",
+                [key],
+            )
+            if found is None:
+                return
+            sql.execute("DELETE FROM {candidates} WHERE game_id = ?", [key])
             if event.winner == 0 and event.rating is not None:
-                self.results[key] = BestResult(
-                    key, player, rules, event.turns, event.rating, format_at(event.timestamp)
+                sql.execute(
+                    "INSERT INTO {results} (game_id, mode, dice_faces, steep_hill, player, "
+                    "turns, rating, finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (game_id) DO NOTHING",
+                    [
+                        key,
+                        found["mode"],
+                        found["dice_faces"],
+                        found["steep_hill"],
+                        found["player"],
+                        event.turns,
+                        event.rating,
+                        format_at(event.timestamp),
+                    ],
                 )
 
-    def best(self, rules: RuleSet, limit: int) -> list[dict[str, Any]]:
-        with self._lock:  # another request's catch_up may be adding results meanwhile
-            results = list(self.results.values())
-        ranked = sorted(
-            (r for r in results if r.rules == rules),
-            key=lambda r: (r.turns, r.finished_at, r.game_id),
-        )
-        return [dict(r.to_dict(), rank=i + 1) for i, r in enumerate(ranked[:limit])]
+    def best(self, views: Views, rules: RuleSet, limit: int) -> list[dict[str, Any]]:
+        def run(sql: Sql) -> list[Any]:
+            return sql.all(
+                "SELECT * FROM {results} WHERE mode = ? AND dice_faces = ? AND steep_hill = ? "
+                "ORDER BY turns, finished_at, game_id LIMIT ?",
+                [rules.mode, rules.dice_faces, int(rules.steep_hill), limit],
+            )
+
+        return [
+            {
+                "game_id": row["game_id"],
+                "player": row["player"],
+                "mode": row["mode"],
+                "dice_faces": row["dice_faces"],
+                "steep_hill": bool(row["steep_hill"]),
+                "turns": row["turns"],
+                "rating": row["rating"],
+                "date": row["finished_at"],
+                "audit": f"/v1/games/{row['game_id']}/audit",
+                "rank": rank,
+            }
+            for rank, row in enumerate(views.read(self, run), start=1)
+        ]

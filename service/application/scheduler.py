@@ -1,42 +1,47 @@
 """Who records what happens without a request (timeouts, computer players' turns, abandonment):
-one loop per scheduling process, following the notification log.
+one loop per scheduling process, over the due-index kept in the store.
 
-The loop keeps, in memory, when something is next due in every game that is not finished (a
-due-index, rebuilt from the log whenever the process starts, so nothing is lost when one dies):
-each event it reads makes it plan that game again (``Timekeeper.due_at``), and when a time comes
-it asks ``Timekeeper.tick`` to do what is due. Several such processes may run, on several hosts:
-the store lets exactly one of them record each change (the game's next version), so a deadline
-gives one ``TurnTimedOut`` and a bot's turn one action, whoever was first; the others read the
-change in the log and plan again. Redis is not needed.
+The due-index is a view (``DueIndex``): one row per game that is not finished, with when
+something is next due in it. Like every view it is moved on once per event from the log, with a
+tracking position, so a scheduler that starts reads where the index stands and goes on; it keeps
+nothing per game in memory. Each event it reads makes it plan that game again
+(``Timekeeper.due_at``); at each poll the loop asks ``Timekeeper.tick`` to do what is due by now.
+Several such processes may run, on several hosts: the store lets exactly one of them record each
+change (the game's next version), so a deadline gives one ``TurnTimedOut`` and a bot's turn one
+action, whoever was first; the others read the change in the log and plan again. Redis is not
+needed.
 
 Most games are between people without a clock: there, the only thing ever due is abandonment,
 and every new event only pushes it later. So such a game ("plain") is not read again for each
 event: its plan stays as it was (early, never late), and when that time comes ``tick`` finds
 nothing due and plans the true time. Only events that may seat a computer player (a creation,
 a seat taken or given back) plan a plain game again; a finished game is dropped unread.
+
+The loop also moves every other view on at each poll (``Runtime.views``), so that a request
+rarely finds its view behind.
 """
 
 from __future__ import annotations
 
-import heapq
 import logging
 import threading
 import uuid
-from collections.abc import Callable
-from datetime import UTC, datetime
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from eventsourcing.utils import get_topic
 
 from domain.game import Game
 from service.application.errors import ApplicationError, describe
 from service.application.games import GAME_TOPICS, Games
-from service.persistence.log import LogReader
 from service.application.timekeeper import Timekeeper
+from service.persistence.views import Sql, View, Views
 
 log = logging.getLogger("cantstop.scheduler")
 
 POLL = 0.25  # seconds between reads of the log
-PAGE = 1000
+DUE_PAGE = 100  # due games done per query
 # After these, a game without a clock or computer players may have one: plan it again.
 CREATED = get_topic(Game.GameCreated)
 REPLAN = frozenset({CREATED, *(get_topic(c) for c in (Game.SeatJoined, Game.SeatLeft))})
@@ -48,49 +53,70 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-class Scheduler:
-    def __init__(
-        self,
-        games: Games,
-        timekeeper: Timekeeper,
-        *,
-        poll: float = POLL,
-        clock: Callable[[], datetime] = utcnow,
-    ) -> None:
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MICROSECOND = timedelta(microseconds=1)
+
+
+def _at(micros: int) -> datetime:
+    """A due time as the index keeps it (whole microseconds since the epoch: exact, unlike a
+    float of seconds) back as a time."""
+    return EPOCH + micros * MICROSECOND
+
+
+def _micros(at: datetime) -> int:
+    return (at - EPOCH) // MICROSECOND
+
+
+class DueIndex(View):
+    """When something is next due in each game that is not finished."""
+
+    name = "due"
+    version = 1
+    topics = tuple(sorted(GAME_TOPICS))
+    heads_only = True  # whose event each is and its type: the states are not read
+    tables = {  # noqa: RUF012 (the View's declaration)
+        "due": [
+            "CREATE TABLE IF NOT EXISTS {due} (game_id TEXT PRIMARY KEY, "
+            "due_at BIGINT NOT NULL, plain INTEGER NOT NULL)",
+            "CREATE INDEX IF NOT EXISTS {due}_at ON {due} (due_at)",
+        ]
+    }
+
+    def __init__(self, games: Games, timekeeper: Timekeeper) -> None:
         self.games = games
         self.timekeeper = timekeeper
-        self.poll = poll
-        self.clock = clock
-        self.reader = LogReader(games.recorder, tuple(GAME_TOPICS))
-        self._heap: list[tuple[datetime, str]] = []
-        self._planned: dict[uuid.UUID, datetime] = {}
-        self._plain: set[uuid.UUID] = set()  # planned, no clock, no computer player
+        self.planned = 0  # games planned by this process (tests read it)
 
-    # ------------------------------------------------------------------------------ planning
-    def refresh(self) -> int:
-        """Read what was recorded since the last read, and plan those games again (a plain
-        game only after an event that may seat a computer player); how many were planned."""
+    def prepare(self, items: list[Any], read: Sql) -> list[tuple[str, int | None, bool]]:
+        """Plan again each game the batch touched (a plain game only after an event that may
+        seat a computer player): (game id, due time or None, plain) for each."""
         touched: dict[uuid.UUID, set[str]] = {}
-        while True:
-            page = self.reader.heads(PAGE)  # whose each event is and its topic, no state
-            for head in page:
-                touched.setdefault(head.originator_id, set()).add(head.topic)
-            if len(page) < PAGE:
-                break
-        planned = 0
+        for head in items:
+            touched.setdefault(head.originator_id, set()).add(head.topic)
+        plain: set[str] = set()
+        keys = [str(game_id) for game_id in touched]
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            rows = read.all(
+                f"SELECT game_id FROM {{due}} WHERE plain = 1 AND game_id IN ({marks})", chunk
+            )
+            plain.update(row["game_id"] for row in rows)
+        plans: list[tuple[str, int | None, bool]] = []
         for game_id, topics in touched.items():
             if topics & FINAL:
-                self._schedule(game_id, None)
-            elif game_id not in self._plain or topics & REPLAN:
-                self.plan(game_id, created=topics & REPLAN == {CREATED})
-                planned += 1
-        return planned
+                plans.append((str(game_id), None, False))
+            elif str(game_id) not in plain or topics & REPLAN:
+                due, is_plain = self.plan(game_id, created=topics & REPLAN == {CREATED})
+                plans.append((str(game_id), due, is_plain))
+        return plans
 
-    def plan(self, game_id: uuid.UUID, *, created: bool = False) -> None:
-        """Plan the game's next due time. ``created``: its creation is among what was just read,
-        and no seat was taken or given back since. Then the game as created says whether it is
-        plain, and a plain game's plan from its first event is early, never late (as any plain
-        game's is): the rest of it is not read."""
+    def plan(self, game_id: uuid.UUID, *, created: bool = False) -> tuple[int | None, bool]:
+        """The game's next due time (epoch microseconds) and whether it is plain. ``created``: its
+        creation is among what was just read, and no seat was taken or given back since. Then
+        the game as created says whether it is plain, and a plain game's plan from its first
+        event is early, never late (as any plain game's is): the rest of it is not read."""
+        self.planned += 1
         plain = False
         try:
             first = self.games.at_creation(game_id) if created else None
@@ -103,48 +129,108 @@ class Scheduler:
         except ApplicationError as exc:  # a damaged or vanished game: nothing to plan
             log.warning("scheduler: cannot plan game %s: %s", game_id, exc.detail)
             due = None
-        self._schedule(game_id, due)
-        if plain and due is not None:
-            self._plain.add(game_id)
+        return (None if due is None else _micros(due)), plain and due is not None
 
-    def _schedule(self, game_id: uuid.UUID, due: datetime | None) -> None:
-        self._plain.discard(game_id)  # planned again: plain again only if plan() says so
-        if due is None:
-            self._planned.pop(game_id, None)
-            return
-        if self._planned.get(game_id) == due:
-            return
-        self._planned[game_id] = due
-        heapq.heappush(self._heap, (due, str(game_id)))
+    def apply(self, sql: Sql, prepared: list[tuple[str, int | None, bool]]) -> None:
+        for game_id, due, plain in prepared:
+            if due is None:
+                sql.execute("DELETE FROM {due} WHERE game_id = ?", [game_id])
+            else:
+                sql.execute(
+                    "INSERT INTO {due} (game_id, due_at, plain) VALUES (?, ?, ?) "
+                    "ON CONFLICT (game_id) DO UPDATE SET due_at = excluded.due_at, "
+                    "plain = excluded.plain",
+                    [game_id, due, int(plain)],
+                )
+
+
+class Scheduler:
+    def __init__(
+        self,
+        games: Games,
+        timekeeper: Timekeeper,
+        views: Views,
+        *,
+        others: Sequence[View] = (),
+        poll: float = POLL,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.games = games
+        self.timekeeper = timekeeper
+        self.views = views
+        self.index = DueIndex(games, timekeeper)
+        self.others = tuple(others)
+        self.poll = poll
+        self.clock = clock
+
+    # ------------------------------------------------------------------------------ planning
+    def refresh(self) -> int:
+        """Move the due-index on to the log's end (planning again the games it touched); how
+        many games were planned."""
+        before = self.index.planned
+        self.views.catch_up(self.index)
+        return self.index.planned - before
+
+    def planned(self, game_id: uuid.UUID) -> tuple[datetime, bool] | None:
+        """When the game is next due, and whether it is plain; None if nothing is."""
+
+        def run(sql: Sql) -> Any:
+            return sql.one("SELECT due_at, plain FROM {due} WHERE game_id = ?", [str(game_id)])
+
+        row = self.views.read(self.index, run, fresh=False)
+        return None if row is None else (_at(row["due_at"]), bool(row["plain"]))
 
     @property
     def next_due(self) -> datetime | None:
-        while self._heap:
-            due, key = self._heap[0]
-            if self._planned.get(uuid.UUID(key)) == due:
-                return due
-            heapq.heappop(self._heap)  # replaced by a later plan
-        return None
+        def run(sql: Sql) -> Any:
+            return sql.one("SELECT min(due_at) AS due FROM {due}")
+
+        row = self.views.read(self.index, run, fresh=False)
+        return None if row is None or row["due"] is None else _at(row["due"])
 
     # ------------------------------------------------------------------------------ running
     def run_due(self) -> int:
         """Do everything due by now; how many steps were taken."""
         steps = 0
-        while (due := self.next_due) is not None and due <= self.clock():
-            _, key = heapq.heappop(self._heap)
-            game_id = uuid.UUID(key)
-            del self._planned[game_id]
-            try:
-                after = self.timekeeper.tick(game_id, self.clock())
-            except ApplicationError as exc:
-                log.warning("scheduler: game %s: %s", game_id, exc.detail)
-                after = None
-            except Exception as exc:  # one game's trouble never stops the others
-                log.exception("scheduler: game %s failed: %s", game_id, describe(exc))
-                after = None
-            self._schedule(game_id, after)
-            steps += 1
-        return steps
+        while True:
+            now = _micros(self.clock())
+
+            def run(sql: Sql, now: int = now) -> list[Any]:
+                return sql.all(
+                    "SELECT game_id, due_at FROM {due} WHERE due_at <= ? ORDER BY due_at LIMIT ?",
+                    [now, DUE_PAGE],
+                )
+
+            rows = self.views.read(self.index, run, fresh=False)
+            for row in rows:
+                self._tick(uuid.UUID(row["game_id"]), int(row["due_at"]))
+                steps += 1
+            if len(rows) < DUE_PAGE:
+                return steps
+
+    def _tick(self, game_id: uuid.UUID, was: int) -> None:
+        try:
+            after = self.timekeeper.tick(game_id, self.clock())
+        except ApplicationError as exc:
+            log.warning("scheduler: game %s: %s", game_id, exc.detail)
+            after = None
+        except Exception as exc:  # one game's trouble never stops the others
+            log.exception("scheduler: game %s failed: %s", game_id, describe(exc))
+            after = None
+        key = str(game_id)
+
+        # Only if the plan is still the one that was due: if the index planned the game again
+        # meanwhile (from events another process recorded), that plan is newer than this one.
+        def change(sql: Sql) -> None:
+            if after is None:
+                sql.execute("DELETE FROM {due} WHERE game_id = ? AND due_at = ?", [key, was])
+            else:
+                sql.execute(
+                    "UPDATE {due} SET due_at = ?, plain = 0 WHERE game_id = ? AND due_at = ?",
+                    [_micros(after), key, was],
+                )
+
+        self.views.write(self.index, change)
 
     def run(self, stop: threading.Event) -> None:
         """Follow the log and do what is due, until ``stop`` is set."""
@@ -153,10 +239,15 @@ class Scheduler:
             try:
                 self.refresh()
                 self.run_due()
+                for view in self.others:
+                    self.views.catch_up(view)
             except ApplicationError as exc:  # e.g. the store is unavailable: try again soon
                 log.warning("scheduler: %s", exc.detail)
             wait = self.poll
-            due = self.next_due
+            try:
+                due = self.next_due
+            except ApplicationError:
+                due = None
             if due is not None:
                 wait = min(wait, max(0.0, (due - self.clock()).total_seconds()))
             stop.wait(wait)

@@ -98,9 +98,8 @@ def list_games() -> Response:
     limit = int_arg("limit", 50, 1, MAX_GAMES_PAGE)
     offset = int_arg("offset", 0, 0)
     rt = runtime()
-    rt.index.catch_up(rt.games)
-    page, total = rt.index.query(
-        status=status, open_only=open_raw == "true", offset=offset, limit=limit
+    page, total = rt.game_list.query(
+        rt.views, status=status, open_only=open_raw == "true", offset=offset, limit=limit
     )
     next_offset = offset + limit if offset + limit < total else None
     return json_response({"games": page, "total": total, "next_offset": next_offset})

@@ -10,8 +10,9 @@ from flask import Blueprint, Flask, Response
 from flask_swagger_ui import get_swaggerui_blueprint
 
 from domain.game import format_at
-from service.persistence.guard import WriteHealth
 from service.http.core import json_response, runtime
+from service.persistence.guard import WriteHealth
+from service.runtime import Runtime
 
 meta_api = Blueprint("meta", __name__)
 
@@ -43,9 +44,27 @@ def healthz() -> Response:
     # write says so. Still 200: games can be read, and a write may succeed again.
     checks["writes"] = writes_status(rt.games.recorder)
     checks["redis"] = rt.redis_status()  # down: still 200; actions are recorded, streams poll
-    healthy = status == 200 and checks["writes"] == "ok" and not checks["redis"].startswith("down")
+    if status == 200:  # a view whose code changed is served as it stands until rebuilt
+        checks["views"] = views_status(rt)
+    healthy = (
+        status == 200
+        and checks["writes"] == "ok"
+        and checks.get("views") == "ok"
+        and not checks["redis"].startswith("down")
+    )
     body = {"status": "ok" if healthy else "degraded", "checks": checks}
     return json_response(body, status)
+
+
+def views_status(rt: Runtime) -> str:
+    """"ok", or which views wait for ``cantstop projections rebuild`` (their code changed)."""
+    try:
+        stale = [view.name for view in rt.all_views() if rt.views.stale(view)]
+    except Exception as exc:  # any failure of the store is reported, not raised
+        return f"down: {type(exc).__name__}"
+    if not stale:
+        return "ok"
+    return f"stale: {', '.join(stale)} (code changed: cantstop projections rebuild)"
 
 
 def writes_status(recorder: object) -> str:

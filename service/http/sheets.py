@@ -68,12 +68,11 @@ def leaderboard() -> Response:
     )
     limit = int_arg("limit", 20, 1, 100)
     rt = runtime()
-    rt.leaderboard.catch_up(rt.games)
     return json_response(
         {
             "mode": rules.mode,
             "dice_faces": rules.dice_faces,
             "steep_hill": rules.steep_hill,
-            "results": rt.leaderboard.best(rules, limit),
+            "results": rt.leaderboard.best(rt.views, rules, limit),
         }
     )

@@ -42,9 +42,9 @@ import redis
 
 from service.application.errors import ApplicationError
 from service.application.games import Games
-from service.persistence.log import LogReader
 from service.config import env_int, env_number
 from service.live.redis_link import RECONNECT_MAX, RECONNECT_MIN, RedisLink
+from service.persistence.log import LogReader
 
 log = logging.getLogger("cantstop.live")
 

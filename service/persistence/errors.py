@@ -9,7 +9,6 @@ import psycopg
 from service.errors import ApplicationError
 
 
-
 class StoreUnavailable(ApplicationError):
     """The event store cannot be reached (or is busy beyond its lock timeout): try again soon."""
 

@@ -1,21 +1,41 @@
-"""Reading the notification log (every event of every game) in commit order."""
+"""Reading the notification log (every event of every game) in commit order.
+
+A reader's place in the log is a ``Position``, two integers that a view stores beside its rows
+(``service.persistence.views``), so that it resumes where it stopped after any restart.
+
+SQLite writes one transaction at a time, so notification ids are committed in order: the
+position is ``(0, last id read)``. PostgreSQL commits concurrent inserts in any order (the
+service gives up the library's table lock: ``postgres.py``), so there every row records the
+transaction that wrote it (column ``tx``) and the log is read in the order of the index
+``(tx, notification_id)``, only below the current snapshot's ``xmin``: every transaction below it
+has committed or aborted, so no row can still appear there, and the position is the pair
+``(tx, notification_id)`` of the last row read. A page is one range of that index, from the
+position up to ``xmin``: the planner reads it as an index range (``EXPLAIN`` in
+tests/test_log_reader.py), not from the start of the log as the earlier query (by
+``notification_id`` alone, with ``tx`` as a filter) made it do.
+"""
 
 from __future__ import annotations
 
-import logging
 import uuid
 from typing import Any, NamedTuple
 
-from eventsourcing.persistence import (
-    Notification,
-)
-from eventsourcing.postgres import (
-    PostgresApplicationRecorder,
-)
+from eventsourcing.persistence import Notification
+from eventsourcing.postgres import PostgresApplicationRecorder
 
 from service.persistence.guard import guarded
 
-log = logging.getLogger("cantstop.store")
+
+class Position(NamedTuple):
+    """Where a reader is in the log: everything at or before it has been read. On SQLite ``tx``
+    is 0 and ``id`` the last notification id read; on PostgreSQL, the last row's transaction
+    id and notification id (or ``(xmin, 0)`` once a read found nothing below ``xmin``)."""
+
+    tx: int
+    id: int
+
+
+START = Position(0, 0)
 
 
 class Head(NamedTuple):
@@ -29,121 +49,157 @@ class Head(NamedTuple):
 
 class LogReader:
     """Follows the application's notification log (every event of every game) in commit order,
-    so that a projection sees every event exactly once.
+    so that a follower sees every event exactly once, from ``position`` on.
 
-    SQLite writes one transaction at a time, so notification ids are committed in order and the
-    position is simply the last id read. PostgreSQL commits concurrent inserts in any order, so
-    there the reader moves through windows of *finished* transactions: it reads the rows written
-    by transactions from its watermark up to the current snapshot's xmin (every transaction below
-    it has committed or aborted, so no row can still appear there), then moves the watermark."""
+    A read that returns fewer rows than asked has read the log to its end as it stood: the
+    position then moves to that end even if no row there matched the topics, so that a view
+    can tell it is up to date (``views.Views.fresh``)."""
 
-    def __init__(self, recorder: Any, topics: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, recorder: Any, topics: tuple[str, ...] = (), position: Position = START
+    ) -> None:
         self.recorder = recorder
         self.topics = list(topics)
         self.postgres = isinstance(recorder, PostgresApplicationRecorder)
-        self.position = 0  # SQLite: the last id read; PostgreSQL: the transaction watermark
-        self._window: int | None = None  # PostgreSQL: the xmin of the window being read
-        self._after = 0  # PostgreSQL: the last id read inside the window
+        self.position = position
 
     def read(self, limit: int) -> list[Notification]:
         """The next notifications (at most ``limit``); fewer means the log is read to its end."""
-        if not self.postgres:
-            found = self.recorder.select_notifications(
-                start=self.position + 1, limit=limit, topics=self.topics
-            )
-            if found:
-                self.position = found[-1].id
-            return list(found)
-        return guarded(lambda: self._read_postgres(limit))
+        return guarded(lambda: self._read(limit, heads=False))
 
     def heads(self, limit: int) -> list[Head]:
         """As ``read``, without the events' states: for a follower that needs only whose event
         each is, its version and its topic (the scheduler, the live streams' store poller), the
         states are neither copied nor wrapped."""
-        if self.postgres:
-            return guarded(lambda: self._read_postgres(limit, heads=True))
-        found = guarded(lambda: self._heads_sqlite(limit))
-        if found:
-            self.position = found[-1].id
-        return found
+        return guarded(lambda: self._read(limit, heads=True))
 
-    def _heads_sqlite(self, limit: int) -> list[Head]:
+    def end(self) -> Position:
+        """The log's end now: a reader at or past it has read every event committed before this
+        call returned (what a client that just acted expects a view to show)."""
+        return guarded(self._end)
+
+    def skip_to_end(self) -> None:
+        """From now on, only what is recorded from here on (on PostgreSQL, with what the
+        transactions still open may yet commit: never less)."""
+
+        def xmin() -> Position:
+            with self.recorder.datastore.transaction(commit=False) as curs:
+                curs.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS x")
+                return Position(int(curs.fetchone()["x"]), 0)
+
+        self.position = guarded(xmin) if self.postgres else self.end()
+
+    # ----------------------------------------------------------------------------- SQLite
+    def _read(self, limit: int, *, heads: bool) -> list[Any]:
+        if self.postgres:
+            return self._read_postgres(limit, heads=heads)
         table = self.recorder.events_table_name
-        statement = f"SELECT rowid, originator_id, originator_version, topic FROM {table} "
-        statement += "WHERE rowid > ? "
+        columns = "rowid, originator_id, originator_version, topic" + ("" if heads else ", state")
+        where = "rowid > ?"
+        params: list[Any] = [self.position.id]
         if self.topics:
-            statement += f"AND topic IN ({','.join('?' * len(self.topics))}) "
-        statement += "ORDER BY rowid LIMIT ?"
+            where += f" AND topic IN ({','.join('?' * len(self.topics))})"
+            params += self.topics
         with self.recorder.datastore.transaction(commit=False) as cursor:
-            cursor.execute(statement, [self.position, *self.topics, limit])
+            # In one read transaction: the end is the end of what the page was read from.
+            cursor.execute(f"SELECT coalesce(max(rowid), 0) FROM {table}")
+            end = int(cursor.fetchone()[0])
+            cursor.execute(
+                f"SELECT {columns} FROM {table} WHERE {where} AND rowid <= ? "
+                "ORDER BY rowid LIMIT ?",
+                [*params, end, limit],
+            )
             rows = cursor.fetchall()
         ids: dict[str, uuid.UUID] = {}  # each game's hex parsed once a page, not once a row
-        return [
-            Head(
-                row[0], ids.get(row[1]) or ids.setdefault(row[1], uuid.UUID(row[1])), row[2], row[3]
-            )
-            for row in rows
-        ]
+        found: list[Any] = []
+        for row in rows:
+            hexed = row[1]
+            originator_id = ids.get(hexed) or ids.setdefault(hexed, uuid.UUID(hexed))
+            if heads:
+                found.append(Head(row[0], originator_id, row[2], row[3]))
+            else:
+                found.append(
+                    Notification(
+                        id=row[0],
+                        originator_id=originator_id,
+                        originator_version=row[2],
+                        topic=row[3],
+                        state=row[4],
+                    )
+                )
+        if len(found) < limit:
+            self.position = Position(0, max(end, self.position.id))
+        elif found:
+            self.position = Position(0, found[-1].id)
+        return found
 
-    def _read_postgres(self, limit: int, *, heads: bool = False) -> list[Any]:
-        table = f'"{self.recorder.datastore.schema}"."{self.recorder.events_table_name}"'
+    # ------------------------------------------------------------------------- PostgreSQL
+    def _table(self) -> str:
+        return f'"{self.recorder.datastore.schema}"."{self.recorder.events_table_name}"'
+
+    def _read_postgres(self, limit: int, *, heads: bool) -> list[Any]:
+        columns = "notification_id, originator_id, originator_version, topic, tx::text AS tx_text"
+        if not heads:
+            columns += ", state"
+        # The row comparison on (tx, notification_id), bounded by xmin, is one range of their
+        # index, read in its order: no sort, and a LIMIT that stops the scan.
+        query = (
+            f"SELECT {columns} FROM {self._table()} "
+            "WHERE (tx, notification_id) > (%s::text::xid8, %s) AND tx < %s::text::xid8"
+        )
         with self.recorder.datastore.transaction(commit=False) as curs:
-            if self._window is None:
-                curs.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS x")
-                self._window, self._after = int(curs.fetchone()["x"]), 0
-            columns = (
-                "notification_id, originator_id, originator_version, topic"
-                if heads
-                else "notification_id, originator_id, originator_version, topic, state"
-            )
-            query = (
-                f"SELECT {columns} "
-                f"FROM {table} WHERE tx >= %s::text::xid8 AND tx < %s::text::xid8 "
-                "AND notification_id > %s"
-            )
-            params: list[Any] = [self.position, self._window, self._after]
+            curs.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS x")
+            xmin = int(curs.fetchone()["x"])
+            params: list[Any] = [str(self.position.tx), self.position.id, str(xmin)]
             if self.topics:
                 query += " AND topic = ANY(%s)"
                 params.append(self.topics)
-            curs.execute(query + " ORDER BY notification_id LIMIT %s", [*params, limit])
+            curs.execute(query + " ORDER BY tx, notification_id LIMIT %s", [*params, limit])
             rows = curs.fetchall()
-        found: list[Any] = (
-            [
-                Head(
-                    row["notification_id"],
-                    row["originator_id"],
-                    row["originator_version"],
-                    row["topic"],
-                )
-                for row in rows
-            ]
+        found: list[Any] = [
+            Head(
+                row["notification_id"],
+                row["originator_id"],
+                row["originator_version"],
+                row["topic"],
+            )
             if heads
-            else [
-                Notification(
-                    id=row["notification_id"],
-                    originator_id=row["originator_id"],
-                    originator_version=row["originator_version"],
-                    topic=row["topic"],
-                    state=bytes(row["state"]),
-                )
-                for row in rows
-            ]
-        )
-        if len(found) < limit:  # the window is read: the next read starts a new one
-            self.position, self._window = self._window, None
-        else:
-            self._after = found[-1].id
+            else Notification(
+                id=row["notification_id"],
+                originator_id=row["originator_id"],
+                originator_version=row["originator_version"],
+                topic=row["topic"],
+                state=bytes(row["state"]),
+            )
+            for row in rows
+        ]
+        if len(found) < limit:  # read to the window's end: nothing more can appear below xmin
+            self.position = max(self.position, Position(xmin, 0))
+        elif rows:
+            self.position = Position(int(rows[-1]["tx_text"]), rows[-1]["notification_id"])
         return found
 
-    def skip_to_end(self) -> None:
-        """From now on, only what is recorded from here on."""
+    def plan(self, limit: int = 500) -> str:
+        """PostgreSQL's plan for a page from the current position (what tests check)."""
+        query = (
+            f"EXPLAIN SELECT notification_id FROM {self._table()} "
+            "WHERE (tx, notification_id) > (%s::text::xid8, %s) AND tx < %s::text::xid8 "
+            "AND topic = ANY(%s) ORDER BY tx, notification_id LIMIT %s"
+        )
+        with self.recorder.datastore.transaction(commit=False) as curs:
+            curs.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS x")
+            xmin = curs.fetchone()["x"]
+            curs.execute(query, [str(self.position.tx), self.position.id, xmin, self.topics, limit])
+            return "\n".join(next(iter(row.values())) for row in curs.fetchall())
+
+    def _end(self) -> Position:
         if not self.postgres:
-            self.position = self.recorder.max_notification_id() or 0
-            return
-
-        def xmin() -> int:
-            with self.recorder.datastore.transaction(commit=False) as curs:
-                curs.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS x")
-                return int(curs.fetchone()["x"])
-
-        self.position, self._window = guarded(xmin), None
+            table = self.recorder.events_table_name
+            with self.recorder.datastore.transaction(commit=False) as cursor:
+                cursor.execute(f"SELECT coalesce(max(rowid), 0) FROM {table}")
+                return Position(0, int(cursor.fetchone()[0]))
+        # Every transaction that committed before now has an id below the snapshot's xmax; a
+        # reader is past all of them once it has read to an xmin at least that high.
+        with self.recorder.datastore.transaction(commit=False) as curs:
+            curs.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text AS x")
+            return Position(int(curs.fetchone()["x"]), 0)

@@ -1,0 +1,435 @@
+"""Cross-game views kept in tables of the event store's own database, each updated exactly once
+per event, with a tracking position, resumable after any crash.
+
+A ``View`` says which event types it follows and what its tables are; ``Views`` keeps every view's
+place in the log in one table (``cantstop_views``: the view's name, the version of its code that
+built it, the generation of its tables and its ``Position``) and moves it on:
+
+- **Exactly once.** A batch of events is read outside any transaction; then, in one write
+  transaction, the view's tracking row is locked (PostgreSQL: ``FOR UPDATE``; SQLite: ``BEGIN
+  IMMEDIATE``), and only if it still stands where the batch was read from are the batch's changes
+  written and the position moved, together. A crash anywhere before the commit leaves both as they
+  were; another process that got there first makes this one read again. Two processes never both
+  apply one event.
+- **Any process moves a view on.** The scheduler's loop catches every view up at each poll; a
+  request that reads a view first catches it up to the end of the log as it stood when the request
+  came (``fresh``), so a client sees its own writes in the listing on its next request, whichever
+  worker or host answers. Nothing is rebuilt when a process starts: it reads the tracking row.
+- **Rebuilds beside the live view.** ``rebuild`` fills a new generation of the view's tables from
+  the start of the log while the old one keeps serving, then switches the tracking row to it in one
+  transaction and drops the old tables. A view whose code changed (its ``version``) is served as
+  it stands and not moved on until that command rebuilds it: never silently at a start.
+- **Damage is passed over.** An event that cannot be decoded is logged and skipped; the view goes
+  on for everyone (the game's own reads report it as ``corrupt_game``).
+
+Why not the library's ``ProjectionRunner`` and ``TrackingRecorder``: they track one notification
+id, which is a complete position only when ids commit in order; on PostgreSQL the service gives up
+the table lock that made them so (``postgres.py``), and the log is read by finished transaction
+(``log.py``), so a position is two numbers. Why not update the views in the action's own
+transaction: see the README, "Views across games".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, NamedTuple
+
+import psycopg
+from eventsourcing.persistence import Notification, OperationalError
+from eventsourcing.postgres import PostgresApplicationRecorder
+
+from service.errors import describe
+from service.persistence.guard import guarded
+from service.persistence.log import START, Head, LogReader, Position
+from service.persistence.sqlite import _library_sqlite_error
+
+log = logging.getLogger("cantstop.views")
+
+TRACKING = "cantstop_views"
+BATCH = 500
+FRESH_BUDGET = 1.0  # seconds a read waits for its view to reach the log's end, then answers
+REBUILD = "#rebuild"  # the suffix of a rebuild's tracking row
+
+
+class Tracking(NamedTuple):
+    name: str
+    version: int
+    generation: int
+    position: Position
+
+
+class Sql:
+    """A cursor that takes ``?`` placeholders and ``{table}`` names on both stores."""
+
+    def __init__(self, cursor: Any, tables: dict[str, str], postgres: bool) -> None:
+        self.cursor = cursor
+        self.tables = tables
+        self.postgres = postgres
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        statement = sql.format(**self.tables)
+        if self.postgres:
+            statement = statement.replace("?", "%s")
+        self.cursor.execute(statement, list(params))
+
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        self.execute(sql, params)
+        return list(self.cursor.fetchall())
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        self.execute(sql, params)
+        return self.cursor.fetchone()
+
+
+class View:
+    """A view across games. Subclasses name it, give its tables and how events change them.
+
+    ``tables`` maps each table's short name to its ``CREATE`` statements, written with
+    ``{name}`` for the table's name in the store (which carries the view's generation) and
+    ``?`` placeholders; the same SQL runs on SQLite and PostgreSQL. Bump ``version`` whenever the
+    code changes what the tables hold: the view is then rebuilt by ``cantstop projections
+    rebuild``, not silently."""
+
+    name: ClassVar[str]
+    version: ClassVar[int] = 1
+    topics: ClassVar[tuple[str, ...]] = ()
+    heads_only: ClassVar[bool] = False  # True: the events' states are not read (Head rows)
+    tables: ClassVar[dict[str, list[str]]] = {}
+
+    def prepare(self, items: list[Any], read: Sql) -> Any:
+        """What the batch will write, worked out before the write transaction (it may read the
+        view's tables and the games). ``items``: (notification id, event) pairs, or ``Head``
+        rows for a ``heads_only`` view. By default, the items themselves."""
+        return items
+
+    def apply(self, sql: Sql, prepared: Any) -> None:
+        """Write what ``prepare`` worked out, inside the transaction that moves the position."""
+        raise NotImplementedError
+
+
+@dataclass
+class Decoded:
+    """Turns a stored notification into its domain event (the application's mapper)."""
+
+    to_domain_event: Callable[[Notification], Any]
+
+
+class Views:
+    """Every view's tracking row and tables, in the event store's database."""
+
+    def __init__(
+        self, recorder: Any, to_domain_event: Callable[[Any], Any], *, create: bool = True
+    ) -> None:
+        self.recorder = recorder
+        self.datastore = recorder.datastore
+        self.postgres = isinstance(recorder, PostgresApplicationRecorder)
+        self.to_domain_event = to_domain_event
+        self.create = create
+        self.processed = 0  # events this process applied to views (tests read it)
+        self._ready: set[str] = set()
+        self._warned: set[str] = set()
+        self._lock = threading.Lock()
+
+    # ---------------------------------------------------------------------- transactions
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[Any]:
+        with self.datastore.transaction(commit=False) as cursor:
+            yield cursor
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[Any]:
+        """One write transaction. On SQLite it takes the write lock at its start (``BEGIN
+        IMMEDIATE``): a deferred one that read first could not take it later once another
+        process had written."""
+        if self.postgres:
+            with self.datastore.transaction(commit=True) as cursor:
+                yield cursor
+            return
+        with self.datastore.get_connection(commit=True) as conn:
+            cursor = conn.cursor()
+            cursor.execute("BEGIN IMMEDIATE")
+            try:
+                yield cursor
+            except BaseException:
+                conn.rollback()
+                raise
+            conn.commit()
+
+    def _run(self, call: Callable[[], Any]) -> Any:
+        """A store operation through ``guarded`` (bounded tries, then 503), with the drivers'
+        errors as the library's."""
+
+        def run() -> Any:
+            try:
+                return call()
+            except sqlite3.Error as exc:
+                raise _library_sqlite_error(exc) from exc
+            except psycopg.OperationalError as exc:
+                raise OperationalError(str(exc)) from exc
+
+        return guarded(run)
+
+    # ------------------------------------------------------------------------- tracking
+    def _tables(self, view: View, generation: int) -> dict[str, str]:
+        return {short: f"cantstop_view_{view.name}_{short}_g{generation}" for short in view.tables}
+
+    def _create_tables(self, cursor: Any, view: View, generation: int) -> None:
+        sql = Sql(cursor, self._tables(view, generation), self.postgres)
+        for statements in view.tables.values():
+            for statement in statements:
+                sql.execute(statement)
+
+    def _drop_tables(self, cursor: Any, view: View, generation: int) -> None:
+        sql = Sql(cursor, {}, self.postgres)
+        for table in self._tables(view, generation).values():
+            sql.execute(f"DROP TABLE IF EXISTS {table}")
+
+    def _row(self, cursor: Any, name: str, *, lock: bool = False) -> Tracking | None:
+        sql = Sql(cursor, {}, self.postgres)
+        statement = f"SELECT version, generation, tx, position FROM {TRACKING} WHERE name = ?"
+        row = sql.one(statement + (" FOR UPDATE" if lock and self.postgres else ""), [name])
+        if row is None:
+            return None
+        return Tracking(
+            name,
+            int(row["version"]),
+            int(row["generation"]),
+            Position(int(row["tx"]), int(row["position"])),
+        )
+
+    def _put(self, cursor: Any, track: Tracking) -> None:
+        Sql(cursor, {}, self.postgres).execute(
+            f"INSERT INTO {TRACKING} (name, version, generation, tx, position) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET version = excluded.version, "
+            "generation = excluded.generation, tx = excluded.tx, position = excluded.position",
+            [track.name, track.version, track.generation, track.position.tx, track.position.id],
+        )
+
+    def setup(self, views: Sequence[View]) -> None:
+        """Create the tracking table and every view that has no tables yet (empty, at the start
+        of the log: the first catch-up fills it). Run once before the workers start."""
+
+        def create() -> None:
+            with self._writing() as cursor:
+                Sql(cursor, {}, self.postgres).execute(
+                    f"CREATE TABLE IF NOT EXISTS {TRACKING} (name TEXT PRIMARY KEY, "
+                    "version INTEGER NOT NULL, generation INTEGER NOT NULL, "
+                    "tx BIGINT NOT NULL, position BIGINT NOT NULL)"
+                )
+                for view in views:
+                    if self._row(cursor, view.name, lock=True) is None:
+                        self._create_tables(cursor, view, 1)
+                        self._put(cursor, Tracking(view.name, view.version, 1, START))
+
+        self._run(create)
+        self._ready.update(view.name for view in views)
+
+    def tracking(self, view: View, name: str | None = None) -> Tracking:
+        """The view's tracking row (created with its tables if missing and allowed)."""
+        if view.name not in self._ready and self.create:
+            self.setup([view])
+
+        def read() -> Tracking | None:
+            with self._reading() as cursor:
+                return self._row(cursor, name or view.name)
+
+        found: Tracking | None = self._run(read)
+        if found is None:
+            raise LookupError(f"view {name or view.name} has no tables: run cantstop serve once")
+        return found
+
+    def stale(self, view: View) -> str | None:
+        """Why the view is not moved on (its code changed since it was built), or None."""
+        track = self.tracking(view)
+        if track.version == view.version:
+            return None
+        return (
+            f"view {view.name} was built by version {track.version} of its code and the code is "
+            f"version {view.version}: it is served as it stands until `cantstop projections "
+            f"rebuild {view.name}`"
+        )
+
+    # ------------------------------------------------------------------------- catching up
+    def catch_up(
+        self,
+        view: View,
+        *,
+        until: Position | None = None,
+        deadline: float | None = None,
+        name: str | None = None,
+        progress: Callable[[Position], None] | None = None,
+    ) -> int:
+        """Apply what was recorded since the view's position, batch by batch, until the log's
+        end (or ``until``, or the monotonic ``deadline``): how many events were applied."""
+        name = name or view.name
+        applied = 0
+        while True:
+            track = self.tracking(view, name)
+            if track.version != view.version:
+                self._warn_stale(view)
+                return applied
+            if until is not None and track.position >= until:
+                return applied
+            step = self._step(view, track)
+            if step is None:  # nothing new (on PostgreSQL, perhaps a transaction still open)
+                return applied
+            count, short, position = step
+            applied += count
+            if progress is not None:
+                progress(position)
+            if short and (until is None or position >= until):
+                return applied
+            if deadline is not None and time.monotonic() > deadline:
+                return applied
+
+    def _step(self, view: View, track: Tracking) -> tuple[int, bool, Position] | None:
+        """One batch: read it, then write it and move the position in one transaction, if no
+        other process moved the view meanwhile. None if there was nothing to read."""
+        reader = LogReader(self.recorder, view.topics, track.position)
+        items: list[Any] = reader.heads(BATCH) if view.heads_only else reader.read(BATCH)
+        if reader.position == track.position:
+            return None
+        decoded = items if view.heads_only else self._decode(view, items)
+        tables = self._tables(view, track.generation)
+
+        def prepare() -> Any:
+            with self._reading() as cursor:
+                return view.prepare(decoded, Sql(cursor, tables, self.postgres))
+
+        prepared = self._run(prepare)
+
+        def write() -> bool:
+            with self._writing() as cursor:
+                now = self._row(cursor, track.name, lock=True)
+                if now != track:
+                    return False  # another process applied this batch: read on from there
+                view.apply(Sql(cursor, tables, self.postgres), prepared)
+                self._put(cursor, track._replace(position=reader.position))
+                return True
+
+        if self._run(write):
+            with self._lock:
+                self.processed += len(decoded)
+            return len(decoded), len(items) < BATCH, reader.position
+        return 0, False, track.position
+
+    def _decode(self, view: View, notifications: list[Notification]) -> list[tuple[int, Any]]:
+        decoded = []
+        for notification in notifications:
+            try:
+                decoded.append((notification.id, self.to_domain_event(notification)))
+            except Exception as exc:  # a damaged row: passed over here, reported by reads
+                log.error(
+                    "view %s: passed over notification %s of %s: %s",
+                    view.name,
+                    notification.id,
+                    notification.originator_id,
+                    describe(exc),
+                )
+        return decoded
+
+    def _warn_stale(self, view: View) -> None:
+        if view.name not in self._warned:
+            self._warned.add(view.name)
+            log.warning("%s", self.stale(view))
+
+    def fresh(self, view: View, budget: float = FRESH_BUDGET) -> Tracking:
+        """Catch the view up to the end of the log as it stands now (read your writes), within
+        ``budget`` seconds; its tracking row then. On PostgreSQL a transaction still open when
+        the request came may hold the end back for a few milliseconds: it is waited for."""
+        target = LogReader(self.recorder).end()
+        deadline = time.monotonic() + budget
+        while True:
+            self.catch_up(view, until=target, deadline=deadline)
+            track = self.tracking(view)
+            if track.position >= target or track.version != view.version:
+                return track
+            if time.monotonic() > deadline:
+                log.warning("view %s: not at the log's end within %g s", view.name, budget)
+                return track
+            time.sleep(0.005)
+
+    def read(self, view: View, query: Callable[[Sql], Any], *, fresh: bool = True) -> Any:
+        """``query`` on the view's current tables (caught up first, unless not ``fresh``). A
+        rebuild that switched tables meanwhile makes it read again, from the new ones."""
+        for attempt in (1, 2):
+            track = self.fresh(view) if fresh else self.tracking(view)
+            tables = self._tables(view, track.generation)
+
+            def run(tables: dict[str, str] = tables) -> Any:
+                with self._reading() as cursor:
+                    return query(Sql(cursor, tables, self.postgres))
+
+            try:
+                return self._run(run)
+            except Exception:
+                if attempt == 2 or self.tracking(view).generation == track.generation:
+                    raise
+        raise AssertionError("unreachable")
+
+    def write(self, view: View, change: Callable[[Sql], Any]) -> Any:
+        """``change`` on the view's current tables in one write transaction, without moving
+        its position (the scheduler's plans after doing what was due)."""
+
+        def run() -> Any:
+            with self._writing() as cursor:
+                track = self._row(cursor, view.name, lock=True)
+                assert track is not None
+                return change(Sql(cursor, self._tables(view, track.generation), self.postgres))
+
+        self.tracking(view)
+        return self._run(run)
+
+    # ---------------------------------------------------------------------------- rebuilds
+    def rebuild(self, view: View, progress: Callable[[Position], None] | None = None) -> int:
+        """Fill a new generation of the view's tables from the start of the log while the live
+        one serves, then switch to it in one transaction: how many events it applied. A rebuild
+        that stops half-way leaves the live view serving, and is resumed by the next."""
+        live = self.tracking(view)
+        shadow = view.name + REBUILD
+
+        def begin() -> Tracking:
+            with self._writing() as cursor:
+                found = self._row(cursor, shadow, lock=True)
+                if found is not None and found.version == view.version:
+                    return found  # resumed where it stopped
+                if found is not None:
+                    self._drop_tables(cursor, view, found.generation)
+                generation = max(live.generation, found.generation if found else 0) + 1
+                self._drop_tables(cursor, view, generation)
+                self._create_tables(cursor, view, generation)
+                track = Tracking(shadow, view.version, generation, START)
+                self._put(cursor, track)
+                return track
+
+        built = self._run(begin)
+        applied = self.catch_up(view, name=shadow, progress=progress)
+
+        def switch() -> None:
+            with self._writing() as cursor:
+                now = self._row(cursor, view.name, lock=True)
+                done = self._row(cursor, shadow, lock=True)
+                assert now is not None and done is not None
+                self._put(cursor, done._replace(name=view.name))
+                Sql(cursor, {}, self.postgres).execute(
+                    f"DELETE FROM {TRACKING} WHERE name = ?", [shadow]
+                )
+                if now.generation != done.generation:
+                    self._drop_tables(cursor, view, now.generation)
+
+        self._run(switch)
+        self._warned.discard(view.name)
+        log.info("view %s rebuilt: generation %s, %s events", view.name, built.generation, applied)
+        return applied + self.catch_up(view)
+
+    def end(self) -> Position:
+        return LogReader(self.recorder).end()
+
+
+__all__ = ["BATCH", "Head", "Position", "Sql", "Tracking", "View", "Views"]

@@ -1,0 +1,285 @@
+"""Views across games kept in the store (service/persistence/views.py): a restart reads no history,
+a client reads its own writes on any worker, each event is applied exactly once whatever crashes
+or races, damage is passed over, and rebuilds switch only when they are done."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from eventsourcing.utils import get_topic
+
+from domain.commands import NewGame
+from domain.game import Game
+from service.application.projections import GameList
+from service.config import Settings
+from service.persistence.log import LogReader
+from service.persistence.views import Sql, View, Views
+from service.runtime import Runtime
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def runtime(database_url: str) -> Iterator[Runtime]:
+    rt = Runtime(Settings(database_url=database_url), create_tables=True)
+    yield rt
+    rt.close()
+
+
+def another_worker(database_url: str) -> Runtime:
+    """A second process's runtime on the same store (its own connections, no shared memory)."""
+    return Runtime(Settings(database_url=database_url), create_tables=False)
+
+
+def lobbies(rt: Runtime, count: int) -> list[str]:
+    """``count`` new lobbies of two seats, created through the application."""
+    return [rt.games.create(NewGame(seats=2, dice="manual"))[0]["id"] for _ in range(count)]
+
+
+def listing(rt: Runtime, **filters: Any) -> tuple[list[dict[str, Any]], int]:
+    return rt.game_list.query(rt.views, limit=100, **filters)
+
+
+class Counter(View):
+    """Counts the events applied to each game: any event applied twice shows as a surplus."""
+
+    name = "counter"
+    topics = tuple(sorted(get_topic(c) for c in (Game.GameCreated, Game.SeatJoined)))
+    heads_only = True
+    tables = {  # noqa: RUF012
+        "counts": ["CREATE TABLE IF NOT EXISTS {counts} (game_id TEXT PRIMARY KEY, n INTEGER)"]
+    }
+    fail_after: int | None = None
+
+    def apply(self, sql: Sql, prepared: list[Any]) -> None:
+        for done, head in enumerate(prepared):
+            if self.fail_after is not None and done == self.fail_after:
+                raise RuntimeError("the process dies half-way through a batch")
+            sql.execute(
+                "INSERT INTO {counts} (game_id, n) VALUES (?, 1) "
+                "ON CONFLICT (game_id) DO UPDATE SET n = {counts}.n + 1",
+                [str(head.originator_id)],
+            )
+
+    @staticmethod
+    def counts(views: Views, view: View) -> dict[str, int]:
+        rows = views.read(view, lambda sql: sql.all("SELECT game_id, n FROM {counts}"), fresh=False)
+        return {row["game_id"]: int(row["n"]) for row in rows}
+
+
+def test_a_restart_reads_no_history_before_its_first_listing(database_url: str) -> None:
+    """A worker that starts against thousands of games answers its first listing from the
+    view in the store: it applies no event, as a worker against an empty store does."""
+    with Runtime(Settings(database_url=database_url), create_tables=True) as first:
+        assert listing(first) == ([], 0)
+        assert first.views.processed == 0  # against an empty store
+        ids = lobbies(first, 2_000)
+        page, total = listing(first)
+        assert total == 2_000 and page[0]["id"] == ids[-1]  # newest first
+        assert first.views.processed == 2_000
+    with another_worker(database_url) as restarted:
+        again, total_again = listing(restarted)
+        assert [g["id"] for g in again] == [g["id"] for g in page] and total_again == total
+        assert restarted.views.processed == 0  # nothing of the history was read again
+
+
+def test_a_client_reads_its_own_writes_on_another_worker(database_url: str) -> None:
+    """No scheduler runs: the worker that answers the listing catches the view up itself."""
+    with (
+        Runtime(Settings(database_url=database_url), create_tables=True) as one,
+        another_worker(database_url) as two,
+    ):
+        assert listing(two) == ([], 0)
+        state, _ = one.games.create(NewGame(seats=2, dice="manual"))
+        page, total = listing(two)
+        assert total == 1 and page[0]["id"] == state["id"] and page[0]["open_seats"] == 2
+        game_id = uuid.UUID(state["id"])
+        one.lobby.join(game_id, "Ann")
+        assert listing(two)[0][0]["players"] == ["Ann", None]
+        assert listing(two, open_only=True)[1] == 1
+        two.lobby.join(game_id, "Bob")  # the game starts on the second worker
+        assert listing(one, status="in_progress")[0][0]["players"] == ["Ann", "Bob"]
+        assert listing(one, open_only=True) == ([], 0)
+
+
+def test_racing_workers_apply_each_event_exactly_once(database_url: str) -> None:
+    with Runtime(Settings(database_url=database_url), create_tables=True) as rt:
+        ids = lobbies(rt, 1_200)
+        for game_id in ids[:300]:
+            rt.lobby.join(uuid.UUID(game_id), "Ann")
+        workers = [another_worker(database_url) for _ in range(3)]
+        view = Counter()
+        rt.views.setup([view])
+        threads = [
+            threading.Thread(target=worker.views.catch_up, args=(view,)) for worker in workers
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        for worker in workers:
+            worker.close()
+        counts = Counter.counts(rt.views, view)
+        assert counts == {g: 2 if i < 300 else 1 for i, g in enumerate(ids)}
+        assert sum(w.views.processed for w in workers) == 1_500  # between them, once each
+
+
+def test_a_crash_half_way_through_a_batch_loses_and_doubles_nothing(database_url: str) -> None:
+    with Runtime(Settings(database_url=database_url), create_tables=True) as rt:
+        ids = lobbies(rt, 40)
+        view = Counter()
+        rt.views.setup([view])
+        before = rt.views.tracking(view)
+        view.fail_after = 25  # dies after writing 25 of the batch's 40 rows, before the commit
+        with pytest.raises(RuntimeError):
+            rt.views.catch_up(view)
+        assert rt.views.tracking(view) == before
+        assert Counter.counts(rt.views, view) == {}
+        view.fail_after = None  # the next process goes on from the same position
+        rt.views.catch_up(view)
+        assert Counter.counts(rt.views, view) == dict.fromkeys(ids, 1)
+
+
+def test_a_process_killed_inside_the_transaction_leaves_the_view_as_it_was(
+    database_url: str, tmp_path: Path
+) -> None:
+    """The whole process dies (no exception handler, no rollback) while its transaction is
+    open: the store keeps neither the rows nor the position; the next catch-up applies each
+    event once."""
+    with Runtime(Settings(database_url=database_url), create_tables=True) as rt:
+        ids = lobbies(rt, 30)
+        rt.views.setup([Counter()])
+    script = f"""
+import os, sys
+sys.path.insert(0, {str(ROOT)!r})
+from tests.test_views import Counter
+from service.config import Settings
+from service.runtime import Runtime
+class Dying(Counter):
+    def apply(self, sql, prepared):
+        super().apply(sql, prepared)
+        os._exit(3)
+rt = Runtime(Settings(database_url={database_url!r}), create_tables=False)
+rt.views.catch_up(Dying())
+"""
+    done = subprocess.run([sys.executable, "-c", script], timeout=120, check=False)
+    assert done.returncode == 3
+    with another_worker(database_url) as rt:
+        view = Counter()
+        assert Counter.counts(rt.views, view) == {}
+        rt.views.catch_up(view)
+        assert Counter.counts(rt.views, view) == dict.fromkeys(ids, 1)
+
+
+def test_an_event_that_cannot_be_read_is_passed_over(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with Runtime(Settings(database_url=database_url), create_tables=True) as rt:
+        first = lobbies(rt, 1)
+        damaged = Game.start(uuid.uuid4(), NewGame(seats=2, dice="manual"))
+        stored = [rt.games.mapper.to_stored_event(e) for e in damaged.collect_events()]
+        stored[0] = dataclasses.replace(stored[0], state=b"{not json")
+        rt.games.recorder.insert_events(stored)
+        last = lobbies(rt, 1)
+        page, total = listing(rt)
+        assert [g["id"] for g in page] == [*last, *first] and total == 2
+        assert "passed over notification" in caplog.text
+
+
+def test_a_rebuild_serves_the_old_view_until_it_is_done_then_the_same_answer(
+    database_url: str,
+) -> None:
+    with Runtime(Settings(database_url=database_url), create_tables=True) as rt:
+        lobbies(rt, 30)
+        before = listing(rt)
+        live = rt.views.tracking(rt.game_list)
+
+        class Failing(GameList):
+            def apply(self, sql: Sql, prepared: list[Any]) -> None:
+                raise RuntimeError("the rebuild's code fails")
+
+        with pytest.raises(RuntimeError):
+            rt.views.rebuild(Failing())
+        assert rt.views.tracking(rt.game_list) == live  # the old view still serves
+        assert listing(rt) == before
+
+        seen: list[Any] = []
+
+        def during(position: Any) -> None:  # between batches, the live view answers as before
+            seen.append(listing(rt)[1])
+
+        rt.views.rebuild(rt.game_list, progress=during)
+        assert seen and all(total == before[1] for total in seen)
+        after = rt.views.tracking(rt.game_list)
+        assert after.generation > live.generation and after.position >= live.position
+        assert listing(rt) == before
+
+
+def test_a_view_whose_code_changed_is_not_moved_on_until_rebuilt(database_url: str) -> None:
+    with Runtime(Settings(database_url=database_url), create_tables=True) as rt:
+        lobbies(rt, 3)
+        assert listing(rt)[1] == 3
+
+        class Changed(GameList):
+            version = GameList.version + 1
+
+        changed = Changed()
+        assert rt.views.stale(changed) is not None and "rebuild games" in str(
+            rt.views.stale(changed)
+        )
+        lobbies(rt, 2)
+        assert changed.query(rt.views, limit=10)[1] == 3  # served as it stands: not moved on
+        rt.views.rebuild(changed)
+        assert rt.views.stale(changed) is None
+        assert changed.query(rt.views, limit=10)[1] == 5
+
+
+def test_the_command_rebuilds_a_view_and_reports_status(database_url: str) -> None:
+    with Runtime(Settings(database_url=database_url), create_tables=True) as rt:
+        lobbies(rt, 5)
+    env = {**os.environ, "CANTSTOP_DATABASE_URL": database_url}
+    cli = [sys.executable, "-m", "service.cli", "projections"]
+    rebuilt = subprocess.run(
+        [*cli, "rebuild", "games"], env=env, capture_output=True, text=True, check=False
+    )
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert "games: rebuilt from 5 events" in rebuilt.stderr
+    status = subprocess.run([*cli, "status"], env=env, capture_output=True, text=True, check=False)
+    assert status.returncode == 0, status.stderr
+    assert "games: version 1, generation 2" in status.stdout and "current" in status.stdout
+    unknown = subprocess.run(
+        [*cli, "rebuild", "nope"], env=env, capture_output=True, text=True, check=False
+    )
+    assert unknown.returncode == 2 and "the views are games" in unknown.stderr
+
+
+@pytest.mark.postgres
+def test_the_log_poll_reads_an_index_range_on_postgresql(postgres_url: str) -> None:
+    """The log's page from a position is a range of the (tx, notification_id) index, bounded
+    by xmin: not a scan of the notification_id index from the start of the log."""
+    with Runtime(Settings(database_url=postgres_url), create_tables=True) as rt:
+        lobbies(rt, 50)
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            state = json.dumps({"x": 1}).encode()
+            conn.execute(
+                "INSERT INTO cantstop_events (originator_id, originator_version, topic, state) "
+                "SELECT gen_random_uuid(), 1, 'filler', %s FROM generate_series(1, 50000)",
+                [state],
+            )
+            conn.execute("ANALYZE cantstop_events")
+        reader = LogReader(rt.games.recorder, rt.game_list.topics)
+        reader.skip_to_end()
+        plan = reader.plan()
+        assert "cantstop_events_tx" in plan, plan
+        assert "Index Cond" in plan and "Sort" not in plan and "Seq Scan" not in plan, plan
