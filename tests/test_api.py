@@ -21,9 +21,7 @@ from service.application.games import Games
 from service.config import Settings
 from service.http.app import create_app
 from service.http.core import dumps
-
-# A game id no store holds (fixed, so parallel test workers collect the same test ids).
-UNKNOWN = "5d4a4c1e-0000-4000-8000-00000000dead"
+from tests.support.games import UNKNOWN
 
 Json = dict[str, Any]
 

@@ -6,10 +6,9 @@ from __future__ import annotations
 import functools
 import os
 import signal
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,9 +27,10 @@ from domain.record_sheet import record_sheet
 from service.application.scheduler import Scheduler
 from service.config import Settings
 from service.http.app import create_app
+from tests.support.games import history
 from tests.support.http import send
-from tests.support.polling import wait_until
-from tests.support.servers import free_port, serving
+from tests.support.polling import poll, wait_until
+from tests.support.servers import free_port, run_scheduler, serving
 
 Json = dict[str, Any]
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
@@ -202,20 +202,6 @@ def clock_settings(database_url: str) -> Settings:
     return Settings(database_url=database_url, bot_pause=0, abandon_after=3600)
 
 
-def run_scheduler(app: Flask) -> Callable[[], None]:
-    """A scheduling loop for ``app``'s store, in a thread; returns its stop."""
-    scheduler = app.extensions["cantstop"].scheduler()
-    stop = threading.Event()
-    thread = threading.Thread(target=scheduler.run, args=(stop,), daemon=True)
-    thread.start()
-
-    def halt() -> None:
-        stop.set()
-        thread.join(timeout=10)
-
-    return halt
-
-
 @pytest.fixture
 def served(clock_settings: Settings) -> Iterator[tuple[Flask, FlaskClient]]:
     app = create_app(clock_settings, create_tables=True)
@@ -223,17 +209,6 @@ def served(clock_settings: Settings) -> Iterator[tuple[Flask, FlaskClient]]:
     yield app, app.test_client()
     halt()
     app.extensions["cantstop"].close()
-
-
-def poll(check: Callable[[], Any], seconds: float) -> Any:
-    """``check()`` once it is truthy; fails after ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.05)
-    raise AssertionError(f"not within {seconds} s")
 
 
 def draws_in(value: Any) -> Iterator[Json]:
@@ -267,11 +242,6 @@ def roll(client: FlaskClient, game_id: str, token: str) -> TestResponse:
         json={"type": "roll", "dice": [1, 2, 3, 4]},
         headers={"Authorization": f"Bearer {token}"},
     )
-
-
-def history(client: FlaskClient, game_id: str) -> list[Json]:
-    found: list[Json] = client.get(f"/v1/games/{game_id}/events?limit=1000").get_json()["events"]
-    return found
 
 
 class FakeTime:

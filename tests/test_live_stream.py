@@ -20,7 +20,7 @@ from service.config import ConfigError, Settings
 from service.http.app import create_app
 from service.live import hub as hub_module
 from service.live.hub import Envelope, GameStream, Hub, LiveConfig, Mailbox
-from tests.test_api import UNKNOWN
+from tests.support.games import UNKNOWN
 
 Json = dict[str, Any]
 Frames = Iterator[bytes]

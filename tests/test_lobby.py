@@ -16,7 +16,9 @@ from domain.moves import Board, bust_probability_table
 from domain.rules import heights
 from service.config import Settings
 from service.http.app import create_app
-from tests.test_clocks import history, poll, run_scheduler
+from tests.support.games import history
+from tests.support.polling import poll
+from tests.support.servers import run_scheduler
 
 Json = dict[str, Any]
 

@@ -20,7 +20,7 @@ from flask.testing import FlaskClient
 
 from service.config import Settings
 from service.http.app import create_app
-from tests.test_api import UNKNOWN
+from tests.support.games import UNKNOWN
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ROOT / "service" / "http" / "pages"

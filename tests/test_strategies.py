@@ -33,7 +33,7 @@ from domain.strategies.turn import (
     roll_groups,
 )
 from domain.view import legal_actions
-from tests.test_odds import positions
+from tests.support.positions import positions
 
 RULE_OF_28 = RuleOf28()
 EXPERT = strategies.get("expert")

@@ -1,4 +1,5 @@
-"""Games built through the in-process API (the Flask test client): played by hand or to the end."""
+"""Games through the in-process API (the Flask test client): created, played by hand or to the
+end, their events and export; and a game id no store holds."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ from typing import Any
 
 from flask.testing import FlaskClient
 
-from tests.support.http import bearer, ok
+from tests.support.http import Json, bearer, ok
+
+# A game id no store holds (fixed, so parallel test workers collect the same test ids).
+UNKNOWN = "5d4a4c1e-0000-4000-8000-00000000dead"
 
 MAX_ACTIONS = 3000
 # Three manual turns for seat 0, 1, 0: each a roll, its first legal move, and a stop.
@@ -82,3 +86,8 @@ def export_text(client: FlaskClient, game_id: str) -> str:
     assert response.status_code == 200
     assert response.mimetype == "application/x-ndjson"
     return response.get_data(as_text=True)
+
+
+def history(client: FlaskClient, game_id: str) -> list[Json]:
+    found: list[Json] = client.get(f"/v1/games/{game_id}/events?limit=1000").get_json()["events"]
+    return found

@@ -1,4 +1,5 @@
-"""Real servers for a test: ``cantstop serve`` subprocesses on free ports, stopped afterwards."""
+"""Real servers for a test: ``cantstop serve`` subprocesses on free ports, stopped afterwards;
+an app's scheduling loop in a thread."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+from flask import Flask
 
 from tests.support.http import HOST, call
 from tests.support.polling import wait_until
@@ -84,3 +88,17 @@ def serving(
         raise
     finally:
         server.stop()
+
+
+def run_scheduler(app: Flask) -> Callable[[], None]:
+    """A scheduling loop for ``app``'s store, in a thread; returns its stop."""
+    scheduler = app.extensions["cantstop"].scheduler()
+    stop = threading.Event()
+    thread = threading.Thread(target=scheduler.run, args=(stop,), daemon=True)
+    thread.start()
+
+    def halt() -> None:
+        stop.set()
+        thread.join(timeout=10)
+
+    return halt
