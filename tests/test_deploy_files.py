@@ -31,10 +31,10 @@ import yaml
 from flask import Flask
 
 from service import cli
-from service.persistence.settings import persistence_env
 from service.config import ConfigError, ServerSettings, Settings
 from service.http.app import create_app
 from service.live.hub import LiveConfig
+from service.persistence.settings import persistence_env
 from tests.support.http import HOST, send
 from tests.support.servers import free_port, serving
 

@@ -11,9 +11,9 @@ from eventsourcing.utils import get_topic
 
 from domain.commands import NewGame
 from domain.game import Game
-from service.persistence.log import LogReader
 from service.config import Settings
 from service.http.app import create_app
+from service.persistence.log import LogReader
 
 
 def created_game(games: object) -> Game:

@@ -29,9 +29,9 @@ from flask import Flask
 
 from bench.http import processes, tree
 from service.application.games import Games
-from service.persistence.guard import COOLDOWN
 from service.config import Settings
 from service.http.app import create_app
+from service.persistence.guard import COOLDOWN
 from tests.support.http import HOST, Reply, problem, send
 from tests.support.polling import wait_until
 from tests.support.servers import free_port, serving

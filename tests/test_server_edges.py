@@ -22,9 +22,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from service.persistence.settings import persistence_env
 from service.config import Settings
 from service.http.app import create_app
+from service.persistence.settings import persistence_env
 from tests.support.http import HOST, Reply, problem, send
 from tests.support.polling import wait_until
 from tests.support.servers import CANTSTOP, free_port, serving
