@@ -171,6 +171,7 @@ class _Guarded:
         """The library's method ``name`` with these arguments, to call once: without
         eventsourcing.utils.retry's wrapper (its ten retries), where it has one."""
         inherited = getattr(super(), name)
+        # library hook: see service/hooks.py
         raw = getattr(inherited, "__wrapped__", None)
         if raw is not None:
             return lambda: raw(self, *args, **kwargs)

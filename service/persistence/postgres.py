@@ -92,6 +92,7 @@ class DeadlineConnection(psycopg.Connection[Any]):
     def bounded(cls, deadline: float) -> type[DeadlineConnection]:
         return type("DeadlineConnection", (cls,), {"deadline": deadline})
 
+    # library hook: see service/hooks.py
     def wait(self, gen: PQGen[R], interval: float = 0.1, timeout: float | None = None) -> R:
         deadline = _deadline_of(self)
         if timeout is not None or deadline is None:
@@ -118,6 +119,7 @@ def _give_up(conn: Any, deadline: float) -> NoAnswer:
 def _exchange(conn: Any) -> Any:
     """The last result of the statement just sent on ``conn``'s libpq connection (what
     ``PQexec`` returns), waited for within ``conn``'s deadline (``DeadlineConnection``)."""
+    # library hook: see service/hooks.py
     pgconn = conn.pgconn
     deadline = _deadline_of(conn)
     end = None if deadline is None else time.monotonic() + deadline
@@ -177,6 +179,7 @@ def _values_insert(
 ) -> str:
     """``INSERT INTO <recorder's table> (…) VALUES (…), …`` for ``rows`` stored events, with
     psycopg's ``%s`` placeholders or libpq's ``$1``, ``$2``, … from ``first``."""
+    # library hook: see service/hooks.py
     table = Identifier(recorder.datastore.schema, recorder.events_table_name).as_string()
     if numbered:
         values = ",".join(
@@ -251,6 +254,7 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
         # libpq's parameters are built for the library's default column types (``_params``).
         assert self.datastore.originator_id_type == "uuid"
 
+    # library hook: see service/hooks.py
     def insert_events(self, stored_events: Any, **kwargs: Any) -> Any:
         if not _plain(kwargs) or not stored_events:
             return super().insert_events(stored_events, **kwargs)
@@ -283,6 +287,7 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
         (``_execute_prepared``)."""
         snapshots, stored_snapshots = with_snapshots or (None, ())
         events = list(stored_events)
+        # library hook: see service/hooks.py
         pool = self.datastore.pool
         if len(events) <= PREPARED_ROWS and not pool.closed:
             # The pool's connection straight, not through the library's get_connection and the
@@ -326,6 +331,7 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
         the GIL meanwhile, as psycopg does. ``conn`` is this thread's alone (the pool's); it is
         in autocommit, so the statement is its own transaction."""
         name, text = self._statement(len(events), snapshots, len(stored_snapshots), True)
+        # library hook: see service/hooks.py
         pgconn = conn.pgconn
         with self._prepared_lock:
             prepared = self._prepared.setdefault(conn, set())
@@ -388,12 +394,15 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
             )
         return text.encode()
 
+    # library hook: see service/hooks.py
     def _lock_table(self, curs: Any) -> None:
         pass
 
+    # library hook: see service/hooks.py
     def _notify_channel(self, curs: Any) -> None:
         pass  # nobody LISTENs: readers poll through LogReader
 
+    # library hook: see service/hooks.py
     def create_table(self) -> None:
         with _unbounded():  # the ALTER below rewrites an existing table, once
             super().create_table()
@@ -420,9 +429,11 @@ class PostgresStore(PostgresFactory):
         options = json.loads(self.env.get("CANTSTOP_PG_OPTIONS") or "{}")
         # The pool has not connected yet: it opens on first use, with these.
         pool = self.datastore.pool
+        # library hook: see service/hooks.py
         kwargs = pool.kwargs
         assert isinstance(kwargs, dict)
         kwargs.update(options)
         deadline = float(self.env.get("CANTSTOP_PG_QUERY_TIMEOUT") or Settings.pg_query_timeout)
         if deadline > 0:
+            # library hook: see service/hooks.py
             pool.connection_class = DeadlineConnection.bounded(deadline)

@@ -80,6 +80,7 @@ class _SQLitePool(SQLiteConnectionPool):
         self.write_lock = threading.Lock()  # this process's writers, one at a time
         self._writer: sqlite3.Connection | None = None
 
+    # library hook: see service/hooks.py
     def _create_connection(self) -> SQLiteConnection:
         connection = super()._create_connection()
         cursor = connection.cursor()
@@ -125,6 +126,7 @@ class _SQLitePool(SQLiteConnectionPool):
         finally:
             self._end_writing()
 
+    # library hook: see service/hooks.py
     def get_connection(
         self, timeout: float | None = None, *, is_writer: bool | None = None
     ) -> SQLiteConnection:
@@ -138,6 +140,7 @@ class _SQLitePool(SQLiteConnectionPool):
             self._end_writing()
             raise
 
+    # library hook: see service/hooks.py
     def put_connection(self, conn: SQLiteConnection) -> None:
         was_writer = conn.is_writer
         try:
@@ -181,6 +184,7 @@ class GuardedSQLiteAggregateRecorder(_Guarded, SQLiteAggregateRecorder):
 class GuardedSQLiteApplicationRecorder(_GuardedLog, SQLiteApplicationRecorder):
     breaker = SQLITE_BREAKER
 
+    # library hook: see service/hooks.py
     def insert_events(self, stored_events: Any, **kwargs: Any) -> Any:
         pool = self.datastore.pool
         if not isinstance(pool, _SQLitePool) or pool.is_sqlite_memory_mode or not _plain(kwargs):
@@ -251,6 +255,7 @@ class GuardedSQLiteApplicationRecorder(_GuardedLog, SQLiteApplicationRecorder):
         statement."""
         values = [value for row in stored for value in _row(row)]
         rows = ",".join(["(?,?,?,?)"] * len(stored))
+        # library hook: see service/hooks.py
         statement = f"INSERT OR REPLACE INTO {table} VALUES {rows}"
         with pool.writing(), _sqlite_errors():
             pool.writer().execute(statement, values)
@@ -263,6 +268,7 @@ class GuardedSQLiteApplicationRecorder(_GuardedLog, SQLiteApplicationRecorder):
         largest rowid grows by one per row."""
         rows = [value for event in stored_events for value in _row(event)]
         count = len(stored_events)
+        # library hook: see service/hooks.py
         statement = self.insert_events_statement + ",(?,?,?,?)" * (count - 1)
         last = db.execute(statement, rows).lastrowid or 0
         return list(range(last - count + 1, last + 1))
@@ -306,6 +312,7 @@ class SQLiteStore(SQLiteFactory):
     def __init__(self, env: Any) -> None:
         super().__init__(env)
         # The library's pool has not connected yet: replace it with one that sets the pragmas.
+        # library hook: see service/hooks.py
         library_pool = self.datastore.pool
         pool = _SQLitePool(db_name=library_pool.db_name, lock_timeout=library_pool.lock_timeout)
         pool.synchronous = (self.env.get("CANTSTOP_SQLITE_SYNCHRONOUS") or "normal").upper()
