@@ -78,7 +78,12 @@ def test_interactive_docs_are_served_without_a_cdn(client: FlaskClient) -> None:
 def test_health_reports_the_database(client: FlaskClient) -> None:
     body = client.get("/healthz").get_json()
     assert body["status"] == "ok"
-    assert body["checks"] == {"database": "ok", "writes": "ok", "redis": "not configured"}
+    assert body["checks"] == {
+        "database": "ok",
+        "writes": "ok",
+        "redis": "not configured",
+        "views": "ok",
+    }
 
 
 # ------------------------------------------------------------------------------ player names
