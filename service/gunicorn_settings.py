@@ -1,12 +1,11 @@
 """gunicorn settings used by `cantstop serve` (and so by the Dockerfile), shipped in the package.
 
-Threaded workers (gthread): an open server-sent-event stream holds one thread, not a whole process
-(sync workers could hold one stream each and nothing else). The threads mostly wait (on a stream's
-mailbox, on the database, on Redis), so they are cheap: 128 per worker by default. A worker serves
-at most threads - max(4, threads // 4) streams (96 of 128; CANTSTOP_STREAM_MAX overrides) and
-answers 503 too_many_streams beyond that, so at least a quarter of its threads stay free for actions
-and reads however many clients watch: a request waits in gthread's queue only when every thread is
-busy.
+Threaded workers (gthread) answer requests: 128 threads per worker by default, which mostly wait
+(on the database, on Redis). A server-sent-event stream holds none of them: once the stream's
+request is judged, its connection is handed to the worker's live hub, one asyncio loop that holds
+every stream of the worker (``_hand_over``; service/live/hub.py). A worker holds up to
+CANTSTOP_STREAM_MAX streams (8,000) and CANTSTOP_STREAM_MAX_PER_CLIENT per client address (500),
+and its open-file limit is raised to the hard limit so that its sockets fit.
 
 Workers (`cantstop serve --workers N`, or CANTSTOP_WORKERS): about one per CPU core, since the GIL
 keeps a process's Python on one core; more workers means more PostgreSQL connections:
@@ -33,14 +32,18 @@ from a core that something else keeps busy, which this 2-core VM at rest cannot 
 on the host first. The `cantstop worker` process (clocks, bots) is never pinned.
 """
 
+import contextlib
 import json
 import logging
 import os
+import resource
 import socket
+import ssl
 import struct
 import sys
 import threading
 from collections.abc import Callable, Iterable
+from email.utils import formatdate
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +51,7 @@ from gunicorn import glogging
 from gunicorn import util as gunicorn_util
 
 from service.config import ServerSettings, Settings
+from service.http.stream import ADOPT
 from service.live.hub import LiveConfig
 
 _server = ServerSettings.from_env()
@@ -233,7 +237,7 @@ def pre_fork(server: Any, worker: Any) -> None:
 
 def post_fork(server: Any, worker: Any) -> None:
     """Keep the worker to its CPU (``pre_fork``; its threads, started later, inherit it). Tell
-    the app how many threads its worker has (it keeps some free from streams), and end the
+    the worker as many open files as the system lets it (each stream is a socket), and end the
     worker's streams as soon as it is told to stop (SIGTERM), instead of holding the restart for
     graceful_timeout: clients reconnect elsewhere with Last-Event-ID and miss nothing."""
     cpu = getattr(worker, "cantstop_cpu", None)
@@ -242,7 +246,10 @@ def post_fork(server: Any, worker: Any) -> None:
             os.sched_setaffinity(0, {cpu})
         except OSError as exc:  # a sandbox may refuse: the worker runs unpinned
             logging.getLogger("cantstop").warning("worker not kept to CPU %s: %s", cpu, exc)
-    os.environ["CANTSTOP_WORKER_THREADS"] = str(worker.cfg.threads)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     graceful_exit = worker.handle_exit
 
     def handle_exit(sig: int, frame: Any) -> None:
@@ -266,22 +273,66 @@ def pre_request(worker: Any, req: Any) -> None:
 
 
 def post_worker_init(worker: Any) -> None:
-    """Wrap the worker's app (``UNREAD_BODY``); the Flask app itself stays at
+    """Wrap the worker's app (``UNREAD_BODY``, ``_hand_over``); the Flask app itself stays at
     ``worker.cantstop_app`` (``_end_streams``)."""
     app = worker.wsgi
     worker.cantstop_app = app
 
-    def closing(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+    def serving(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        head: list[Any] = []
+
         def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
             if status[:3] in UNREAD_BODY:
                 req = getattr(_serving, "req", None)
                 if req is not None:
                     req.must_close = True
+            if status[:3] == "200" and environ.get(ADOPT) is not None and _adoptable(environ):
+                head[:] = [status, headers]
             return start_response(status, headers, exc_info)
 
-        return app(environ, start)
+        body = app(environ, start)
+        if head:
+            return _hand_over(environ, start_response, body, *head)
+        return body
 
-    worker.wsgi = closing
+    worker.wsgi = serving
+
+
+def _adoptable(environ: dict[str, Any]) -> bool:
+    """Whether the connection can be handed to the live hub's loop: a plain socket (gunicorn's
+    own TLS cannot be carried over to another socket object)."""
+    sock = environ.get("gunicorn.socket")
+    return isinstance(sock, socket.socket) and not isinstance(sock, ssl.SSLSocket)
+
+
+def _hand_over(
+    environ: dict[str, Any],
+    start_response: Callable[..., Any],
+    body: Any,
+    status: str,
+    headers: list[tuple[str, str]],
+) -> list[bytes]:
+    """Hand a stream's connection to the live hub's loop (service/live/hub.py), which writes
+    the answer from here on, and let this thread go back to gthread at once: a stream holds a
+    socket in the loop, not a thread. gunicorn is told that the head was sent (it writes
+    nothing) and that the connection closes (it forgets it; the loop owns the socket now)."""
+    stream = environ[ADOPT]
+    sock = environ["gunicorn.socket"]
+    protocol = environ.get("SERVER_PROTOCOL", "HTTP/1.1")
+    lines = [f"{protocol} {status}", *(f"{k}: {v}" for k, v in headers)]
+    lines += [f"Date: {formatdate(usegmt=True)}", "Connection: close"]
+    # Detached, not duplicated: gunicorn ends a closing connection with shutdown(), which would
+    # end it for every copy; on the detached socket object its shutdown and close do nothing.
+    adopted = socket.socket(fileno=sock.detach())
+    stream.adopt(adopted, ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+    if hasattr(body, "close"):
+        body.close()  # Flask's teardown; the adopted stream itself is not closed by it
+    response = getattr(start_response, "__self__", None)
+    if response is not None:  # gunicorn's Response (library hook: service/hooks.py)
+        response.headers_sent = True
+        response.chunked = False
+        response.force_close()
+    return []
 
 
 def worker_int(worker: Any) -> None:

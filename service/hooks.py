@@ -1257,10 +1257,10 @@ HOOKS: tuple[Hook, ...] = (
     Hook(
         path="gunicorn.http.wsgi.default_environ",
         distribution="gunicorn",
-        used_in=("service.http.stream:hang_up_probe",),
+        used_in=(f"{GU}:_adoptable", f"{GU}:_hand_over"),
         why=(
-            "environ['gunicorn.socket'], the client's socket: peeked to tell that a stream's "
-            "client hung up."
+            "environ['gunicorn.socket'], the client's socket: a live stream's is detached and "
+            "handed to the worker's live loop, so that the stream holds no thread."
         ),
         recheck="that the environ still carries the connection's socket as gunicorn.socket",
         checks=(
@@ -1269,6 +1269,56 @@ HOOKS: tuple[Hook, ...] = (
                 signature="(req, sock, cfg)",
                 contains=('"gunicorn.socket": sock',),
             ),
+        ),
+    ),
+    Hook(
+        path="gunicorn.http.wsgi.Response.headers_sent",
+        distribution="gunicorn",
+        instance=True,
+        used_in=(f"{GU}:_hand_over",),
+        why=(
+            "A live stream's answer is written by the live loop: gunicorn's Response (the "
+            "start_response it passes, bound to it) is marked as having sent its head, not "
+            "chunked, and closing, so that gunicorn writes nothing more and lets the "
+            "connection go."
+        ),
+        recheck=(
+            "that start_response is still the Response's bound method, that close() writes "
+            "nothing once headers_sent is set and chunked is not, and that force_close() still "
+            "makes the worker drop the connection"
+        ),
+        checks=(
+            Check(
+                "gunicorn.http.wsgi.Response.start_response",
+                signature="(self, status, headers, exc_info=None)",
+            ),
+            Check(
+                "gunicorn.http.wsgi.Response.close",
+                contains=("if not self.headers_sent:", "if self.chunked:"),
+            ),
+            Check("gunicorn.http.wsgi.Response.force_close", contains=("self.must_close = True",)),
+            Check(
+                "gunicorn.http.wsgi.Response.__init__",
+                contains=("self.headers_sent = False", "self.chunked = False"),
+            ),
+        ),
+    ),
+    Hook(
+        path="gunicorn.util.close_graceful",
+        distribution="gunicorn",
+        used_in=(f"{GU}:_hand_over",),
+        why=(
+            "gthread ends a closing connection with shutdown(SHUT_WR), which would end a stream's "
+            "connection for every copy of its socket: the socket object gunicorn keeps is "
+            "detached instead, and its shutdown fails with OSError, on which gunicorn stops."
+        ),
+        recheck="that a failed shutdown still ends close_graceful without closing anything",
+        checks=(
+            Check(
+                "gunicorn.util.close_graceful",
+                contains=("sock.shutdown(socket.SHUT_WR)", "except OSError:\n            return"),
+            ),
+            Check("gunicorn.util.close", contains=("sock.close()", "except OSError:")),
         ),
     ),
     Hook(

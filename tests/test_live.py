@@ -116,9 +116,10 @@ class Stream(threading.Thread):
         return [version for version, _, _ in self.events]
 
     def close(self) -> None:
-        with contextlib.suppress(OSError, AttributeError):
-            assert self.conn.sock is not None
-            self.conn.sock.shutdown(socket.SHUT_RDWR)
+        sock = self.conn.sock  # None once a stream that ended was read to its end
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
         self.join(timeout=10)
         self.conn.close()
 
@@ -362,24 +363,33 @@ def test_fifty_open_streams_do_not_starve_actions(
         assert_saw_exactly(client, everything[2:])
 
 
-def test_a_worker_refuses_streams_beyond_its_share_of_threads(
+def test_streams_hold_no_thread_and_a_client_is_capped(
     tmp_path: Path, servers: Callable[..., Server], streams: Callable[..., Stream]
 ) -> None:
-    # 8 threads per worker: at most 8 - 4 = 4 streams each; the other threads stay for actions.
+    """Two workers of 4 threads each hold 16 streams (each handed to the worker's live loop) and
+    still answer actions; one client address beyond its cap per worker is refused with 429."""
     server = servers(
         "one",
         CANTSTOP_DATABASE_URL=f"sqlite:///{tmp_path / 'live.sqlite'}",
-        CANTSTOP_THREADS="8",
+        CANTSTOP_THREADS="4",
+        CANTSTOP_STREAM_MAX_PER_CLIENT="20",
     )
     game_id, tokens = create_game(server.port)
-    clients = [streams(server.port, game_id) for _ in range(14)]
-    for client in clients:
-        assert client.opened.wait(20)
-    refused = [c for c in clients if c.status == 503]
-    assert 6 <= len(refused) <= 10  # two workers, four streams each at most
-    assert all(c.body["code"] == "too_many_streams" for c in refused)
+    clients = [streams(server.port, game_id) for _ in range(16)]
+    wait_open(*clients)
+    assert all(c.status == 200 for c in clients)
     for _ in range(4):
-        play(server.port, game_id, tokens)  # answered although every stream slot is taken
+        play(server.port, game_id, tokens)  # answered: the 8 threads are not held by 16 streams
+    more = [streams(server.port, game_id) for _ in range(30)]
+    for client in more:
+        assert client.opened.wait(20)
+    refused = [c for c in more if c.status == 429]
+    assert len(refused) >= 6  # at most 20 per worker: 40 for the host, 16 of them taken
+    assert all(c.body["code"] == "too_many_client_streams" for c in refused)
+    resign(server.port, game_id, tokens[1])
+    for client in clients:
+        assert client.ended.wait(20), f"the stream did not end; got {client.versions()}"
+        assert_saw_exactly(client, history(server.port, game_id)[2:])
 
 
 def test_a_stopping_server_ends_its_streams_at_once(

@@ -19,7 +19,7 @@ from flask.testing import FlaskClient
 from service.config import ConfigError, Settings
 from service.http.app import create_app
 from service.live import hub as hub_module
-from service.live.hub import Envelope, GameStream, Hub, LiveConfig, Mailbox
+from service.live.hub import Envelope, Feed, Hub, LiveConfig, Stream
 from tests.support.games import UNKNOWN
 
 Json = dict[str, Any]
@@ -286,28 +286,32 @@ def test_gaps_are_filled_from_the_store_and_duplicates_are_ignored(
     game_id, tokens = create(client)
     hub = hub_of(app)
     app.extensions["cantstop"].games.on_recorded = None  # nothing is handed on by itself here
-    box = hub.open(uuid.UUID(game_id))
-    stream = GameStream(hub, box, after=2)
-    reader = Reader(iter(stream))
+    body = hub.stream(uuid.UUID(game_id), 2, version=2, finished=False, client="test")
+    reader = Reader(iter(body))
     reader.read_until(lambda r: bool(r.comments))
     for _ in range(3):
         play(client, game_id, tokens)
     everything = history(client, game_id)
     newest = everything[-1]
     # Only the newest event arrives (the ones before it were "lost"): the rest come from the store.
-    box.put([Envelope.from_record(newest)])
+    hub.publish(uuid.UUID(game_id), [newest])
     assert_exactly(reader.up_to(newest["version"]), everything[2:])
     # Duplicates (a local hand-off and then Redis, say) are not sent again.
-    box.put([Envelope.from_record(e) for e in everything[1:]])
+    hub.publish(uuid.UUID(game_id), everything[1:])
     reader.read_until(lambda r: len(r.comments) >= 2, timeout=2)
     assert reader.comments[-1] == ": keep-alive"
     assert_exactly(reader, everything[2:])
-    stream.close()
-    assert hub.open_streams == 0
+    body.close()
+    deadline = time.monotonic() + 5
+    while hub.open_streams:
+        assert time.monotonic() < deadline, "the stream was not released"
+        time.sleep(0.01)
 
 
-def test_a_full_mailbox_makes_the_stream_read_the_store() -> None:
-    box = Mailbox(uuid.uuid4(), limit=2)
+def test_a_stream_too_far_behind_drops_its_inbox_and_reads_the_store(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(hub_module, "INBOX_LIMIT", 2)
     record = {
         "version": 1,
         "type": "GameCreated",
@@ -317,11 +321,12 @@ def test_a_full_mailbox_makes_the_stream_read_the_store() -> None:
         "hash": "",
     }
     envelope = Envelope.from_record(record)
-    box.put([envelope, envelope])
-    box.put([envelope])
-    batch = box.take(0)
-    assert batch.resync and batch.envelopes == []
-    assert not box.take(0).resync
+    hub = cast(Hub, None)
+    stream = Stream(hub, cast(Feed, None), 0, finished=False, client="test")
+    stream.offer([envelope, envelope])
+    assert not stream._gap and len(stream._inbox) == 2
+    stream.offer([envelope])
+    assert stream._gap and not stream._inbox
 
 
 def test_malformed_redis_messages_are_ignored() -> None:
@@ -410,12 +415,14 @@ def test_a_worker_refuses_streams_beyond_its_cap(
 
 
 def test_stream_settings_come_from_the_environment() -> None:
-    assert LiveConfig.from_env({}).max_streams == 1000
-    config = LiveConfig.from_env(
-        {"CANTSTOP_WORKER_THREADS": "128", "CANTSTOP_STREAM_KEEPALIVE": "2.5"}
+    assert (LiveConfig.from_env({}).max_streams, LiveConfig.from_env({}).max_per_client) == (
+        8000,
+        500,
     )
-    assert (config.max_streams, config.keepalive) == (96, 2.5)
-    assert LiveConfig.from_env({"CANTSTOP_WORKER_THREADS": "8"}).max_streams == 4
+    config = LiveConfig.from_env(
+        {"CANTSTOP_STREAM_MAX_PER_CLIENT": "0", "CANTSTOP_STREAM_KEEPALIVE": "2.5"}
+    )
+    assert (config.max_per_client, config.keepalive) == (0, 2.5)
     assert LiveConfig.from_env({"CANTSTOP_STREAM_MAX": "7"}).max_streams == 7
     for bad in ({"CANTSTOP_STREAM_POLL": "soon"}, {"CANTSTOP_STREAM_MAX": "0"}):
         with pytest.raises(ConfigError):

@@ -79,6 +79,7 @@ STATUS = {
     "read_only": 409,
     "import_invalid": 422,
     "too_many_streams": 503,
+    "too_many_client_streams": 429,
     "turn_timed_out": 409,
     "not_your_seat": 403,
     "shutting_down": 503,

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import select
-import socket
-import ssl
-from collections.abc import Callable, Mapping
-from typing import Any
-
 from flask import Blueprint, Response, request
 
 from service.application.games import parse_game_id
 from service.http.core import BadRequest, error_problem, runtime
-from service.live.hub import GameStream, ShuttingDown, TooManyStreams
+from service.live.hub import ShuttingDown, TooManyClientStreams, TooManyStreams
 
 stream_api = Blueprint("stream", __name__)
 
 LAST_EVENT_ID_MAX = 10**12
+ADOPT = "cantstop.stream"  # the environ key under which a stream waits to be handed over
 
 
 def _resume_point() -> int | None:
@@ -35,24 +30,6 @@ def _resume_point() -> int | None:
             raise BadRequest(f"{name} must be a version: a non-negative integer")
         return int(raw)
     return None
-
-
-def hang_up_probe(environ: Mapping[str, Any]) -> Callable[[], bool] | None:
-    """Whether the client closed the stream's connection: its socket (gunicorn's, in the
-    environ) reads as ended. Peeked, so nothing is taken from it. None where the socket is not
-    at hand (another server, the test client) or cannot be peeked (TLS)."""
-    sock = environ.get("gunicorn.socket")
-    if not isinstance(sock, socket.socket) or isinstance(sock, ssl.SSLSocket):
-        return None
-
-    def hung_up() -> bool:
-        try:
-            readable, _, _ = select.select([sock], [], [], 0)
-            return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
-        except (OSError, ValueError):  # closed under us: gone all the same
-            return True
-
-    return hung_up
 
 
 @stream_api.get("/v1/games/<game_id>/stream")
@@ -76,12 +53,16 @@ def stream(game_id: str) -> Response:
         del response.headers["Content-Type"]  # no body: no media type (Flask adds text/html)
         return response
     try:
-        box = hub.open(gid)
-    except (TooManyStreams, ShuttingDown) as exc:
+        body = hub.stream(
+            gid, after, version=version, finished=finished, client=request.remote_addr or ""
+        )
+    except (TooManyStreams, TooManyClientStreams, ShuttingDown) as exc:
         response = error_problem(exc)
         response.headers["Retry-After"] = "5"
         return response
-    body = GameStream(hub, box, after, finished=finished, hung_up=hang_up_probe(request.environ))
+    # Under gunicorn the connection is handed to the hub's loop once the answer's head is
+    # final (service/gunicorn_settings.py): this request's thread does not wait on the stream.
+    request.environ[ADOPT] = body
     response = Response(body, mimetype="text/event-stream")
     response.headers["Cache-Control"] = "no-cache"
     response.headers["X-Accel-Buffering"] = "no"  # nginx: do not buffer the stream

@@ -1,21 +1,37 @@
 """Live games: the per-process hub behind ``GET /v1/games/{id}/stream`` (server-sent events).
 
+A stream does not hold a thread. Each worker process runs one asyncio event loop (``Hub``'s
+thread) that serves every stream of the process: under gunicorn, once the request is judged (the
+game exists, the resume point is valid, the limits allow it), its connection is handed to the loop
+(``service/gunicorn_settings.py``: the request's thread goes back to gthread at once), and the loop
+writes the answer and the events on that socket until the game ends, the client hangs up or the
+worker stops. Where the socket cannot be handed over (TLS terminated by gunicorn, another WSGI
+server, the test client) the same stream is written into a queue that the request's thread reads:
+one implementation, two sinks.
+
 How an event reaches every stream, whichever worker or host recorded it:
 
 * ``Games.save`` stores the events, then calls ``Hub.publish`` (its ``on_recorded`` hook). The hub
-  hands them at once to this process's streams of that game and, with Redis, publishes each one to
-  the channel ``cantstop:game:<id>``. A failed publish is logged and swallowed: the action stays
-  recorded.
-* One subscriber thread per process (``PSUBSCRIBE cantstop:game:*``) hands what it hears to the
-  streams of this process. It reconnects with backoff when Redis goes away.
-* One poller thread per process watches the store's notification log (the record of truth): every
-  ``poll`` seconds while Redis is not live (no Redis configured, or Redis down), every ``check``
-  seconds while it is, to catch a message Redis dropped. It tells each stream the newest version of
-  its game that the store holds.
-* Each stream keeps the last version it sent. An event it already sent is ignored; one that skips
-  ahead, a hint of a newer version, a full mailbox or a change of Redis state make it read what it
-  lacks from the store. So every client sees every event once, in order, and a lost Redis message
-  only delays an event, never loses it.
+  hands them to this process's feed of that game, if it has one, and, with Redis, publishes each
+  one to the channel ``cantstop:game:<id>``. A failed publish is logged and swallowed: the action
+  stays recorded.
+* **Fan-out by interest.** A process subscribes to the channel of a game only while it has a stream
+  of that game (``SUBSCRIBE``/``UNSUBSCRIBE`` as the first opens and the last ends): its work grows
+  with its viewers, not with all play. A subscription that is confirmed, or one restored after
+  Redis came back, makes the feed read the store once (what was published before is there).
+* One ``Feed`` per game with streams in the process: it keeps the newest version it handed on, drops
+  duplicates (a local hand-off and then Redis), and when something is missing (a gap, a hint of a
+  newer version, Redis lost) it reads the store **once** for all its streams.
+* The loop polls the store's notification log (the record of truth) every ``poll`` seconds while
+  Redis is not live (no Redis configured, or Redis down), every ``check`` seconds while it is, to
+  catch a message Redis dropped, and hints each feed of the newest version of its game.
+* Each stream keeps the last version it sent: an event already sent is ignored, one that skips
+  ahead makes it read what it lacks from the store. So every client sees every event once, in order,
+  and a lost Redis message only delays an event, never loses it.
+* A client that stops reading is dropped once what waits for it passes ``MAX_BUFFERED`` bytes: its
+  events never pile up in memory. A client that hangs up is noticed at once (its socket reads as
+  ended). A worker that is stopped closes its streams at once: clients reconnect elsewhere with
+  ``Last-Event-ID`` and miss nothing.
 
 A stream ends cleanly after the events of a finished game (the save that finishes a game is
 atomic, so once ``GameFinished`` is sent, what follows it is already in the store). Asked again for
@@ -25,20 +41,24 @@ a finished game with nothing left to send, the stream answers 204 No Content, wh
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import json
 import logging
 import os
+import socket
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 import redis
+import redis.asyncio
 
 from service.application.errors import ApplicationError
 from service.application.games import Games
@@ -49,42 +69,44 @@ from service.persistence.log import LogReader
 log = logging.getLogger("cantstop.live")
 
 CHANNEL_PREFIX = "cantstop:game:"
-CHANNEL_PATTERN = CHANNEL_PREFIX + "*"
+HEARTBEAT_CHANNEL = "cantstop:live"  # always subscribed: the connection's pub/sub mode and health
 STORE_PAGE = 500
 SCAN_PAGE = 1000
-SCAN_MAX = 20 * SCAN_PAGE  # beyond this many new notifications, every stream simply re-reads
-MAILBOX_LIMIT = 1000  # a stream this far behind drops its queue and reads the store instead
+SCAN_MAX = 20 * SCAN_PAGE  # beyond this many new notifications, every feed simply re-reads
+INBOX_LIMIT = 1000  # a stream this far behind drops its inbox and reads the store instead
+MAX_BUFFERED = 256 * 1024  # bytes waiting for a client that does not read: then it is dropped
 PING_EVERY, PONG_WAIT = 5.0, 5.0
 RETRY_MS = 2000  # the EventSource reconnection delay announced to clients
-HANGUP_CHECK = 1.0  # seconds: how often a quiet stream asks whether its client hung up
+STORE_THREADS = 4  # the loop's reads of the store run on these threads
 
 
 # ---------------------------------------------------------------------------- configuration
 @dataclass(frozen=True)
 class LiveConfig:
-    """Stream settings, from the environment (README: Configuration)."""
+    """Stream settings, from the environment (README: Configuration). ``max_streams`` and
+    ``max_per_client`` are per worker process: a host of N workers holds N times as many."""
 
     keepalive: float = 15.0
-    poll: float = 0.5
+    poll: float = 0.25
     check: float = 5.0
-    max_streams: int = 1000
+    max_streams: int = 8000
+    max_per_client: int = 500
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> LiveConfig:
         env = os.environ if environ is None else environ
-        threads = env_int(env, "CANTSTOP_WORKER_THREADS", 0, low=1)
-        # Under gunicorn (gthread) a stream holds a thread: keep a quarter of them (at least 4) for
-        # everything else, so open streams never starve actions.
-        default_max = int(threads - max(4, threads // 4)) if threads else cls.max_streams
         return cls(
             keepalive=env_number(env, "CANTSTOP_STREAM_KEEPALIVE", cls.keepalive, low=0.01),
             poll=env_number(env, "CANTSTOP_STREAM_POLL", cls.poll, low=0.01),
             check=env_number(env, "CANTSTOP_STREAM_CHECK", cls.check, low=0.01),
-            max_streams=env_int(env, "CANTSTOP_STREAM_MAX", max(1, default_max), low=1),
+            max_streams=env_int(env, "CANTSTOP_STREAM_MAX", cls.max_streams, low=1),
+            max_per_client=env_int(
+                env, "CANTSTOP_STREAM_MAX_PER_CLIENT", cls.max_per_client, low=0
+            ),
         )
 
 
-# --------------------------------------------------------------------------------- mailbox
+# -------------------------------------------------------------------------------- envelope
 @dataclass(frozen=True)
 class Envelope:
     """One event as a stream sends it: the served JSON, serialized once."""
@@ -118,89 +140,369 @@ class Envelope:
         return f"id: {self.version}\nevent: {self.type}\ndata: {self.text}\n\n".encode()
 
 
-@dataclass
-class Batch:
-    envelopes: list[Envelope]
-    hint: int
-    resync: bool
-    closed: bool
+# ------------------------------------------------------------------------------------ sinks
+class ClientGone(Exception):
+    """The client hung up, or stopped reading for too long: the stream ends."""
 
 
-class Mailbox:
-    """What the hub's threads hand to one stream; the stream's thread takes it."""
+class Sink:
+    """Where a stream's bytes go. ``write`` raises ClientGone; ``gone`` is set when the client
+    hung up (or the stream must end for another reason)."""
 
-    def __init__(self, game_id: uuid.UUID, limit: int = MAILBOX_LIMIT) -> None:
-        self.game_id = game_id
-        self.limit = limit
+    def __init__(self) -> None:
+        self.gone = asyncio.Event()
+
+    def write(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class _SocketProtocol(asyncio.Protocol):
+    def __init__(self, sink: SocketSink) -> None:
+        self.sink = sink
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.sink.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        pass  # a client says nothing more on a stream: anything it sends is ignored
+
+    def eof_received(self) -> bool:
+        self.sink.gone.set()
+        return False  # close the connection
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.sink.gone.set()
+
+
+class SocketSink(Sink):
+    """A client's socket, handed over by the request's thread: the loop writes the answer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.transport: asyncio.Transport | None = None
+
+    async def attach(self, loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+        await loop.connect_accepted_socket(lambda: _SocketProtocol(self), sock=sock)
+
+    def write(self, data: bytes) -> None:
+        transport = self.transport
+        if transport is None or transport.is_closing() or self.gone.is_set():
+            raise ClientGone("hung up")
+        if transport.get_write_buffer_size() > MAX_BUFFERED:
+            raise ClientGone("does not read")
+        transport.write(data)
+
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()  # what was written is sent first
+
+
+class QueueSink(Sink):
+    """A queue that the request's thread reads (a WSGI body): where the socket cannot be handed
+    over. Bounded as a socket's buffer is."""
+
+    END = b""
+
+    def __init__(self) -> None:
+        super().__init__()
         self._cond = threading.Condition()
-        self._queue: deque[Envelope] = deque()
-        self._hint = 0
-        self._resync = False
-        self._closed = False
+        self._chunks: deque[bytes] = deque()
+        self._size = 0
 
-    def put(self, envelopes: list[Envelope]) -> None:
+    def write(self, data: bytes) -> None:
+        if self.gone.is_set():
+            raise ClientGone("hung up")
         with self._cond:
-            if len(self._queue) + len(envelopes) > self.limit:
-                self._queue.clear()
-                self._resync = True
-            else:
-                self._queue.extend(envelopes)
-            self._cond.notify()
-
-    def hint(self, version: int) -> None:
-        """The store holds ``version`` of this game."""
-        with self._cond:
-            if version > self._hint:
-                self._hint = version
-                self._cond.notify()
-
-    def resync(self) -> None:
-        """Read the store: something may have been missed."""
-        with self._cond:
-            self._resync = True
+            if self._size + len(data) > MAX_BUFFERED:
+                raise ClientGone("does not read")
+            self._chunks.append(data)
+            self._size += len(data)
             self._cond.notify()
 
     def close(self) -> None:
         with self._cond:
-            self._closed = True
+            self._chunks.append(self.END)
             self._cond.notify()
 
-    def take(self, timeout: float) -> Batch:
+    def take(self) -> bytes:
+        """The next chunk (END once the stream is over), waiting as long as it takes."""
         with self._cond:
-            self._cond.wait_for(
-                lambda: bool(self._queue) or self._resync or self._hint > 0 or self._closed,
-                timeout=max(0.0, timeout),
-            )
-            batch = Batch(list(self._queue), self._hint, self._resync, self._closed)
-            self._queue.clear()
-            self._hint, self._resync = 0, False
-            return batch
+            self._cond.wait_for(lambda: bool(self._chunks))
+            chunk = self._chunks.popleft()
+            self._size -= len(chunk)
+            return chunk
 
 
-# -------------------------------------------------------------------------------------- hub
+# ---------------------------------------------------------------------------------- streams
 class TooManyStreams(ApplicationError):
     code = "too_many_streams"
+
+
+class TooManyClientStreams(ApplicationError):
+    code = "too_many_client_streams"
 
 
 class ShuttingDown(ApplicationError):
     code = "shutting_down"
 
 
+class Stream:
+    """One client's stream of one game: the events after ``after``, then what comes, once each,
+    in order. Runs as a task on the hub's loop."""
+
+    def __init__(
+        self, hub: Hub, feed: Feed, after: int, *, finished: bool, client: str, head: bytes = b""
+    ) -> None:
+        self.hub = hub
+        self.feed = feed
+        self.after = after
+        self.finished = finished
+        self.client = client
+        self.head = head
+        self.sink: Sink | None = None
+        self._inbox: deque[Envelope] = deque()
+        self._gap = False
+        self._wake = asyncio.Event()
+        self._ended = False
+        self.counted = True  # held a place in the hub's counts until released
+
+    # called on the loop by the feed
+    def offer(self, envelopes: list[Envelope]) -> None:
+        if len(self._inbox) + len(envelopes) > INBOX_LIMIT:
+            self._inbox.clear()
+            self._gap = True
+        else:
+            self._inbox.extend(envelopes)
+        self._wake.set()
+
+    def end(self) -> None:
+        """Stop now (the worker is stopping): the client reconnects elsewhere."""
+        self._ended = True
+        self._wake.set()
+
+    async def _pages(self, after: int) -> AsyncIterator[list[Envelope]]:
+        """Every stored event of the game after ``after``, a page at a time as it is written."""
+        while True:
+            page = await self.hub.history(self.feed.game_id, after)
+            yield [Envelope.from_record(record) for record in page]
+            if len(page) < STORE_PAGE:
+                return
+            after = page[-1]["version"]
+
+    async def run(self, sink: Sink) -> None:
+        self.sink = sink
+        try:
+            await self._run(sink)
+        except ClientGone:
+            pass
+        except ApplicationError as exc:  # the store failed mid-stream: say why, and end
+            log.warning("live: stream of game %s ended: %s", self.feed.game_id, exc.detail)
+            with contextlib.suppress(ClientGone):
+                sink.write(f": ended: {exc.code}\n\n".encode())
+        except Exception:
+            log.exception("live: stream of game %s failed", self.feed.game_id)
+        finally:
+            sink.close()
+            self.hub._left(self)
+
+    async def _run(self, sink: Sink) -> None:
+        keepalive = self.hub.config.keepalive
+        game_id = self.feed.game_id
+        if self.head:
+            sink.write(self.head)
+        sink.write(
+            f"retry: {RETRY_MS}\n: cantstop game {game_id} after version {self.after}\n\n".encode()
+        )
+        last, ended = await self._from_store(sink, self.after, self.finished)
+        quiet_until = time.monotonic() + keepalive
+        gone = asyncio.ensure_future(sink.gone.wait())
+        try:
+            while True:
+                if ended:
+                    # The save that finished the game is atomic: what follows GameFinished
+                    # is stored.
+                    last, _ = await self._from_store(sink, last, True)
+                    sink.write(b": game over\n\n")
+                    return
+                waiting = asyncio.ensure_future(self._wake.wait())
+                done, _ = await asyncio.wait(
+                    {waiting, gone},
+                    timeout=max(0.0, quiet_until - time.monotonic()),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                waiting.cancel()
+                if gone in done or self._ended:
+                    return
+                self._wake.clear()
+                envelopes, gap = list(self._inbox), self._gap
+                self._inbox.clear()
+                self._gap = False
+                sent = False
+                for envelope in envelopes:
+                    if envelope.version <= last:
+                        continue  # already sent
+                    if envelope.version > last + 1:
+                        gap = True  # something was missed: the store has it
+                        break
+                    sink.write(envelope.frame())
+                    last, sent = envelope.version, True
+                    ended = ended or envelope.final
+                if gap:
+                    before = last
+                    last, ended_now = await self._from_store(sink, last, ended)
+                    ended, sent = ended_now, sent or last > before
+                if sent:
+                    quiet_until = time.monotonic() + keepalive
+                elif time.monotonic() >= quiet_until:
+                    sink.write(b": keep-alive\n\n")
+                    quiet_until = time.monotonic() + keepalive
+        finally:
+            gone.cancel()
+
+    async def _from_store(self, sink: Sink, last: int, ended: bool) -> tuple[int, bool]:
+        async for page in self._pages(last):
+            for envelope in page:
+                if envelope.version != last + 1:
+                    continue
+                sink.write(envelope.frame())
+                last = envelope.version
+                ended = ended or envelope.final
+        return last, ended
+
+
+class Feed:
+    """The streams of one game in this process, and the newest version handed to them."""
+
+    def __init__(self, hub: Hub, game_id: uuid.UUID, version: int) -> None:
+        self.hub = hub
+        self.game_id = game_id
+        self.channel = f"{CHANNEL_PREFIX}{game_id}"
+        self.last = version
+        self.streams: set[Stream] = set()
+        self._reading = False
+        self._again = False
+
+    def deliver(self, envelopes: list[Envelope]) -> None:
+        """New events (local, or from Redis): handed on in order, each once; a gap is read from
+        the store, once for every stream."""
+        fresh: list[Envelope] = []
+        for envelope in sorted(envelopes, key=lambda e: e.version):
+            if envelope.version <= self.last:
+                continue
+            if envelope.version > self.last + 1:
+                self.hint(envelope.version)
+                break
+            fresh.append(envelope)
+            self.last = envelope.version
+        if fresh:
+            for stream in self.streams:
+                stream.offer(fresh)
+
+    def hint(self, version: int) -> None:
+        """The store holds ``version`` of the game."""
+        if version > self.last:
+            self.resync()
+
+    def resync(self) -> None:
+        """Read the store once: something may have been missed."""
+        if self._reading:
+            self._again = True
+            return
+        self._reading = True
+        self.hub._spawn(self._read())
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                self._again = False
+                page = await self.hub.history(self.game_id, self.last)
+                self.deliver([Envelope.from_record(record) for record in page])
+                if len(page) < STORE_PAGE and not self._again:
+                    return
+        except Exception as exc:  # the streams read the store themselves at their next gap
+            log.warning("live: reading game %s for its streams failed: %s", self.game_id, exc)
+        finally:
+            self._reading = False
+
+
+# -------------------------------------------------------------------------------------- hub
+class StreamBody:
+    """What the stream view answers: a WSGI body for servers that iterate it (the request's
+    thread then waits on the queue), or, under gunicorn, a stream whose socket is handed to
+    the loop (``adopt``) and whose body is never iterated."""
+
+    def __init__(self, hub: Hub, stream: Stream) -> None:
+        self.hub = hub
+        self.stream = stream
+        self.adopted = False
+        self._sink: QueueSink | None = None
+        self._closed = False
+
+    def adopt(self, sock: socket.socket, head: bytes) -> None:
+        """Serve the stream on ``sock`` (a duplicate of the connection's socket, already the
+        loop's), writing ``head`` (the HTTP status line and headers) first."""
+        self.adopted = True
+        self.stream.head = head
+        self.hub._call(self._adopted, sock)
+
+    async def _adopted(self, sock: socket.socket) -> None:
+        sink = SocketSink()
+        try:
+            await sink.attach(asyncio.get_running_loop(), sock)
+        except OSError:
+            sock.close()
+            self.hub._left(self.stream)
+            return
+        await self.stream.run(sink)
+
+    def __iter__(self) -> Iterator[bytes]:
+        sink = self._sink = QueueSink()
+        self.hub._call(self.stream.run, sink)
+        while True:
+            chunk = sink.take()
+            if chunk == QueueSink.END:
+                return
+            yield chunk
+
+    def close(self) -> None:
+        """The server is done with the body (the client hung up, or it was handed over)."""
+        if self._closed or self.adopted:
+            return
+        self._closed = True
+        self.hub._release(self.stream)  # at once: the place is free for the next request
+        sink = self._sink
+        if sink is None:  # never iterated: the stream never ran
+            self.hub._call_soon(self.hub._left, self.stream)
+        else:
+            self.hub._call_soon(sink.gone.set)
+
+
 class Hub:
-    """One per process: the streams open here, the Redis subscriber and the store poller."""
+    """One per process: its event loop (a thread, started with the first stream, so after
+    gunicorn forks), the feeds and streams, the Redis subscriber and the store poller."""
 
     def __init__(self, games: Games, link: RedisLink | None, config: LiveConfig) -> None:
         self.games = games
         self.link = link
         self.config = config
-        self._lock = threading.Lock()
-        self._boxes: dict[uuid.UUID, set[Mailbox]] = {}
+        self._lock = threading.Lock()  # the counts, from request threads and the loop
         self._count = 0
+        self._per_client: dict[str, int] = {}
         self._live = False
-        self._closing = threading.Event()
-        self._poke_poller = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._pause = RECONNECT_MIN
+        self._closing = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        # On the loop only:
+        self._feeds: dict[uuid.UUID, Feed] = {}
+        self._watched: frozenset[uuid.UUID] = frozenset()  # the feeds' games, for publish()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._pubsub: Any = None
+        self._poke: asyncio.Event | None = None
 
     # ----------------------------------------------------------------------------- state
     @property
@@ -213,55 +515,103 @@ class Hub:
         return self._count
 
     # --------------------------------------------------------------------------- streams
-    def open(self, game_id: uuid.UUID) -> Mailbox:
-        box = Mailbox(game_id)
+    def stream(
+        self, game_id: uuid.UUID, after: int, *, version: int, finished: bool, client: str
+    ) -> StreamBody:
+        """A stream of the game's events after ``after`` (``version``: the game's now), counted
+        against the limits: 503 beyond the worker's, 429 beyond the client's."""
+        limit = self.config.max_per_client
         with self._lock:
-            if self._closing.is_set():
+            if self._closing:
                 raise ShuttingDown("this worker is shutting down; reconnect")
             if self._count >= self.config.max_streams:
                 raise TooManyStreams(
                     f"this worker already serves {self._count} streams; retry shortly "
                     "(another worker or host may have room)"
                 )
-            self._boxes.setdefault(game_id, set()).add(box)
+            if limit and self._per_client.get(client, 0) >= limit:
+                raise TooManyClientStreams(
+                    f"this worker already serves {limit} streams to your address; close one"
+                )
             self._count += 1
-            if not self._threads:
+            self._per_client[client] = self._per_client.get(client, 0) + 1
+            if self._thread is None:
                 self._start()
-        return box
+        holder: dict[str, Stream] = {}
 
-    def release(self, box: Mailbox) -> None:
+        def make() -> None:
+            feed = self._feed(game_id, version)
+            stream = Stream(self, feed, after, finished=finished, client=client)
+            feed.streams.add(stream)
+            holder["stream"] = stream
+
+        self._run_soon(make).result(timeout=10)
+        return StreamBody(self, holder["stream"])
+
+    def _feed(self, game_id: uuid.UUID, version: int) -> Feed:
+        feed = self._feeds.get(game_id)
+        if feed is None:
+            feed = self._feeds[game_id] = Feed(self, game_id, version)
+            self._watched = frozenset(self._feeds)
+            if self._pubsub is not None:
+                self._spawn(self._subscribe(feed))
+        else:
+            feed.last = max(feed.last, version)
+        return feed
+
+    def _release(self, stream: Stream) -> None:
+        """From any thread, once per stream: its place in the counts is free."""
         with self._lock:
-            boxes = self._boxes.get(box.game_id)
-            if boxes is None or box not in boxes:
+            if not stream.counted:
                 return
-            boxes.discard(box)
-            if not boxes:
-                del self._boxes[box.game_id]
+            stream.counted = False
             self._count -= 1
+            left = self._per_client.get(stream.client, 1) - 1
+            if left:
+                self._per_client[stream.client] = left
+            else:
+                self._per_client.pop(stream.client, None)
 
-    def _boxes_of(self, game_id: uuid.UUID) -> list[Mailbox]:
-        with self._lock:
-            return list(self._boxes.get(game_id, ()))
+    def _left(self, stream: Stream) -> None:
+        """On the loop: a stream ended (or never ran)."""
+        self._release(stream)
+        feed = stream.feed
+        if stream not in feed.streams:
+            return
+        feed.streams.discard(stream)
+        if not feed.streams and self._feeds.get(feed.game_id) is feed:
+            del self._feeds[feed.game_id]
+            self._watched = frozenset(self._feeds)
+            if self._pubsub is not None:
+                self._spawn(self._unsubscribe(feed.channel))
 
-    def _all_boxes(self) -> list[Mailbox]:
-        with self._lock:
-            return [box for boxes in self._boxes.values() for box in boxes]
+    async def history(self, game_id: uuid.UUID, after: int) -> list[dict[str, Any]]:
+        """The stored events after ``after`` (a page), read on the store's threads."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._executor, lambda: self.games.history(game_id, after=after, limit=STORE_PAGE)
+        )
 
     # ------------------------------------------------------------------------ publishing
     def publish(self, game_id: uuid.UUID, records: list[dict[str, Any]]) -> None:
         """The ``Games.on_recorded`` hook: called after the events are stored. Never raises."""
         try:
-            boxes = self._boxes_of(game_id)
+            local = game_id in self._watched and self._loop is not None
             to_redis = self.link is not None and self.link.available()
-            if not boxes and not to_redis:
+            if not local and not to_redis:
                 return  # nobody to tell in this process, and no Redis to tell the others
             envelopes = [Envelope.from_record(record) for record in records]
-            for box in boxes:
-                box.put(envelopes)
+            if local:
+                self._call_soon(self._deliver, game_id, envelopes)
             if to_redis:
                 self._publish_redis(game_id, envelopes)
         except Exception:  # a notification must never turn a recorded action into an error
             log.exception("could not hand on the events of game %s", game_id)
+
+    def _deliver(self, game_id: uuid.UUID, envelopes: list[Envelope]) -> None:
+        feed = self._feeds.get(game_id)
+        if feed is not None:
+            feed.deliver(envelopes)
 
     def _publish_redis(self, game_id: uuid.UUID, envelopes: list[Envelope]) -> None:
         assert self.link is not None
@@ -276,134 +626,250 @@ class Hub:
         else:
             self.link.succeeded()
 
-    # --------------------------------------------------------------------------- threads
+    # ------------------------------------------------------------------------------ loop
     def _start(self) -> None:
-        """Start the threads (with the first stream, so after gunicorn forks). Holds _lock."""
-        targets = [self._poll_loop]
-        if self.link is not None:
-            targets.append(self._subscribe_loop)
-        for target in targets:
-            thread = threading.Thread(target=target, name=f"cantstop-{target.__name__}")
-            thread.daemon = True
-            thread.start()
-            self._threads.append(thread)
+        """Start the loop's thread (with the first stream, so after gunicorn forks). Holds
+        _lock."""
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            STORE_THREADS, thread_name_prefix="cantstop-live-store"
+        )
+        loop = self._loop = asyncio.new_event_loop()
+        started = threading.Event()
+
+        def run() -> None:
+            asyncio.set_event_loop(loop)
+            self._poke = asyncio.Event()
+            self._spawn(self._poll_loop())
+            if self.link is not None:
+                self._spawn(self._subscribe_loop())
+            loop.call_soon(started.set)
+            try:
+                loop.run_forever()
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            finally:
+                loop.close()
+
+        self._thread = threading.Thread(target=run, name="cantstop-live", daemon=True)
+        self._thread.start()
+        started.wait(timeout=10)
+
+    def _spawn(self, coroutine: Any) -> None:
+        """On the loop: run ``coroutine`` as a task, kept until it ends."""
+        task = asyncio.ensure_future(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            log.error("live: a task failed: %s", exc, exc_info=exc)
+
+    def _call(self, function: Callable[..., Any], *args: Any) -> None:
+        """From any thread: run the coroutine ``function(*args)`` on the loop."""
+        self._call_soon(lambda: self._spawn(function(*args)))
+
+    def _call_soon(self, function: Callable[..., Any], *args: Any) -> None:
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # closed meanwhile: nothing to tell
+                loop.call_soon_threadsafe(function, *args)
+
+    def _run_soon(self, function: Callable[[], Any]) -> concurrent.futures.Future[Any]:
+        """From a request thread: ``function()`` on the loop, its result as a future."""
+        assert self._loop is not None
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                future.set_result(function())
+            except BaseException as exc:
+                future.set_exception(exc)
+
+        self._loop.call_soon_threadsafe(run)
+        return future
 
     def shutdown(self) -> None:
-        """End every stream now and refuse new ones (the worker is stopping). Does not block."""
-        self._closing.set()
-        self._poke_poller.set()
-        for box in self._all_boxes():
-            box.close()
+        """End every stream now and refuse new ones (the worker is stopping). Does not block:
+        called in a signal handler."""
+        with self._lock:
+            self._closing = True
+        self._call_soon(self._end_all)
+
+    def _end_all(self) -> None:
+        for feed in list(self._feeds.values()):
+            for stream in list(feed.streams):
+                stream.end()
 
     def close(self) -> None:
-        """End every stream and stop the threads."""
+        """End every stream and stop the loop."""
         self.shutdown()
-        for thread in self._threads:
+        loop, thread = self._loop, self._thread
+        if loop is not None and thread is not None and thread.is_alive():
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(self._stop(), loop).result(timeout=3)
             thread.join(timeout=3)
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
         if self.link is not None:
             self.link.close()
 
+    async def _stop(self) -> None:
+        self._end_all()
+        await asyncio.sleep(0.05)  # the streams write their last bytes and close
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        asyncio.get_running_loop().call_soon(asyncio.get_running_loop().stop)
+
+    def _resync_all(self) -> None:
+        for feed in self._feeds.values():
+            feed.resync()
+
     def _set_live(self, live: bool) -> None:
-        with self._lock:
-            changed = live != self._live
-            self._live = live
+        changed = live != self._live
+        self._live = live
         if not changed:
             return
         if live:
             log.info("live: subscribed to redis; streams are pushed")
         else:
             log.warning("live: redis subscription lost; streams poll the store until it returns")
-        # Whatever fell between the two modes is in the store: every stream re-reads it.
-        for box in self._all_boxes():
-            box.resync()
-        self._poke_poller.set()
+        # Whatever fell between the two modes is in the store: every feed re-reads it.
+        self._resync_all()
+        if self._poke is not None:
+            self._poke.set()
 
-    def _subscribe_loop(self) -> None:
+    # ------------------------------------------------------------------------------ Redis
+    async def _subscribe(self, feed: Feed) -> None:
+        pubsub = self._pubsub
+        if pubsub is None:
+            return
+        try:
+            await pubsub.subscribe(feed.channel)  # its confirmation makes the feed re-read
+        except Exception as exc:  # the subscriber's loop notices and reconnects
+            log.debug("live: subscribing to %s failed: %s", feed.channel, exc)
+
+    async def _unsubscribe(self, channel: str) -> None:
+        pubsub = self._pubsub
+        if pubsub is None:
+            return
+        try:
+            await pubsub.unsubscribe(channel)
+        except Exception as exc:
+            log.debug("live: unsubscribing from %s failed: %s", channel, exc)
+
+    async def _subscribe_loop(self) -> None:
         assert self.link is not None
-        while not self._closing.is_set():
-            pubsub = None
+        pause = RECONNECT_MIN
+        while not self._closing:
+            client = None
             try:
-                pubsub = self.link.connect(read_timeout=PONG_WAIT).pubsub()  # type: ignore[no-untyped-call]
-                pubsub.psubscribe(CHANNEL_PATTERN)
-                self._listen(pubsub)
+                client = redis.asyncio.Redis.from_url(
+                    self.link.url,
+                    socket_connect_timeout=self.link.timeout,
+                    health_check_interval=0,
+                )
+                pubsub = client.pubsub()
+                await pubsub.subscribe(HEARTBEAT_CHANNEL)
+                channels = [feed.channel for feed in self._feeds.values()]
+                if channels:
+                    await pubsub.subscribe(*channels)
+                self._pubsub = pubsub
+                await self._listen(pubsub)
+                pause = RECONNECT_MIN
+            except asyncio.CancelledError:
+                raise
             except Exception as exc:  # any failure: drop to polling, reconnect later
-                self._set_live(False)
                 log.debug("live: subscriber error %s: %s", type(exc).__name__, exc)
             finally:
-                if pubsub is not None:
-                    try:
-                        pubsub.close()
-                    except Exception:
-                        log.debug("live: closing the subscription failed", exc_info=True)
-            self._closing.wait(self._pause)
-            self._pause = min(RECONNECT_MAX, self._pause * 2)
-        self._set_live(False)
+                self._pubsub = None
+                self._set_live(False)
+                if client is not None:
+                    with contextlib.suppress(Exception):
+                        await client.aclose()
+            if self._closing:
+                return
+            await asyncio.sleep(pause)
+            pause = min(RECONNECT_MAX, pause * 2)
 
-    def _listen(self, pubsub: Any) -> None:
+    async def _listen(self, pubsub: Any) -> None:
         """Hand on messages until closing; raises when the connection fails or goes silent."""
         next_ping = time.monotonic() + PING_EVERY
         ping_sent: float | None = None
-        while not self._closing.is_set():
-            message = pubsub.get_message(timeout=1.0)
+        while not self._closing:
+            message = await pubsub.get_message(timeout=1.0)
             now = time.monotonic()
             if message is not None:
                 kind = message["type"]
-                if kind == "pmessage":
-                    self._hand_on(message["channel"], message["data"])
-                elif kind == "psubscribe":
-                    assert self.link is not None
-                    self.link.succeeded()
-                    self._pause = RECONNECT_MIN
-                    self._set_live(True)
+                channel = message["channel"]
+                name = channel.decode() if isinstance(channel, bytes) else str(channel)
+                if kind == "message":
+                    self._hand_on(name, message["data"])
+                elif kind == "subscribe":
+                    if name == HEARTBEAT_CHANNEL:
+                        assert self.link is not None
+                        self.link.succeeded()
+                        self._set_live(True)
+                    else:  # published before the subscription: in the store
+                        feed = self._feeds.get(_game_of(name) or uuid.UUID(int=0))
+                        if feed is not None:
+                            feed.resync()
                 elif kind == "pong":
                     ping_sent = None
             if ping_sent is not None and now - ping_sent > PONG_WAIT:
                 raise redis.ConnectionError("redis did not answer a PING in time")
             if now >= next_ping:
-                pubsub.ping()
+                await pubsub.ping()
                 ping_sent = ping_sent or now
                 next_ping = now + PING_EVERY
 
-    def _hand_on(self, channel: bytes | str, payload: bytes | str) -> None:
-        name = channel.decode() if isinstance(channel, bytes) else channel
-        try:
-            game_id = uuid.UUID(name[len(CHANNEL_PREFIX) :])
-        except ValueError:
-            return
-        boxes = self._boxes_of(game_id)
-        if not boxes:
+    def _hand_on(self, channel: str, payload: bytes | str) -> None:
+        game_id = _game_of(channel)
+        feed = self._feeds.get(game_id) if game_id is not None else None
+        if feed is None:
             return
         envelope = Envelope.from_message(payload)
         if envelope is None:
-            log.warning("live: ignored a malformed message on %s", name)
+            log.warning("live: ignored a malformed message on %s", channel)
             return
-        for box in boxes:
-            box.put([envelope])
+        feed.deliver([envelope])
 
-    def _poll_loop(self) -> None:
+    # ------------------------------------------------------------------------------ store
+    async def _poll_loop(self) -> None:
         reader: LogReader | None = None  # None: not following the log (no stream open)
-        while not self._closing.is_set():
-            self._poke_poller.wait(self.config.check if self._live else self.config.poll)
-            self._poke_poller.clear()
-            if self._closing.is_set():
-                return
-            if not self._count:
+        loop = asyncio.get_running_loop()
+        assert self._poke is not None
+        while not self._closing:
+            with contextlib.suppress(TimeoutError):
+                wait = self.config.check if self._live else self.config.poll
+                await asyncio.wait_for(self._poke.wait(), timeout=wait)
+            self._poke.clear()
+            if not self._feeds:
                 reader = None
                 continue
             try:
                 if reader is None:  # every stream reads the store itself once: start from here
                     reader = LogReader(self.games.recorder)
-                    reader.skip_to_end()
-                    for box in self._all_boxes():
-                        box.resync()
+                    await loop.run_in_executor(self._executor, reader.skip_to_end)
+                    self._resync_all()
                     continue
-                self._poll(reader)
+                newest = await loop.run_in_executor(self._executor, self._scan, reader)
             except Exception as exc:  # the store may be briefly unavailable: try again later
                 log.warning("live: polling the store failed: %s: %s", type(exc).__name__, exc)
+                continue
+            if newest is None:  # far behind: every feed simply re-reads
+                self._resync_all()
+                continue
+            for game_id, version in newest.items():
+                feed = self._feeds.get(game_id)
+                if feed is not None:
+                    feed.hint(version)
 
-    def _poll(self, reader: LogReader) -> None:
-        """Hint each stream of the newest version of its game that the log shows; far behind,
-        every stream simply reads the store again."""
+    @staticmethod
+    def _scan(reader: LogReader) -> dict[uuid.UUID, int] | None:
+        """The newest version of each game in what the log recorded since the last scan; None
+        when that is more than ``SCAN_MAX`` events (then the reader skips to the end)."""
         newest: dict[uuid.UUID, int] = {}
         scanned = 0
         while True:
@@ -414,118 +880,16 @@ class Hub:
                 )
             scanned += len(page)
             if len(page) < SCAN_PAGE:
-                break
+                return newest
             if scanned >= SCAN_MAX:
                 reader.skip_to_end()
-                for box in self._all_boxes():
-                    box.resync()
-                return
-        for gid, version in newest.items():
-            for box in self._boxes_of(gid):
-                box.hint(version)
+                return None
 
 
-# ---------------------------------------------------------------------------------- stream
-class GameStream:
-    """The body of one stream: a WSGI iterable whose ``close`` always releases its mailbox."""
-
-    def __init__(
-        self,
-        hub: Hub,
-        box: Mailbox,
-        after: int,
-        *,
-        finished: bool = False,
-        hung_up: Callable[[], bool] | None = None,
-    ) -> None:
-        """``finished``: the game was already over when the stream was asked for, so once the
-        stored events after ``after`` are sent, nothing more will ever come. ``hung_up``: whether
-        the client has closed its connection (asked at least every ``HANGUP_CHECK`` seconds);
-        without it, a closed connection is noticed only when a write fails, at the next
-        keep-alive, and until then the stream holds one of the worker's stream places."""
-        self.hub = hub
-        self.box = box
-        self.after = after
-        self.finished = finished
-        self.hung_up = hung_up
-        self._frames = self._generate()
-        self._closed = False
-
-    def __iter__(self) -> Iterator[bytes]:
-        return self._frames
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self.box.close()  # wakes the generator if another thread is waiting in it
-            # Running in another thread: the closed mailbox ends it.
-            with contextlib.suppress(ValueError):
-                self._frames.close()
-            self.hub.release(self.box)
-
-    def _store(self, after: int) -> Iterator[Envelope]:
-        """Every stored event of the game after version ``after``, oldest first, read a page at
-        a time as the stream is written: a stream from the start of a long game holds one page
-        of it, not the whole game (twenty such streams of a 72,000-event game once held ~300 MB)."""
-        while True:
-            page = self.hub.games.history(self.box.game_id, after=after, limit=STORE_PAGE)
-            yield from (Envelope.from_record(record) for record in page)
-            if len(page) < STORE_PAGE:
-                return
-            after = page[-1]["version"]
-
-    def _generate(self) -> Generator[bytes, None, None]:
-        """The frames; a store that fails mid-stream ends it with a comment saying why (the
-        client reconnects with Last-Event-ID and misses nothing)."""
-        try:
-            yield from self._frames_of_game()
-        except ApplicationError as exc:
-            log.warning("live: stream of game %s ended: %s", self.box.game_id, exc.detail)
-            yield f": ended: {exc.code}\n\n".encode()
-
-    def _frames_of_game(self) -> Generator[bytes, None, None]:
-        keepalive = self.hub.config.keepalive
-        last = self.after
-        yield (
-            f"retry: {RETRY_MS}\n: cantstop game {self.box.game_id} after version {last}\n\n"
-        ).encode()
-        pending: Iterable[Envelope] = self._store(last)
-        ended = self.finished
-        quiet_until = time.monotonic() + keepalive
-        while True:
-            for envelope in pending:
-                if envelope.version != last + 1:  # already sent
-                    continue
-                yield envelope.frame()
-                last = envelope.version
-                ended = ended or envelope.final
-                quiet_until = time.monotonic() + keepalive
-            if ended:
-                # The save that finished the game is atomic: what follows GameFinished is stored.
-                for envelope in self._store(last):
-                    yield envelope.frame()
-                    last = envelope.version
-                yield b": game over\n\n"
-                return
-            wait = quiet_until - time.monotonic()
-            batch = self.box.take(wait if self.hung_up is None else min(wait, HANGUP_CHECK))
-            if batch.closed or (self.hung_up is not None and self.hung_up()):
-                return
-            fresh: list[Envelope] = []
-            pending = fresh
-            expected = last + 1
-            gap = batch.resync or batch.hint > last
-            for envelope in batch.envelopes:
-                if envelope.version < expected:
-                    continue  # a duplicate: handed on locally and again by Redis, or resent
-                if envelope.version > expected:
-                    gap = True  # something was missed or reordered: the store has it
-                    break
-                fresh.append(envelope)
-                expected += 1
-            if gap:
-                pending = self._store(last)
-            if not (gap or fresh) and time.monotonic() >= quiet_until:
-                # Also how a closed connection is noticed: writing to it fails.
-                yield b": keep-alive\n\n"
-                quiet_until = time.monotonic() + keepalive
+def _game_of(channel: str) -> uuid.UUID | None:
+    if not channel.startswith(CHANNEL_PREFIX):
+        return None
+    try:
+        return uuid.UUID(channel[len(CHANNEL_PREFIX) :])
+    except ValueError:
+        return None

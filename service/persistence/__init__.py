@@ -4,8 +4,8 @@ kept beside it.
 One module a concern: ``errors`` (what failures look like), ``guard`` (bounded waits, the breaker),
 ``postgres`` and ``sqlite`` (the library's factories adapted), ``settings`` (the URL as the
 library's settings), ``commitments`` (seeds committed before their games), ``log`` (the
-notification log in commit order), ``views`` (cross-game views in tables, with tracking), and
-``hooks`` (every private part of a library this package relies on, with the reason).
+notification log in commit order), ``views`` (cross-game views in tables, with tracking). Every
+private part of a library it relies on is listed, with the reason, in ``service/hooks.py``.
 
 ``persistence_env`` turns ``CANTSTOP_DATABASE_URL`` into the eventsourcing settings, naming the
 factories of ``postgres`` and ``sqlite``, which adapt the library's own:
