@@ -436,3 +436,65 @@ def test_stream_answers_other_than_the_stream_match_openapi(client: FlaskClient)
     assert client.get(f"/v1/games/{game_id}/stream?after=99").status_code == 422
     play(client, game_id, tokens, {"type": "resign", "seat": 0})
     assert client.get(f"/v1/games/{game_id}/stream").status_code == 204
+
+
+@pytest.mark.redis
+def test_a_process_subscribes_only_to_the_games_its_clients_watch(
+    make_app: Callable[..., Flask], redis_url: str
+) -> None:
+    """Fan-out by interest: the channel of a game is subscribed while a stream of it is open
+    here, and only then; other games' messages never reach this process."""
+    import redis
+
+    app = make_app(redis_url=redis_url)
+    client = app.test_client()
+    watched, _ = create(client)
+    create(client)  # another game, played but watched by nobody
+    server = redis.Redis.from_url(redis_url)
+
+    def channels() -> set[str]:
+        found = server.pubsub_channels("cantstop:game:*")
+        return {c.decode() if isinstance(c, bytes) else str(c) for c in found}
+
+    assert channels() == set()
+    response, _ = open_stream(client, watched)
+    deadline = time.monotonic() + 5
+    while channels() != {f"cantstop:game:{watched}"}:
+        assert time.monotonic() < deadline, f"subscribed to {channels()}"
+        time.sleep(0.02)
+    response.close()
+    while channels():
+        assert time.monotonic() < deadline, f"still subscribed to {channels()}"
+        time.sleep(0.02)
+
+
+def test_a_client_that_stops_reading_is_dropped_without_its_events_piling_up() -> None:
+    """The loop's socket sink refuses to hold more than MAX_BUFFERED bytes for a client whose
+    socket does not drain: the stream ends there instead of keeping its events in memory."""
+    import asyncio
+    import socket
+
+    async def run() -> tuple[int, bool]:
+        ours, theirs = socket.socketpair()
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        theirs.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sink = hub_module.SocketSink()
+        await sink.attach(asyncio.get_running_loop(), ours)
+        frame = b"data: " + b"x" * 1000 + b"\n\n"
+        written = 0
+        try:
+            for _ in range(10_000):  # 10 MB: far more than the sink may hold
+                sink.write(frame)
+                written += len(frame)
+                await asyncio.sleep(0)
+        except hub_module.ClientGone:
+            dropped = True
+        else:
+            dropped = False
+        sink.close()
+        theirs.close()
+        return written, dropped
+
+    written, dropped = asyncio.run(run())
+    assert dropped
+    assert written <= hub_module.MAX_BUFFERED + 64 * 1024  # what the kernel took, at most

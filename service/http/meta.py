@@ -57,7 +57,7 @@ def healthz() -> Response:
 
 
 def views_status(rt: Runtime) -> str:
-    """ "ok", or which views wait for ``cantstop projections rebuild`` (their code changed)."""
+    """``ok``, or which views wait for ``cantstop projections rebuild`` (their code changed)."""
     try:
         stale = [view.name for view in rt.all_views() if rt.views.stale(view)]
     except Exception as exc:  # any failure of the store is reported, not raised
