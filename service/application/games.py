@@ -172,8 +172,8 @@ def parse_game_id(raw: str) -> uuid.UUID:
     """A game id as the service writes it (openapi.yaml's pattern). ``uuid.UUID`` alone also
     reads 32 bare hex digits, ``{…}`` and ``urn:uuid:…``: one game under several URLs.
 
-    The ids this worker has read are kept (the pattern and ``uuid.UUID`` cost ~1.1 µs, 0.4% of
-    an action's instructions; a dictionary's lookup a twentieth of that), up to a bound."""
+    The ids this worker has read are kept, up to a bound: a dictionary's lookup costs a small
+    part of the pattern and ``uuid.UUID`` on every request (docs/performance.md, levers)."""
     known = _PARSED.get(raw)
     if known is not None:
         return known
@@ -279,8 +279,8 @@ class Games(Application[uuid.UUID]):
     name = "cantstop"
     # A game's past version is read from the nearest snapshot before it, plus fewer than twenty
     # events: as quick at version 5,000 as at version 10. Every action writes, few reads look
-    # back: every 20 events rather than 10 costs such a read ~0.1 ms and saves ~2% of the CPU
-    # of every action (docs/performance.md).
+    # back: every 20 events rather than 10 makes such a read replay a few more events and saves
+    # a snapshot's write on half the actions (docs/performance.md, levers).
     snapshotting_intervals = {Game: 20, Vault: 50}  # noqa: RUF012 (eventsourcing's own API)
 
     SECRETS_CACHE = 10_000

@@ -79,7 +79,7 @@ class DeadlineConnection(psycopg.Connection[Any]):
     A server that stops answering without closing its connections (a stopped or frozen process,
     a network that drops packets) is otherwise waited for as long as the kernel keeps the
     connection, which for a stopped process is for ever: every request that reads or writes,
-    and /healthz, hung (measured in docs/performance.md, the tenth set). psycopg waits for every
+    and /healthz, hung (docs/performance.md, levers: the query deadline). psycopg waits for every
     statement, commit and rollback through ``wait``; given no timeout of its own, this one gives
     it the deadline (``wait`` takes a timeout since psycopg 3.3.6, which pyproject.toml asks
     for). On expiry the server is asked to cancel the statement (a locked or busy server stops
@@ -291,9 +291,9 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
         pool = self.datastore.pool
         if len(events) <= PREPARED_ROWS and not pool.closed:
             # The pool's connection straight, not through the library's get_connection and the
-            # pool's connection(): two generator context managers, 3% of an action's
-            # instructions. Errors become the library's, as there; the pool checks the
-            # connection when it is given back, as there.
+            # pool's connection(): two generator context managers on the hottest path
+            # (docs/performance.md, levers). Errors become the library's, as there; the pool
+            # checks the connection when it is given back, as there.
             try:
                 conn = pool.getconn()
                 try:
@@ -325,8 +325,8 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
         self, conn: Any, events: list[Any], snapshots: Any, stored_snapshots: Any
     ) -> list[int]:
         """The statement through libpq itself, prepared once per session: psycopg's cursor,
-        its prepared-statement manager and its adapters cost twice the CPU of the call (in a
-        loop, ~63 against ~29 µs per single-row insert; docs/performance.md). It is sent, and
+        its prepared-statement manager and its adapters cost as much again as the call itself
+        (docs/performance.md, levers). It is sent, and
         its answer waited for within the connection's deadline (``_exchange``), letting go of
         the GIL meanwhile, as psycopg does. ``conn`` is this thread's alone (the pool's); it is
         in autocommit, so the statement is its own transaction."""

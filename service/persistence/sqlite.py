@@ -55,19 +55,18 @@ class _SQLitePool(SQLiteConnectionPool):
     default) an action's events are one statement (``_insert_alone``) that holds SQLite's lock
     only inside one call into SQLite, tens of microseconds, and the queue's two extra system
     calls cost more than the rare retry: each lets go of the GIL, and while a writer waits to
-    take it back, it holds the queue. Measured under the bench's 8 clients, alternating:
-    without the queue under NORMAL, 1,176 against 1,042 actions/s and 1.25 against 1.37 ms of
-    CPU per action, the same p99; under FULL, the queue keeps p99 at 28-32 ms against 45-68 ms
-    without it (docs/performance.md)."""
+    take it back, it holds the queue. So the queue is taken under FULL only, where it keeps the
+    tail latency down, and not under NORMAL, where it costs CPU per action (docs/performance.md,
+    levers: the writers' queue)."""
 
     synchronous = "NORMAL"
     writers_fd: int | None = None
     # Pages in the WAL before a commit copies them back into the database (SQLite's default is
     # 1,000). A checkpoint syncs the WAL and then the database file (two fsyncs, under NORMAL
     # too) and writes each page once however often the WAL holds it, and actions rewrite the
-    # same few hot pages: with 10,000 (a WAL file of ~40 MB at 4 KiB pages), 2-4% less CPU per
-    # action and 6-9% more actions/s, the trees served at once; the same instructions in
-    # process: what it saves is the kernel's (docs/performance.md). Every connection sets it:
+    # same few hot pages, so fewer checkpoints save the kernel's work of syncing and rewriting
+    # them (a WAL file of ~40 MB at 4 KiB pages; docs/performance.md, levers). Every connection
+    # sets it:
     # any committing connection checkpoints. Durability: under FULL every commit is synced, as
     # before; under NORMAL a commit survives any process's crash, as before, and a power cut
     # may lose what the WAL held unsynced: up to 10,000 pages instead of 1,000 (~2 s of the
@@ -228,7 +227,7 @@ class GuardedSQLiteApplicationRecorder(_GuardedLog, SQLiteApplicationRecorder):
         if not events:
             return []
         # What ``writing`` and ``_sqlite_errors`` do, spelled out: two generator context
-        # managers cost ~3% of an action's instructions on the command path.
+        # managers on the command path, the hottest (docs/performance.md, levers).
         pool._begin_writing()
         try:
             db = pool.writer()
