@@ -327,7 +327,7 @@ def _perform(game: Game, record: Mapping[str, Any], draw: _RecordedDice) -> None
         if game.rematch_of is not None:
             game.claim(_int_field(data, "seat"), data.get("name"), draw=dice, bot=data.get("bot"))
         else:
-            game.join(data.get("name"), draw=dice, bot=data.get("bot"))
+            game.join(data.get("name"), draw=dice, bot=data.get("bot"), account=data.get("account"))
     elif kind == "SeatLeft":
         game.leave(_int_field(data, "seat"))
     elif kind == "TurnTimedOut":
@@ -417,6 +417,8 @@ def _start(records: Sequence[Mapping[str, Any]], draw: _RecordedDice) -> Game:
             first_player=setup.get("first_player"),
             client_seed=setup.get("client_seed"),
             clock=setup.get("clock"),
+            accounts=setup.get("accounts"),
+            rated=setup.get("rated", False),
         ),
         server_seed=_STAND_IN_SEED if server else None,
         seed_committed_at=setup.get("seed_committed_at"),
@@ -538,9 +540,31 @@ def audit_records(
     }
 
 
+def replayed(records: Sequence[Any]) -> Game | None:
+    """The game at the end of a history that the rules accept (every action re-derived from the
+    one before, as the audit's ``rules`` check does), or None."""
+    problems = [record_problem(record) for record in records]
+    check, game = _replay(records, problems)
+    return game if check.ok else None
+
+
 # ------------------------------------------------------------------------------ exports
 def export_header(game_id: str) -> dict[str, Any]:
     return {"format": EXPORT_FORMAT, "format_version": EXPORT_FORMAT_VERSION, "game_id": game_id}
+
+
+def split_exports(data: bytes) -> list[bytes]:
+    """A file of exports one after another (an account's bulk export) as each game's export:
+    each begins at a header line (``{"format": …}``)."""
+    lines = data.removeprefix(b"\xef\xbb\xbf").split(b"\n")
+    games: list[list[bytes]] = []
+    marker = f'"format": "{EXPORT_FORMAT}"'.encode()
+    compact = f'"format":"{EXPORT_FORMAT}"'.encode()
+    for line in lines:
+        if marker in line or compact in line or not games:
+            games.append([])
+        games[-1].append(line)
+    return [b"\n".join(game) for game in games if any(line.strip() for line in game)]
 
 
 def parse_export(data: bytes) -> tuple[dict[str, Any], list[Any]]:

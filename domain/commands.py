@@ -117,3 +117,8 @@ class NewGame:
     client_seed: str | None = None
     clock: Mapping[str, Any] | None = None
     """``{"turn_seconds": T}``: each turn times out T seconds after it starts."""
+    accounts: Sequence[str | None] | None = None
+    """Each seat's account handle (contract 1.2), None for an anonymous seat; a lobby's may name
+    seat 0 only (its creator)."""
+    rated: bool = False
+    """A rated game (contract 1.2): server dice, two or more seats, every seat an account."""

@@ -39,3 +39,9 @@ class TimedOut(DomainError):
     """An action for a turn whose deadline had passed: nothing but the timeout is recorded."""
 
     code = "turn_timed_out"
+
+
+class AlreadySeated(DomainError):
+    """An account holds at most one seat of a game (contract 1.2)."""
+
+    code = "already_seated"

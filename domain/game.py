@@ -28,6 +28,7 @@ from eventsourcing.domain import Aggregate
 from domain.commands import Command, NewGame, Roll, Stop
 from domain.commands import Move as MoveCommand
 from domain.errors import (
+    AlreadySeated,
     GameOver,
     IllegalAction,
     InvalidDice,
@@ -46,7 +47,18 @@ CLOCK_RANGE = (5, 604_800)  # a turn's time: 5 seconds to a week
 TIMEOUTS_TO_RESIGN = 3
 
 OPTIONAL_FIELDS = frozenset(
-    {"entropy", "seed_committed_at", "clock", "bots", "rematch_of", "bot", "reason"}
+    {
+        "entropy",
+        "seed_committed_at",
+        "clock",
+        "bots",
+        "rematch_of",
+        "bot",
+        "reason",
+        "accounts",
+        "rated",
+        "account",
+    }
 )
 """Event fields added after 1.0: absent from an event's data (and its hash) when unset, so events
 recorded before they existed read, hash and replay exactly as they were recorded."""
@@ -142,6 +154,54 @@ def check_clock(clock: Any, players: int) -> dict[str, int] | None:
     return {"turn_seconds": seconds}
 
 
+HANDLE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{1,19}")
+
+
+def check_handle(handle: Any) -> str:
+    """An account's handle (contract 1.2): 2 to 20 ASCII letters, digits, ``_`` and ``-``,
+    beginning with a letter. (Handles that differ only in case are one account's.)"""
+    if not isinstance(handle, str) or not HANDLE.fullmatch(handle):
+        raise InvalidRequest(
+            "a handle is 2 to 20 ASCII letters, digits, _ and -, beginning with a letter"
+        )
+    return handle
+
+
+def check_accounts(
+    setup: Any, seats: int, named: bool, bots: Mapping[str, str]
+) -> tuple[list[str | None] | None, bool]:
+    """Each seat's account (None where anonymous; a bot's seat plays as the bot's account once
+    any seat has one) and whether the game is rated, as ``setup`` asks (contract 1.2)."""
+    rated = setup.rated
+    if not isinstance(rated, bool):
+        raise InvalidRequest("rated must be true or false")
+    given = setup.accounts
+    if given is None:
+        accounts: list[str | None] = [None] * seats
+    else:
+        if not isinstance(given, list | tuple) or len(given) != seats:
+            raise InvalidRequest(
+                f"accounts must name one account or null for each of {seats} seats"
+            )
+        accounts = [None if a is None else check_handle(a) for a in given]
+        if not named and any(a is not None for a in accounts[1:]):
+            raise InvalidRequest("a lobby seats its creator's account only; others join")
+    if any(a is not None for a in accounts) or rated:
+        for seat, bot in bots.items():
+            accounts[int(seat)] = accounts[int(seat)] or bot
+    held = [a.lower() for a in accounts if a is not None]
+    if len(held) != len(set(held)):
+        raise AlreadySeated("an account holds at most one seat of a game")
+    if rated:
+        if setup.dice != "server":
+            raise InvalidRequest("a rated game uses server dice")
+        if seats < 2:
+            raise InvalidRequest("a rated game has two or more seats")
+        if named and any(a is None for a in accounts):
+            raise InvalidRequest("in a rated game every seat is an account or a built-in bot")
+    return (accounts if any(a is not None for a in accounts) else None), rated
+
+
 # Each column's key as served ("7"), for every column of every board (up to 2 x 8 with d8s).
 COLUMN_KEYS = tuple(str(column) for column in range(2 * max(DICE_FACES) + 1))
 
@@ -180,6 +240,8 @@ class Game(Aggregate):
         clock: dict[str, int] | None = None  # 1.1: {"turn_seconds": T}
         bots: dict[str, str] | None = None  # 1.1: seat (decimal string) -> bot id
         rematch_of: str | None = None  # 1.1: the finished game this one replays
+        accounts: list[str | None] | None = None  # 1.2: each seat's account handle, if any
+        rated: bool | None = None  # 1.2: True for a rated game (absent otherwise)
 
         def update(self, game: Game) -> None:
             faces = self.rules["dice_faces"]
@@ -210,6 +272,8 @@ class Game(Aggregate):
             game._clock = self.clock["turn_seconds"] if self.clock else None
             game._bots = dict(self.bots or {})
             game._rematch_of = self.rematch_of
+            game._accounts = list(self.accounts) if self.accounts else [None] * self.seats
+            game._rated = bool(self.rated)
             game._timeouts = [0] * self.seats
             game._turn_started_at = None
 
@@ -217,9 +281,14 @@ class Game(Aggregate):
         seat: int
         name: str
         bot: str | None = None  # 1.1: the strategy that plays this seat
+        account: str | None = None  # 1.2: the account that holds this seat
 
         def update(self, game: Game) -> None:
             game.names[self.seat] = self.name
+            if self.account is not None or game.accounts[self.seat] is not None:
+                accounts = list(game.accounts)
+                accounts[self.seat] = self.account
+                game._accounts = accounts
             if self.bot is not None:
                 game._bots = {**game.bots, str(self.seat): self.bot}
 
@@ -231,6 +300,10 @@ class Game(Aggregate):
         def update(self, game: Game) -> None:
             game.names[self.seat] = None
             game._bots = {k: v for k, v in game.bots.items() if k != str(self.seat)}
+            if game.accounts[self.seat] is not None:
+                accounts = list(game.accounts)
+                accounts[self.seat] = None
+                game._accounts = accounts
 
     class TurnOrderDecided(Event):
         first_player: int
@@ -391,6 +464,8 @@ class Game(Aggregate):
         self._clock: int | None
         self._bots: dict[str, str]
         self._rematch_of: str | None
+        self._accounts: list[str | None]
+        self._rated: bool
         self._timeouts: list[int]
         self._turn_started_at: datetime | None
         self._replay_times: deque[datetime] | None
@@ -411,6 +486,25 @@ class Game(Aggregate):
     def rematch_of(self) -> str | None:
         found: str | None = self.__dict__.get("_rematch_of")
         return found
+
+    @property
+    def accounts(self) -> list[str | None]:
+        """Each seat's account handle (contract 1.2), or None for an anonymous seat. Replaced,
+        never changed."""
+        found: list[str | None] | None = self.__dict__.get("_accounts")
+        return found if found is not None else [None] * self.seats
+
+    @property
+    def rated(self) -> bool:
+        return bool(self.__dict__.get("_rated"))
+
+    def seat_of_account(self, handle: str) -> int | None:
+        """The seat that account ``handle`` holds (handles are the same whatever their case)."""
+        wanted = handle.lower()
+        for seat, held in enumerate(self.accounts):
+            if held is not None and held.lower() == wanted:
+                return seat
+        return None
 
     @property
     def timeouts(self) -> list[int]:
@@ -508,6 +602,7 @@ class Game(Aggregate):
         if bots and dice != "server":
             raise InvalidRequest("computer players play server-dice games only")
         clock = check_clock(setup.clock, n)
+        accounts, rated = check_accounts(setup, n, names is not None, bots)
         if dice == "server":
             # The contract's example shows the default (0) beside server dice: sending it is
             # leaving it out. Another seat cannot be honoured: the opening roll decides.
@@ -547,14 +642,24 @@ class Game(Aggregate):
             clock=clock,
             bots=bots or None,
             rematch_of=rematch_of,
+            accounts=accounts,
+            rated=rated or None,
         )
         game._replay_times = times
         if names is not None:
             game._decide_turn_order(draw)
         return game
 
-    def join(self, name: str, draw: Draw | None = None, bot: str | None = None) -> int:
-        """Take the first open lobby seat; the game starts when the last seat is taken."""
+    def join(
+        self,
+        name: str,
+        draw: Draw | None = None,
+        bot: str | None = None,
+        account: str | None = None,
+    ) -> int:
+        """Take the first open lobby seat; the game starts when the last seat is taken. An
+        account (its handle) holds at most one seat; a rated game seats accounts only (a bot
+        plays as its own account, named by its id)."""
         name = check_name(name)
         if self.status == "finished":
             raise GameOver("the game is finished: nobody joins it any more")
@@ -564,7 +669,15 @@ class Game(Aggregate):
             raise IllegalAction(
                 f"the seats of this rematch are kept for the players of game {self.rematch_of}"
             )
-        return self._seat(self.names.index(None), name, draw, bot)
+        if bot is not None and account is None and (self.rated or any(self.accounts)):
+            account = bot
+        if account is not None:
+            account = check_handle(account)
+            if self.seat_of_account(account) is not None:
+                raise AlreadySeated(f"the account {account} already holds a seat of this game")
+        elif self.rated:
+            raise InvalidRequest("a rated game seats accounts only: join with a personal token")
+        return self._seat(self.names.index(None), name, draw, bot, account)
 
     def claim(self, seat: int, name: str, draw: Draw | None = None, bot: str | None = None) -> int:
         """Take seat ``seat`` of a rematch (the service checks who may)."""
@@ -576,10 +689,12 @@ class Game(Aggregate):
             raise IllegalAction(f"seat {seat} is not open")
         return self._seat(seat, check_name(name), draw, bot)
 
-    def _seat(self, seat: int, name: str, draw: Draw | None, bot: str | None) -> int:
+    def _seat(
+        self, seat: int, name: str, draw: Draw | None, bot: str | None, account: str | None = None
+    ) -> int:
         if bot is not None and self.dice_mode != "server":
             raise InvalidRequest("computer players play server-dice games only")
-        self.trigger_event(self.SeatJoined, seat=seat, name=name, bot=bot)
+        self.trigger_event(self.SeatJoined, seat=seat, name=name, bot=bot, account=account)
         if None not in self.names:
             self._decide_turn_order(draw)
         return seat

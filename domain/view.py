@@ -65,6 +65,7 @@ def game_state(game: Game, game_id: str | None = None) -> dict[str, Any]:
     columns = rules.columns
     names, markers, resigned = game.names, game.markers, game.resigned
     bots = game.bots
+    accounts = game.accounts
     players = [
         {
             "seat": seat,
@@ -73,6 +74,7 @@ def game_state(game: Game, game_id: str | None = None) -> dict[str, Any]:
             "claimed": [c for c in columns if claimed[c] == seat] if seat in claimed else [],
             "resigned": resigned[seat],
             "bot": bots.get(str(seat)),
+            "account": accounts[seat],
             "timeouts_in_a_row": game.timeouts_of(seat),
         }
         for seat in range(game.seats)
@@ -93,6 +95,7 @@ def game_state(game: Game, game_id: str | None = None) -> dict[str, Any]:
         "solitaire": solitaire,
         "clock": {"turn_seconds": game.clock_seconds} if game.clock_seconds else None,
         "rematch_of": game.rematch_of,
+        "rated": game.rated,
         "fairness": {
             "seed_commitment": game.seed_commitment,
             "client_seed": game.client_seed,

@@ -21,11 +21,13 @@ from gunicorn.app.base import Application  # has load_config_from_file
 from tqdm import tqdm  # type: ignore[import-untyped]
 
 from domain import jsondoc
-from domain.audit import MalformedExport, audit_records, parse_export
+from domain.audit import MalformedExport, audit_records, parse_export, replayed, split_exports
 from domain.errors import InvalidRequest
 from domain.record_sheet import record_sheet
 from domain.transcript import MalformedTranscript, verify
 from service import arena_cli
+from service.application.ratings import Ratings
+from service.application.standings import rated_game
 from service.config import ConfigError, ServerSettings, Settings
 from service.live.hub import LiveConfig
 from service.persistence.errors import StoreUnavailable
@@ -91,16 +93,84 @@ def read_export(name: str) -> tuple[dict[str, Any], list[Any]]:
         raise Unreadable(f"{name}: not a game export: {exc}") from None
 
 
-def cmd_audit(args: argparse.Namespace) -> int:
-    """Audit a game export offline (no server, no database): the same JSON as ``/audit``."""
+def read_exports(name: str) -> list[tuple[dict[str, Any], list[Any]]]:
+    """A file of one export or several one after another (an account's bulk export)."""
     try:
-        _, records = read_export(args.file)
+        data = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
+    except OSError as exc:
+        raise Unreadable(f"{name}: cannot read: {exc.strerror or exc}") from None
+    try:
+        return [parse_export(part) for part in split_exports(data)] or [parse_export(data)]
+    except MalformedExport as exc:
+        raise Unreadable(f"{name}: not a game export: {exc}") from None
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    """Audit a game export offline (no server, no database): the same JSON as ``/audit``. A
+    file of several exports (an account's bulk export) gets one verdict per game, as JSON
+    Lines with each game's id; exit 0 when every game is valid."""
+    try:
+        exports = read_exports(args.file)
     except Unreadable as exc:
         print(exc, file=sys.stderr)
         return 2
-    verdict = audit_records(records)
-    print(json.dumps(verdict, indent=2, ensure_ascii=False))
-    return 0 if verdict["valid"] else 1
+    if len(exports) == 1:
+        verdict = audit_records(exports[0][1])
+        print(json.dumps(verdict, indent=2, ensure_ascii=False))
+        return 0 if verdict["valid"] else 1
+    valid = True
+    for header, records in exports:
+        verdict = {"game_id": header.get("game_id"), **audit_records(records)}
+        valid = valid and verdict["valid"]
+        print(json.dumps(verdict, ensure_ascii=False))
+    return 0 if valid else 1
+
+
+def cmd_ratings(args: argparse.Namespace) -> int:
+    """Recompute, offline, the ratings of the rated games in a bulk export (contract 1.2): the
+    games that verify, folded in the order they finished; prints every account's ratings as
+    JSON, as the server serves them."""
+    try:
+        exports = read_exports(args.file)
+    except Unreadable as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    finished = []
+    rules: dict[str, tuple[dict[str, Any], int]] = {}
+    for header, records in exports:
+        game_id = str(header.get("game_id"))
+        if not audit_records(records)["valid"]:
+            print(f"{args.file}: game {game_id} does not verify: left out", file=sys.stderr)
+            continue
+        game = replayed(records)
+        found = rated_game(game, records, game_id) if game is not None else None
+        if found is not None:
+            finished.append((found[1], game_id, found[0]))
+            assert game is not None
+            rules[found[0].pool] = (dict(game.rules), game.seats)
+    ratings = Ratings.of(rated for _, _, rated in sorted(finished))
+    handles = {a.lower(): a for _, _, g in finished for a in g.accounts}
+    accounts = []
+    for key in sorted(handles):
+        entries = []
+        for pool, table in sorted(ratings.by_pool.items()):
+            if key in table:
+                r = table[key]
+                entries.append(
+                    {
+                        "pool": pool,
+                        "rules": rules[pool][0],
+                        "players": rules[pool][1],
+                        "mu": r.mu,
+                        "sigma": r.sigma,
+                        "rating": r.rating,
+                        "games": r.games,
+                        "provisional": r.provisional,
+                    }
+                )
+        accounts.append({"handle": handles[key], "ratings": entries})
+    print(json.dumps({"games": len(finished), "accounts": accounts}, indent=2))
+    return 0
 
 
 def cmd_sheet(args: argparse.Namespace) -> int:
@@ -347,6 +417,12 @@ def build_parser() -> argparse.ArgumentParser:
     ver.add_argument("--trace", action="store_true", help="include the state after every action")
     ver.add_argument("files", nargs="+", metavar="FILE", help="transcript JSON files; - for stdin")
     ver.set_defaults(func=cmd_verify)
+
+    rat = sub.add_parser(
+        "ratings", help="recompute the ratings of a bulk export's rated games, offline"
+    )
+    rat.add_argument("file", help="an account's export (GET /v1/accounts/{handle}/games/export)")
+    rat.set_defaults(func=cmd_ratings)
 
     aud = sub.add_parser("audit", help="check a game export offline (chain, rules, dice)")
     aud.add_argument("file", metavar="FILE", help="an export (NDJSON) from /export; - for stdin")

@@ -6,11 +6,14 @@ factory and the command line both build their process's ``Runtime`` here.
 
 from __future__ import annotations
 
+from domain import strategies
+from service.application.accounts import Accounts
 from service.application.advisor import Advisor
 from service.application.games import Games
 from service.application.lobby import Lobby
 from service.application.projections import GameList, SolitaireBest
 from service.application.scheduler import DueIndex, Scheduler
+from service.application.standings import AccountGames, RatingsView
 from service.application.timekeeper import Timekeeper
 from service.config import Settings
 from service.live.hub import Hub, LiveConfig
@@ -32,6 +35,8 @@ class Runtime:
         )
         env.update(settings.extra_env)
         self.games = Games(env=env)
+        self.accounts = Accounts(self.games, self.games.credentials())
+        self.games.principals = lambda token: self.accounts.authenticate(token, "play").handle
         self.lobby = Lobby(self.games)
         self.advisor = Advisor(self.games)
         self.timekeeper = Timekeeper(
@@ -43,8 +48,12 @@ class Runtime:
         )
         self.game_list = GameList()
         self.leaderboard = SolitaireBest()
+        self.account_games = AccountGames()
+        self.ratings = RatingsView(self.games)
         if create_tables:
             self.views.setup(self.all_views())
+            for strategy in strategies.list():  # the built-in bots play as their accounts
+                self.accounts.ensure_bot(strategy.id)
         self.link = RedisLink(settings.redis_url) if settings.redis_url else None
         self.hub = Hub(self.games, self.link, LiveConfig.from_env())
         self.games.on_recorded = self.hub.publish
@@ -53,12 +62,21 @@ class Runtime:
         """A loop that records what is due without a request (``cantstop worker`` runs one),
         and keeps every view moving on."""
         return Scheduler(
-            self.games, self.timekeeper, self.views, others=(self.game_list, self.leaderboard)
+            self.games,
+            self.timekeeper,
+            self.views,
+            others=(self.game_list, self.leaderboard, self.account_games, self.ratings),
         )
 
     def all_views(self) -> list[View]:
         """Every view in the store, by name (``cantstop projections``)."""
-        return [self.game_list, self.leaderboard, DueIndex(self.games, self.timekeeper)]
+        return [
+            self.game_list,
+            self.leaderboard,
+            DueIndex(self.games, self.timekeeper),
+            self.account_games,
+            self.ratings,
+        ]
 
     def redis_status(self) -> str:
         """For /healthz: ``ok``, ``down: <reason>`` or ``not configured``."""

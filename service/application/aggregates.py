@@ -121,3 +121,32 @@ for _old, _cls in {
     "service.auditing:ImportedGame.Recorded": ImportedGame.Recorded,  # type: ignore[attr-defined]
 }.items():
     register_topic(_old, _cls)
+
+
+ACCOUNT_NAMESPACE = uuid.UUID("3d0f6c2a-8e41-4b7f-a5d9-1c6e2b9f7a30")
+
+
+def account_id(handle: str) -> uuid.UUID:
+    """One id per handle whatever its case: two sign-ups of ``Ann`` and ``ann`` race for the
+    same aggregate's first version, and the store lets exactly one of them record it."""
+    return uuid.uuid5(ACCOUNT_NAMESPACE, handle.lower())
+
+
+class Account(Aggregate):
+    """A player's account (contract 1.2): its handle as registered, whether it is a bot's, and
+    whether it was closed. Nothing secret: the password's hash and the tokens' hashes are kept
+    beside the events (service/persistence/accounts.py), where they can be erased."""
+
+    @staticmethod
+    def create_id(handle: str, bot: bool) -> uuid.UUID:
+        return account_id(handle)
+
+    @event("Registered")
+    def __init__(self, handle: str, bot: bool) -> None:
+        self.handle = handle
+        self.bot = bot
+        self.closed = False
+
+    @event("Closed")
+    def close(self) -> None:
+        self.closed = True

@@ -49,11 +49,13 @@ from service.application.errors import (
     ConcurrentAction,
     IdempotencyKeyReused,
     NotFound,
+    NotYourSeat,
     ReadOnly,
     Unauthorized,
     VersionConflict,
     describe,
 )
+from service.persistence.accounts import Credentials
 from service.persistence.commitments import SeedCommitments
 from service.persistence.errors import CorruptGame, StoreUnavailable
 from service.persistence.postgres import GuardedPostgresApplicationRecorder
@@ -315,13 +317,25 @@ class Games(Application[uuid.UUID]):
         dialect = "sqlite" if isinstance(self.factory, SQLiteStore) else "postgres"
         datastore = getattr(self.recorder, "datastore", None)
         self.commitments = SeedCommitments(datastore, dialect) if datastore is not None else None
+        self._credentials = Credentials(datastore, dialect) if datastore is not None else None
         if self.commitments is not None and strtobool(self.env.get("CREATE_TABLE") or "yes"):
             self.commitments.create_table()
+            assert self._credentials is not None
+            self._credentials.create_table()
+
+    def credentials(self) -> Credentials:
+        """The accounts' secrets, in the store's database (service.persistence.accounts)."""
+        assert self._credentials is not None, "accounts need a SQLite or PostgreSQL store"
+        return self._credentials
 
     def construct_mapper(self) -> Mapper[uuid.UUID]:
         return self.factory.mapper(
             transcoder=self.construct_transcoder(), mapper_class=GameEventMapper
         )
+
+    principals: Callable[[str], str] | None = None
+    """A personal token's account handle, with the scope ``play`` (set by the runtime:
+    service.application.accounts); None where accounts are not served."""
 
     on_recorded: Callable[[uuid.UUID, list[dict[str, Any]]], None] | None = None
     """Called after every successful save with each game's new events as served (service.live)."""
@@ -751,10 +765,32 @@ class Games(Application[uuid.UUID]):
         seed, created = taken
         return seed, format_at(datetime.fromtimestamp(created, UTC))
 
+    def is_personal(self, token: str | None) -> bool:
+        """Whether ``token`` is a personal token (an account's), not a seat's."""
+        return self.principals is not None and token is not None and token.startswith("cst_")
+
+    def principal_handle(self, token: str | None) -> str:
+        assert self.principals is not None and token is not None
+        return self.principals(token)
+
+    def seat_of_principal(self, game_id: uuid.UUID, token: str) -> int:
+        """The seat the personal token's account holds in the game (403 not_your_seat if none;
+        401 for an unknown or revoked token; 403 insufficient_scope without ``play``)."""
+        handle = self.principal_handle(token)
+        with self.owned(game_id) as game:
+            seat = game.seat_of_account(handle)
+        if seat is None:
+            raise NotYourSeat(f"the account {handle} holds no seat of this game")
+        return seat
+
     def authenticate(self, game_id: uuid.UUID, token: str | None) -> int:
         """The seat that ``token`` holds in the game (imported games refuse first, then an
-        unknown game is NotFound, then a missing or unknown token Unauthorized)."""
+        unknown game is NotFound, then a missing or unknown token Unauthorized). A personal
+        token holds the seat of its account."""
         self.refuse_imported(game_id)
+        if self.is_personal(token):
+            assert token is not None
+            return self.seat_of_principal(game_id, token)
         try:
             secrets_ = self._secrets(game_id)
         except AggregateNotFoundError:

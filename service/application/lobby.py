@@ -46,10 +46,13 @@ class Lobby:
         self.games = games
 
     def _seated_seat(self, game_id: uuid.UUID, token: str | None) -> tuple[Vault, int]:
-        """The vault, read afresh, and the seat ``token`` holds (a lobby's seats change)."""
+        """The vault, read afresh, and the seat ``token`` holds (a lobby's seats change): a
+        seat token, or a personal token whose account holds a seat (contract 1.2)."""
         if not token:
             raise Unauthorized("send a seated player's token: Authorization: Bearer <token>")
         vault = self.games.vault(game_id)
+        if self.games.is_personal(token):
+            return vault, self.games.seat_of_principal(game_id, token)
         seat = match_token(vault.token_hashes, token)
         if seat is None:
             raise Unauthorized("unknown token for this game")
@@ -65,12 +68,16 @@ class Lobby:
         if_match: Collection[int] | None = None,
     ) -> Seated:
         """Take the first open seat: a person gets a token; a computer player (``bot``) is seated
-        by a player already seated, whose ``token`` is given. ``if_match``: only while the game
-        is at one of those versions (If-Match), else VersionConflict."""
+        by a player already seated, whose ``token`` is given. A person who sends a personal
+        token takes the seat as their account (contract 1.2). ``if_match``: only while the
+        game is at one of those versions (If-Match), else VersionConflict."""
         self.games.refuse_imported(game_id)
         if bot is not None:
             check_bots([{"name": name, "bot": bot}])
-        return self._again(lambda: self._join(game_id, name, bot, token, if_match))
+        account = None
+        if bot is None and self.games.is_personal(token):
+            account = self.games.principal_handle(token)
+        return self._again(lambda: self._join(game_id, name, bot, token, if_match, account))
 
     def _join(
         self,
@@ -79,17 +86,20 @@ class Lobby:
         bot: str | None,
         token: str | None,
         if_match: Collection[int] | None,
+        account: str | None = None,
     ) -> Seated:
         games = self.games
         with games.owned(game_id) as game:  # the vault read under the game's lock, afresh
-            if bot is not None or token is not None:
+            if account is not None:
+                vault = games.vault(game_id)
+            elif bot is not None or token is not None:
                 # A person needs no token to join; one sent must be good all the same (a client
                 # sending a wrong credential hears so: RFC 6750, 401, never silently ignored).
                 vault, _ = self._seated_seat(game_id, token)
             else:
                 vault = games.vault(game_id)
             check_version(game, if_match)
-            seat = game.join(name, draw=games.dicer(game), bot=bot)
+            seat = game.join(name, draw=games.dicer(game), bot=bot, account=account)
             issued = self._issue(vault, seat, bot)
             self._sealed_if_started(game, vault)
             self._save(game, vault)

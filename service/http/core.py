@@ -82,6 +82,9 @@ STATUS = {
     "too_many_client_streams": 429,
     "turn_timed_out": 409,
     "not_your_seat": 403,
+    "already_seated": 409,
+    "handle_taken": 409,
+    "insufficient_scope": 403,
     "shutting_down": 503,
     # HTTP
     "not_acceptable": 406,

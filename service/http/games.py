@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import uuid
 from typing import Any
 
 import flask
@@ -11,6 +12,8 @@ from flask import Blueprint, Response, request
 from domain.commands import Command, NewGame, Roll, parse_action
 from domain.errors import IllegalAction
 from domain.game import format_at
+from service.application.accounts import is_personal
+from service.application.errors import Unauthorized
 from service.application.games import Seat, parse_game_id
 from service.http import schemas
 from service.http.core import (
@@ -81,10 +84,42 @@ def commit_seed() -> Response:
 def create_game() -> Response:
     fields = load(CREATE_GAME, json_body())
     commitment = fields.pop("seed_commitment", None)
-    state, seats = runtime().games.create(NewGame(**fields), seed_commitment=commitment)
+    rt = runtime()
+    token = bearer_token()
+    principal = rt.accounts.authenticate(token, "play") if is_personal(token) else None
+    fields = with_accounts(fields, principal.handle if principal else None)
+    state, seats = rt.games.create(NewGame(**fields), seed_commitment=commitment)
+    if principal is not None and "seats" in fields:  # the caller takes seat 0 of the lobby
+        done = rt.lobby.join(uuid.UUID(state["id"]), principal.handle, token=token)
+        state = done.state
+        seats = [done.seat]
     payload = {"game": state, "seats": [seat_json(s) for s in seats]}
     headers = {"Location": f"/v1/games/{state['id']}", **etag(state["version"])}
     return json_response(payload, 201, headers)
+
+
+def with_accounts(fields: dict[str, Any], caller: str | None) -> dict[str, Any]:
+    """The creation's players with each ``{"account": …}`` entry as the caller's seat: only
+    the caller's own handle may be named (others join by lobby seat or challenge)."""
+    players = fields.get("players")
+    if players is None or not any(isinstance(p, dict) and "account" in p for p in players):
+        return fields
+    if caller is None:
+        raise Unauthorized("a player named by account needs that account's personal token")
+    accounts: list[str | None] = []
+    named: list[Any] = []
+    for player in players:
+        if isinstance(player, dict) and "account" in player:
+            if player["account"].lower() != caller.lower():
+                raise BadRequest(
+                    "a game seats only the caller's own account at creation: others join"
+                )
+            accounts.append(caller)
+            named.append(caller)
+        else:
+            accounts.append(None)
+            named.append(player)
+    return {**fields, "players": named, "accounts": accounts}
 
 
 @games_api.get("/v1/games")
@@ -118,9 +153,14 @@ def join_game(game_id: str) -> Response:
     """A person takes a seat; or a seated player seats a computer player (``bot``)."""
     gid = parse_game_id(game_id)
     data = load(JOIN, json_body())
-    done = runtime().lobby.join(
-        gid, data["name"], bot=data.get("bot"), token=bearer_token(), if_match=required_versions()
-    )
+    rt = runtime()
+    token = bearer_token()
+    name = data.get("name")
+    if name is None:  # with a personal token, the seat takes the account's handle
+        if not is_personal(token) or "bot" in data:
+            raise BadRequest("name is required (but with a personal token)")
+        name = rt.accounts.authenticate(token, "play").handle
+    done = rt.lobby.join(gid, name, bot=data.get("bot"), token=token, if_match=required_versions())
     return seated(done.state, done.seat)
 
 

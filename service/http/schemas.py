@@ -56,7 +56,8 @@ class RulesSchema(Schema):
 
 
 class PlayerField(fields.Field):  # type: ignore[type-arg]
-    """A player at creation: a name, or {"name": …, "bot": <computer player id>}."""
+    """A player at creation: a name, {"name": …, "bot": <computer player id>}, or
+    {"account": <the caller's own handle>} (contract 1.2)."""
 
     NAME = validate.Length(min=1, max=MAX_NAME_LENGTH)
 
@@ -64,6 +65,10 @@ class PlayerField(fields.Field):  # type: ignore[type-arg]
         if isinstance(value, str):
             self.NAME(value)
             return value
+        if isinstance(value, dict) and set(value) == {"account"}:
+            if not isinstance(value["account"], str):
+                raise ValidationError("an account is named by its handle")
+            return dict(value)
         if isinstance(value, dict) and set(value) <= {"name", "bot"} and "name" in value:
             if not isinstance(value["name"], str):
                 raise ValidationError("a player's name is a string")
@@ -71,7 +76,9 @@ class PlayerField(fields.Field):  # type: ignore[type-arg]
             if "bot" in value and not isinstance(value["bot"], str):
                 raise ValidationError("a bot is named by its id, e.g. expert")
             return dict(value)
-        raise ValidationError('a name, or {"name": "Robo", "bot": "expert"}')
+        raise ValidationError(
+            'a name, {"name": "Robo", "bot": "expert"}, or {"account": "<your handle>"}'
+        )
 
 
 class ClockSchema(Schema):
@@ -92,6 +99,7 @@ class CreateGameSchema(Schema):
     client_seed = fields.String(allow_none=True, validate=CLIENT_SEED)
     seed_commitment = fields.String(validate=SEED_COMMITMENT)
     clock = fields.Nested(ClockSchema, allow_none=True)
+    rated = StrictBool()
 
     @validates_schema
     def _players_or_seats(self, data: dict[str, Any], **_: Any) -> None:
@@ -100,7 +108,7 @@ class CreateGameSchema(Schema):
 
 
 class JoinSchema(Schema):
-    name = Name(required=True)
+    name = Name()  # required but with a personal token (then the account's handle)
     bot = fields.String(validate=validate.Length(min=1, max=40))
 
 
@@ -271,3 +279,17 @@ class VerdictSchema(Schema):
     error = fields.Nested(VerdictErrorSchema, allow_none=True)
     game = fields.Nested(GameStateSchema)
     trace = fields.List(fields.Nested(GameStateSchema))
+
+
+# ------------------------------------------------------------------------------ accounts
+class SignUpSchema(Schema):
+    handle = fields.String(required=True, validate=validate.Length(min=1, max=40))
+    password = fields.String(validate=validate.Length(max=4096))
+    bot = StrictBool(load_default=False)
+
+
+class SignInSchema(Schema):
+    handle = fields.String(required=True, validate=validate.Length(min=1, max=40))
+    password = fields.String(required=True, validate=validate.Length(max=4096))
+    scopes = fields.List(fields.String(), load_default=["play"])
+    description = fields.String(load_default="", validate=validate.Length(max=200))

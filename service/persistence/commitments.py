@@ -5,18 +5,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from eventsourcing.persistence import (
-    IntegrityError,
-    OperationalError,
-    PersistenceError,
-)
-
-from service.persistence.guard import BREAKER, SQLITE_BREAKER, guarded
+from service.persistence.tables import SideTable
 
 log = logging.getLogger("cantstop.store")
 
 
-class SeedCommitments:
+class SeedCommitments(SideTable):
     """Seeds drawn before a game exists, known to clients only by their commitment (contract 1.1:
     Fairness that no one can grind). Kept in a table of their own beside the events: a row is
     deleted when a game takes it (atomically: ``DELETE … RETURNING``, so two games can never share
@@ -24,22 +18,8 @@ class SeedCommitments:
 
     TABLE = "cantstop_seed_commitments"
 
-    def __init__(self, datastore: Any, dialect: str) -> None:
-        self.datastore = datastore
-        self.mark = "?" if dialect == "sqlite" else "%s"
-
     def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
-        def run() -> Any:
-            try:
-                with self.datastore.transaction(commit=True) as cursor:
-                    cursor.execute(sql.replace("?", self.mark), params)
-                    return cursor.fetchone() if "RETURNING" in sql else None
-            except (PersistenceError, IntegrityError):
-                raise
-            except Exception as exc:  # sqlite3 / psycopg errors, as the recorders map them
-                raise OperationalError(str(exc)) from exc
-
-        return guarded(run, breaker=SQLITE_BREAKER if self.mark == "?" else BREAKER)
+        return self.execute(sql, params, fetch="one" if "RETURNING" in sql else "")
 
     def create_table(self) -> None:
         self._execute(

@@ -1,0 +1,244 @@
+"""Accounts and personal tokens (contract 1.2): sign-up, sign-in, tokens with scopes, closing.
+
+An account is an ``Account`` aggregate whose id is derived from its handle in lower case, so
+handles that differ only in case are one account, and of ten sign-ups racing for one handle the
+store records exactly one (the others find its first version taken: 409 ``handle_taken``). A
+closed account's aggregate stays: its handle is never registered again, and its games stay
+auditable under it. What is secret lives beside the events (``persistence.accounts``):
+
+- the password, as an argon2id hash (``argon2-cffi``'s defaults), erased when the account
+  closes; a sign-in with an unknown handle verifies the password against a stand-in hash, so it
+  answers the same, in about the same time, whether the handle exists or not;
+- personal tokens, ``cst_<id>_<secret>``: 256 random bits, of which only a SHA-256 is kept and
+  compared in constant time; each with scopes (``play``, ``account``), listed and revoked. No
+  worker keeps a token: each request reads its row, so a revocation holds on every worker and
+  host from the next request on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import logging
+import re
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import argon2
+from eventsourcing.application import AggregateNotFoundError
+from eventsourcing.persistence import IntegrityError
+
+from domain.errors import InvalidRequest
+from domain.game import check_handle, format_at
+from service.application.aggregates import Account, account_id
+from service.application.errors import ApplicationError, NotFound, Unauthorized
+from service.application.games import Games
+from service.persistence.accounts import Credentials, TokenRow
+
+log = logging.getLogger("cantstop.accounts")
+
+SCOPES = ("play", "account")
+PASSWORD_LENGTH = (8, 1024)
+TOKEN_PREFIX = "cst_"
+TOKEN_SHAPE = re.compile(r"cst_([0-9a-f]{16})_([A-Za-z0-9_-]{43})")
+MAX_DESCRIPTION = 200
+
+
+class HandleTaken(ApplicationError):
+    code = "handle_taken"
+
+
+class InsufficientScope(ApplicationError):
+    code = "insufficient_scope"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a personal token speaks for: the account's handle as registered, and the scopes."""
+
+    handle: str
+    bot: bool
+    scopes: tuple[str, ...]
+    token_id: str
+
+    def require(self, scope: str) -> None:
+        if scope not in self.scopes:
+            raise InsufficientScope(f"this token lacks the scope {scope!r}")
+
+
+@dataclass(frozen=True)
+class Issued:
+    id: str
+    token: str
+    scopes: tuple[str, ...]
+    created_at: str
+    description: str
+
+
+def is_personal(token: str | None) -> bool:
+    return token is not None and token.startswith(TOKEN_PREFIX)
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+class Accounts:
+    def __init__(self, games: Games, credentials: Credentials) -> None:
+        self.games = games
+        self.credentials = credentials
+        self.hasher = argon2.PasswordHasher()  # argon2id, the library's current defaults
+        # Verified when a handle is unknown, so that a sign-in takes as long either way.
+        self._stand_in = self.hasher.hash(secrets.token_urlsafe(16))
+
+    # ------------------------------------------------------------------------------ reading
+    def account(self, handle: str) -> Account:
+        """The account registered under ``handle`` (whatever its case); NotFound if none."""
+        try:
+            check_handle(handle)
+        except InvalidRequest:
+            raise NotFound(f"no account {handle!r}") from None
+        try:
+            found: Any = self.games.repository.get(account_id(handle))
+        except AggregateNotFoundError:
+            raise NotFound(f"no account {handle!r}") from None
+        if not isinstance(found, Account):
+            raise NotFound(f"no account {handle!r}")
+        return found
+
+    def exists(self, handle: str) -> bool:
+        try:
+            self.account(handle)
+        except NotFound:
+            return False
+        return True
+
+    # ----------------------------------------------------------------------------- creating
+    def sign_up(self, handle: str, password: str | None, *, bot: bool = False) -> Issued:
+        """A new account and its first token (both scopes). A bot account has no password: its
+        token is its only credential."""
+        check_handle(handle)
+        if bot:
+            if password is not None:
+                raise InvalidRequest("a bot account has no password: its token is its credential")
+        else:
+            check_password(password)
+        digest = None if bot else self.hasher.hash(password or "")
+        self._register(handle, bot)
+        key = handle.lower()
+        if digest is not None:
+            self.credentials.set_password(key, digest)
+        return self._issue(key, SCOPES, "sign-up")
+
+    def _register(self, handle: str, bot: bool) -> Account:
+        account = Account(handle=handle, bot=bot)
+        try:
+            self.games.save(account)
+        except IntegrityError:
+            raise HandleTaken(
+                f"the handle {handle!r} is taken (handles are the same whatever their case)"
+            ) from None
+        return account
+
+    def ensure_bot(self, handle: str) -> None:
+        """The built-in bot's account, registered once (its handle is its strategy's id)."""
+        if not self.exists(handle):
+            with contextlib.suppress(HandleTaken):  # another process registered it first
+                self._register(handle, True)
+
+    # ------------------------------------------------------------------------------ signing
+    def sign_in(
+        self, handle: str, password: str, scopes: Sequence[str], description: str = ""
+    ) -> Issued:
+        """A new token for the account, given its password. A wrong handle or password is the
+        same 401, in about the same time."""
+        check_scopes(scopes)
+        description = check_description(description)
+        stored = None
+        account = None
+        with contextlib.suppress(NotFound):
+            account = self.account(handle)
+        if account is not None and not account.closed and not account.bot:
+            stored = self.credentials.password(handle.lower())
+        try:
+            self.hasher.verify(stored or self._stand_in, password)
+            ok = stored is not None
+        except (argon2.exceptions.VerificationError, argon2.exceptions.InvalidHashError):
+            ok = False
+        if not ok or account is None:
+            raise Unauthorized("wrong handle or password")
+        return self._issue(handle.lower(), tuple(scopes), description)
+
+    def _issue(self, key: str, scopes: Sequence[str], description: str) -> Issued:
+        token_id = secrets.token_hex(8)
+        secret = secrets.token_urlsafe(32)
+        created = format_at(datetime.now(UTC))
+        self.credentials.add_token(
+            TokenRow(token_id, key, _digest(secret), tuple(scopes), description, created, False)
+        )
+        return Issued(
+            token_id, f"{TOKEN_PREFIX}{token_id}_{secret}", tuple(scopes), created, description
+        )
+
+    def authenticate(self, token: str | None, scope: str | None = None) -> Principal:
+        """Who the personal token speaks for (401 if unknown, revoked or its account closed;
+        403 ``insufficient_scope`` without ``scope``)."""
+        match = TOKEN_SHAPE.fullmatch(token or "")
+        if match is None:
+            raise Unauthorized("unknown token")
+        row = self.credentials.token(match.group(1))
+        expected = row.digest if row is not None else _digest("")
+        if not hmac.compare_digest(expected, _digest(match.group(2))) or row is None:
+            raise Unauthorized("unknown token")
+        if row.revoked:
+            raise Unauthorized("this token was revoked")
+        account = self.account(row.account)
+        if account.closed:
+            raise Unauthorized("this account is closed")
+        principal = Principal(account.handle, account.bot, row.scopes, row.id)
+        if scope is not None:
+            principal.require(scope)
+        return principal
+
+    def tokens(self, principal: Principal) -> list[TokenRow]:
+        return self.credentials.tokens(principal.handle.lower())
+
+    def revoke(self, principal: Principal, token_id: str) -> None:
+        if not self.credentials.revoke(principal.handle.lower(), token_id):
+            raise NotFound(f"no token {token_id!r} of this account")
+
+    def close(self, principal: Principal) -> None:
+        """Close the account: its tokens die, its password hash is erased, its handle is never
+        registered again; its games stay as they were recorded."""
+        principal.require("account")
+        account = self.account(principal.handle)
+        if not account.closed:
+            account.close()
+            self.games.save(account)
+        self.credentials.erase(principal.handle.lower())
+
+
+def check_password(password: Any) -> str:
+    low, high = PASSWORD_LENGTH
+    if not isinstance(password, str) or not low <= len(password) <= high:
+        raise InvalidRequest(f"a password is {low} to {high} characters")
+    return password
+
+
+def check_scopes(scopes: Iterable[Any]) -> None:
+    scopes = list(scopes)
+    if not scopes or any(s not in SCOPES for s in scopes) or len(set(scopes)) != len(scopes):
+        raise InvalidRequest(f"scopes are one or more of {', '.join(SCOPES)}")
+
+
+def check_description(description: Any) -> str:
+    if not isinstance(description, str) or len(description) > MAX_DESCRIPTION:
+        raise InvalidRequest(f"a token's description is text of at most {MAX_DESCRIPTION}")
+    return description
+
+
+__all__ = ["Accounts", "HandleTaken", "InsufficientScope", "Principal", "is_personal"]

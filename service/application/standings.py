@@ -1,0 +1,402 @@
+"""Players' views across games (contract 1.2): each account's games, and the ratings.
+
+Both are ``View``s kept in the store (service/persistence/views.py), moved on once per event.
+
+The ratings are a pure function of the rated games in the order they finished: by their
+``GameFinished`` time, then their id (``ORDER``), which anyone can read from the games' exports
+(``cantstop ratings``). A game that arrives in the log after one that finished later (another
+host's clock a little behind) makes its pool be folded again from its games in that order, so the
+figures never depend on the order the events reached the store; rebuilding the view gives the same
+numbers to the last bit.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from eventsourcing.utils import get_topic
+
+from domain import ratings as order
+from domain.game import Game, format_at
+from service.application.errors import ApplicationError
+from service.application.games import Games
+from service.application.ratings import RatedGame, Rating, Ratings, initial, rate
+from service.persistence.views import Sql, View, Views
+
+ORDER = "finished_at, game_id"  # the order games finished, as the ratings fold them
+
+
+def resignations(records: Sequence[dict[str, Any]]) -> list[int]:
+    """The seats that resigned, in the order they did, from a game's events as served."""
+    return [int(r["data"]["seat"]) for r in records if r["type"] == "PlayerResigned"]
+
+
+def rated_game(
+    game: Game, records: Sequence[dict[str, Any]], game_id: str | None = None
+) -> tuple[RatedGame, str] | None:
+    """A finished rated game as the ratings take it, and when it finished; None for a game that
+    is not rated (or not finished). Shared by the view and ``cantstop ratings`` (which replays
+    an export: it names the game's id)."""
+    if not game.rated or game.status != "finished":
+        return None
+    finished = next((r for r in records if r["type"] == "GameFinished"), None)
+    if finished is None:
+        return None
+    accounts = [a or "" for a in game.accounts]
+    places = order.ranks(order.finish_of(game, resignations(records)))
+    pool = order.pool(game.rules, game.seats)
+    key = game_id if game_id is not None else str(game.id)
+    return RatedGame(key, pool, accounts, places), str(finished["at"])
+
+
+@dataclass(frozen=True)
+class Finished:
+    game: RatedGame
+    finished_at: str
+    rules: dict[str, Any]
+    players: int
+
+
+class RatingsView(View):
+    """Every account's rating per pool, its history, and the rated games they come from."""
+
+    name = "ratings"
+    version = 1
+    topics = (get_topic(Game.GameFinished),)
+    heads_only = True
+    tables = {  # noqa: RUF012 (the View's declaration)
+        "games": [
+            "CREATE TABLE IF NOT EXISTS {games} (game_id TEXT PRIMARY KEY, pool TEXT NOT NULL, "
+            "finished_at TEXT NOT NULL, accounts TEXT NOT NULL, places TEXT)",
+            "CREATE INDEX IF NOT EXISTS {games}_order ON {games} (pool, finished_at, game_id)",
+        ],
+        "pools": [
+            "CREATE TABLE IF NOT EXISTS {pools} (pool TEXT PRIMARY KEY, rules TEXT NOT NULL, "
+            "players INTEGER NOT NULL)"
+        ],
+        "ratings": [
+            "CREATE TABLE IF NOT EXISTS {ratings} (pool TEXT NOT NULL, account TEXT NOT NULL, "
+            "handle TEXT NOT NULL, mu DOUBLE PRECISION NOT NULL, sigma DOUBLE PRECISION NOT NULL, "
+            "games INTEGER NOT NULL, PRIMARY KEY (pool, account))",
+            "CREATE INDEX IF NOT EXISTS {ratings}_account ON {ratings} (account)",
+        ],
+        "history": [
+            "CREATE TABLE IF NOT EXISTS {history} (account TEXT NOT NULL, pool TEXT NOT NULL, "
+            "game_id TEXT NOT NULL, finished_at TEXT NOT NULL, mu DOUBLE PRECISION NOT NULL, "
+            "sigma DOUBLE PRECISION NOT NULL, PRIMARY KEY (account, pool, game_id))"
+        ],
+    }
+
+    def __init__(self, games: Games) -> None:
+        self.games = games
+
+    def prepare(self, items: list[Any], read: Sql) -> list[Finished]:
+        """Each finished rated game of the batch, read from the store (its last version)."""
+        found = []
+        for head in items:
+            try:
+                game = self.games.game(head.originator_id)
+                records = self.games.history(head.originator_id)
+            except ApplicationError:  # a damaged game: passed over, as views do
+                continue
+            rated = rated_game(game, records)
+            if rated is not None:
+                found.append(Finished(rated[0], rated[1], dict(game.rules), game.seats))
+        return found
+
+    def apply(self, sql: Sql, prepared: list[Finished]) -> None:
+        for finished in prepared:
+            self._apply(sql, finished)
+
+    def _apply(self, sql: Sql, finished: Finished) -> None:
+        game = finished.game
+        if sql.one("SELECT 1 FROM {games} WHERE game_id = ?", [game.game_id]) is not None:
+            return  # rated once
+        sql.execute(
+            "INSERT INTO {pools} (pool, rules, players) VALUES (?, ?, ?) "
+            "ON CONFLICT (pool) DO NOTHING",
+            [game.pool, json.dumps(finished.rules, sort_keys=True), finished.players],
+        )
+        last = sql.one(
+            f"SELECT finished_at, game_id FROM {{games}} WHERE pool = ? "
+            f"ORDER BY {ORDER.replace(',', ' DESC,')} DESC LIMIT 1",
+            [game.pool],
+        )
+        sql.execute(
+            "INSERT INTO {games} (game_id, pool, finished_at, accounts, places) "
+            "VALUES (?, ?, ?, ?, ?)",
+            [
+                game.game_id,
+                game.pool,
+                finished.finished_at,
+                json.dumps(list(game.accounts)),
+                None if game.places is None else json.dumps(list(game.places)),
+            ],
+        )
+        if last is None or (last["finished_at"], last["game_id"]) < (
+            finished.finished_at,
+            game.game_id,
+        ):
+            self._rate(sql, game, finished.finished_at)
+        else:  # finished before a game already rated: the pool is folded again, in order
+            self._refold(sql, game.pool)
+
+    def _rate(self, sql: Sql, game: RatedGame, finished_at: str) -> None:
+        if game.places is None:
+            return
+        before = []
+        for handle in game.accounts:
+            row = sql.one(
+                "SELECT mu, sigma, games FROM {ratings} WHERE pool = ? AND account = ?",
+                [game.pool, handle.lower()],
+            )
+            before.append(
+                initial() if row is None else Rating(row["mu"], row["sigma"], row["games"])
+            )
+        for handle, after in zip(game.accounts, rate(before, game.places), strict=True):
+            self._put(sql, game.pool, handle, after, game.game_id, finished_at)
+
+    def _put(
+        self, sql: Sql, pool: str, handle: str, rating: Rating, game_id: str, finished_at: str
+    ) -> None:
+        sql.execute(
+            "INSERT INTO {ratings} (pool, account, handle, mu, sigma, games) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (pool, account) DO UPDATE SET "
+            "mu = excluded.mu, sigma = excluded.sigma, games = excluded.games",
+            [pool, handle.lower(), handle, rating.mu, rating.sigma, rating.games],
+        )
+        sql.execute(
+            "INSERT INTO {history} (account, pool, game_id, finished_at, mu, sigma) "
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (account, pool, game_id) DO UPDATE SET "
+            "mu = excluded.mu, sigma = excluded.sigma",
+            [handle.lower(), pool, game_id, finished_at, rating.mu, rating.sigma],
+        )
+
+    def _refold(self, sql: Sql, pool: str) -> None:
+        rows = sql.all(f"SELECT * FROM {{games}} WHERE pool = ? ORDER BY {ORDER}", [pool])
+        sql.execute("DELETE FROM {ratings} WHERE pool = ?", [pool])
+        sql.execute("DELETE FROM {history} WHERE pool = ?", [pool])
+        for row in rows:
+            places = None if row["places"] is None else json.loads(row["places"])
+            game = RatedGame(row["game_id"], pool, json.loads(row["accounts"]), places)
+            self._rate(sql, game, row["finished_at"])
+
+    # ------------------------------------------------------------------------------ reads
+    def of_account(self, views: Views, handle: str) -> list[dict[str, Any]]:
+        """The account's ratings, one per pool it played a rated game in."""
+
+        def run(sql: Sql) -> list[Any]:
+            return sql.all(
+                "SELECT r.*, p.rules, p.players FROM {ratings} r JOIN {pools} p "
+                "ON p.pool = r.pool WHERE r.account = ? ORDER BY r.pool",
+                [handle.lower()],
+            )
+
+        return [_rating(row) for row in views.read(self, run)]
+
+    def leaderboard(self, views: Views, pool: str, limit: int) -> dict[str, Any] | None:
+        """The pool's accounts that are not provisional, by rating; None for an unknown pool."""
+
+        def run(sql: Sql) -> tuple[Any, list[Any]]:
+            found = sql.one("SELECT * FROM {pools} WHERE pool = ?", [pool])
+            rows = sql.all("SELECT * FROM {ratings} WHERE pool = ? AND games >= ?", [pool, 10])
+            return found, rows
+
+        found, rows = views.read(self, run)
+        if found is None:
+            return None
+        ranked = sorted(
+            (
+                _rating(dict(row) | {"rules": found["rules"], "players": found["players"]})
+                for row in rows
+            ),
+            key=lambda r: (-r["rating"], r["handle"].lower()),
+        )[:limit]
+        for place, entry in enumerate(ranked, start=1):
+            entry["rank"] = place
+        return {
+            "pool": pool,
+            "rules": json.loads(found["rules"]),
+            "players": found["players"],
+            "ranking": ranked,
+        }
+
+    def history(self, views: Views, handle: str) -> list[dict[str, Any]]:
+        """The account's rating after each rated game, oldest first (the profile's chart)."""
+
+        def run(sql: Sql) -> list[Any]:
+            return sql.all(
+                "SELECT * FROM {history} WHERE account = ? ORDER BY pool, finished_at, game_id",
+                [handle.lower()],
+            )
+
+        return [
+            {
+                "pool": row["pool"],
+                "game_id": row["game_id"],
+                "finished_at": row["finished_at"],
+                "mu": row["mu"],
+                "sigma": row["sigma"],
+                "rating": row["mu"] - 3 * row["sigma"],
+            }
+            for row in views.read(self, run)
+        ]
+
+
+def _rating(row: Any) -> dict[str, Any]:
+    rating = Rating(row["mu"], row["sigma"], row["games"])
+    rules = row["rules"]
+    return {
+        "pool": row["pool"],
+        "handle": row["handle"],
+        "rules": json.loads(rules) if isinstance(rules, str) else rules,
+        "players": row["players"],
+        "mu": rating.mu,
+        "sigma": rating.sigma,
+        "rating": rating.rating,
+        "games": rating.games,
+        "provisional": rating.provisional,
+    }
+
+
+class AccountGames(View):
+    """Each account's games (a seat it holds), newest first."""
+
+    name = "account_games"
+    version = 1
+    topics = tuple(
+        get_topic(c)
+        for c in (
+            Game.GameCreated,
+            Game.SeatJoined,
+            Game.SeatLeft,
+            Game.TurnOrderDecided,
+            Game.GameFinished,
+        )
+    )
+    tables = {  # noqa: RUF012 (the View's declaration)
+        "seats": [
+            "CREATE TABLE IF NOT EXISTS {seats} (account TEXT NOT NULL, game_id TEXT NOT NULL, "
+            "seq BIGINT NOT NULL, seat INTEGER NOT NULL, rated INTEGER NOT NULL, "
+            "status TEXT NOT NULL, created_at TEXT NOT NULL, PRIMARY KEY (account, game_id))",
+            "CREATE INDEX IF NOT EXISTS {seats}_newest ON {seats} (account, seq)",
+            "CREATE INDEX IF NOT EXISTS {seats}_game ON {seats} (game_id)",
+        ],
+        # Every game's creation, for the seats taken later (a lobby's).
+        "games": [
+            "CREATE TABLE IF NOT EXISTS {games} (game_id TEXT PRIMARY KEY, seq BIGINT NOT NULL, "
+            "rated INTEGER NOT NULL, created_at TEXT NOT NULL)"
+        ],
+    }
+
+    def apply(self, sql: Sql, prepared: list[tuple[int, Any]]) -> None:
+        for seq, event in prepared:
+            key = str(event.originator_id)
+            if isinstance(event, Game.GameCreated):
+                created = format_at(event.timestamp)
+                sql.execute(
+                    "INSERT INTO {games} (game_id, seq, rated, created_at) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (game_id) DO NOTHING",
+                    [key, seq, int(bool(event.rated)), created],
+                )
+                for seat, handle in enumerate(event.accounts or []):
+                    if handle is not None:
+                        self._seat(sql, handle, key, seat)
+            elif isinstance(event, Game.SeatJoined) and event.account is not None:
+                self._seat(sql, event.account, key, event.seat)
+            elif isinstance(event, Game.SeatLeft):
+                sql.execute("DELETE FROM {seats} WHERE game_id = ? AND seat = ?", [key, event.seat])
+            elif isinstance(event, Game.TurnOrderDecided):
+                sql.execute("UPDATE {seats} SET status = 'in_progress' WHERE game_id = ?", [key])
+            elif isinstance(event, Game.GameFinished):
+                sql.execute("UPDATE {seats} SET status = 'finished' WHERE game_id = ?", [key])
+
+    @staticmethod
+    def _seat(sql: Sql, handle: str, game_id: str, seat: int) -> None:
+        """The account's seat in the game, newest first by the game's creation."""
+        sql.execute(
+            "INSERT INTO {seats} (account, game_id, seq, seat, rated, status, created_at) "
+            "SELECT ?, game_id, seq, ?, rated, 'waiting', created_at FROM {games} "
+            "WHERE game_id = ? ON CONFLICT (account, game_id) DO NOTHING",
+            [handle.lower(), seat, game_id],
+        )
+
+    def page(
+        self,
+        views: Views,
+        handle: str,
+        *,
+        status: str | None,
+        rated: bool | None,
+        limit: int,
+        cursor: int | None,
+    ) -> tuple[list[dict[str, Any]], int | None]:
+        """One page of the account's games, newest first, and the cursor of the next page."""
+        where: list[str] = ["account = ?"]
+        params: list[Any] = [handle.lower()]
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        if rated is not None:
+            where.append("rated = ?")
+            params.append(int(rated))
+        if cursor is not None:
+            where.append("seq < ?")
+            params.append(cursor)
+
+        def run(sql: Sql) -> list[Any]:
+            return sql.all(
+                f"SELECT * FROM {{seats}} WHERE {' AND '.join(where)} ORDER BY seq DESC LIMIT ?",
+                [*params, limit + 1],
+            )
+
+        rows = views.read(self, run)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        page = [
+            {
+                "game_id": row["game_id"],
+                "seat": row["seat"],
+                "status": row["status"],
+                "rated": bool(row["rated"]),
+                "created_at": row["created_at"],
+            }
+            for row in rows
+        ]
+        return page, (int(rows[-1]["seq"]) if more and rows else None)
+
+    def counts(self, views: Views, handle: str) -> dict[str, int]:
+        def run(sql: Sql) -> list[Any]:
+            return sql.all(
+                "SELECT status, rated, count(*) AS n FROM {seats} WHERE account = ? "
+                "GROUP BY status, rated",
+                [handle.lower()],
+            )
+
+        counts = {"games": 0, "finished": 0, "rated": 0}
+        for row in views.read(self, run):
+            counts["games"] += row["n"]
+            if row["status"] == "finished":
+                counts["finished"] += row["n"]
+            if row["rated"]:
+                counts["rated"] += row["n"]
+        return counts
+
+    def finished_ids(self, views: Views, handle: str) -> list[uuid.UUID]:
+        """The account's finished games, oldest first (the bulk export)."""
+
+        def run(sql: Sql) -> list[Any]:
+            return sql.all(
+                "SELECT game_id FROM {seats} WHERE account = ? AND status = 'finished' "
+                "ORDER BY seq",
+                [handle.lower()],
+            )
+
+        return [uuid.UUID(row["game_id"]) for row in views.read(self, run)]
+
+
+__all__ = ["AccountGames", "Ratings", "RatingsView", "rated_game"]

@@ -1,0 +1,180 @@
+"""Accounts, personal tokens, profiles, histories and rated leaderboards (contract 1.2)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, Response, request
+
+from service.application.accounts import Issued, Principal
+from service.application.auditing import export_lines
+from service.application.errors import NotFound
+from service.http import schemas
+from service.http.core import (
+    BadRequest,
+    bearer_token,
+    int_arg,
+    json_body,
+    json_response,
+    load,
+    runtime,
+)
+
+accounts_api = Blueprint("accounts", __name__)
+
+SIGN_UP = schemas.SignUpSchema()
+SIGN_IN = schemas.SignInSchema()
+NO_STORE = {"Cache-Control": "no-store"}  # answers that carry a token, or an account's own data
+
+
+def me(scope: str | None = None) -> Principal:
+    """The account the request's personal token speaks for (401 without one)."""
+    return runtime().accounts.authenticate(bearer_token(), scope)
+
+
+def account_json(handle: str) -> dict[str, Any]:
+    rt = runtime()
+    account = rt.accounts.account(handle)
+    return {
+        "handle": account.handle,
+        "bot": account.bot,
+        "created_at": account.created_on.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+        "closed": account.closed,
+    }
+
+
+def token_json(issued: Issued) -> dict[str, Any]:
+    return {
+        "id": issued.id,
+        "token": issued.token,
+        "scopes": list(issued.scopes),
+        "description": issued.description,
+        "created_at": issued.created_at,
+    }
+
+
+@accounts_api.post("/v1/accounts")
+def sign_up() -> Response:
+    data = load(SIGN_UP, json_body())
+    issued = runtime().accounts.sign_up(data["handle"], data.get("password"), bot=data["bot"])
+    body = {"account": account_json(data["handle"]), "token": issued.token, "token_id": issued.id}
+    headers = {"Location": f"/v1/accounts/{data['handle']}", **NO_STORE}
+    return json_response(body, 201, headers)
+
+
+@accounts_api.post("/v1/tokens")
+def sign_in() -> Response:
+    data = load(SIGN_IN, json_body())
+    issued = runtime().accounts.sign_in(
+        data["handle"], data["password"], data["scopes"], data["description"]
+    )
+    return json_response(token_json(issued), 201, NO_STORE)
+
+
+@accounts_api.get("/v1/account")
+def my_account() -> Response:
+    principal = me()
+    rt = runtime()
+    body = account_json(principal.handle)
+    body["ratings"] = rt.ratings.of_account(rt.views, principal.handle)
+    body["scopes"] = list(principal.scopes)
+    return json_response(body, headers=NO_STORE)
+
+
+@accounts_api.get("/v1/account/tokens")
+def my_tokens() -> Response:
+    principal = me("account")
+    rows = runtime().accounts.tokens(principal)
+    tokens = [
+        {
+            "id": row.id,
+            "scopes": list(row.scopes),
+            "description": row.description,
+            "created_at": row.created_at,
+            "current": row.id == principal.token_id,
+        }
+        for row in rows
+    ]
+    return json_response({"tokens": tokens}, headers=NO_STORE)
+
+
+@accounts_api.delete("/v1/account/tokens/<token_id>")
+def revoke_token(token_id: str) -> Response:
+    principal = me("account")
+    runtime().accounts.revoke(principal, token_id)
+    return Response(status=204)
+
+
+@accounts_api.delete("/v1/account")
+def close_account() -> Response:
+    runtime().accounts.close(me("account"))
+    return Response(status=204)
+
+
+@accounts_api.get("/v1/accounts/<handle>")
+def profile(handle: str) -> Response:
+    rt = runtime()
+    body = account_json(handle)
+    body["ratings"] = rt.ratings.of_account(rt.views, handle)
+    body["counts"] = rt.account_games.counts(rt.views, handle)
+    body["rating_history"] = rt.ratings.history(rt.views, handle)
+    return json_response(body)
+
+
+def _bool_arg(name: str) -> bool | None:
+    raw = request.args.get(name)
+    if raw is None:
+        return None
+    if raw not in ("true", "false"):
+        raise BadRequest(f"{name} must be true or false")
+    return raw == "true"
+
+
+@accounts_api.get("/v1/accounts/<handle>/games")
+def account_games(handle: str) -> Response:
+    rt = runtime()
+    rt.accounts.account(handle)  # 404 for an unknown account
+    status = request.args.get("status")
+    if status is not None and status not in ("waiting", "in_progress", "finished"):
+        raise BadRequest("status must be waiting, in_progress or finished")
+    limit = int_arg("limit", 50, 1, 200)
+    raw_cursor = request.args.get("cursor")
+    cursor = None
+    if raw_cursor is not None:
+        if not raw_cursor.isascii() or not raw_cursor.isdigit() or len(raw_cursor) > 18:
+            raise BadRequest("cursor must be the next_cursor of a page before")
+        cursor = int(raw_cursor)
+    page, next_cursor = rt.account_games.page(
+        rt.views, handle, status=status, rated=_bool_arg("rated"), limit=limit, cursor=cursor
+    )
+    return json_response(
+        {"games": page, "next_cursor": None if next_cursor is None else str(next_cursor)}
+    )
+
+
+@accounts_api.get("/v1/accounts/<handle>/games/export")
+def export_account_games(handle: str) -> Response:
+    """The exports of the account's finished games, one after another, each with its header."""
+    rt = runtime()
+    rt.accounts.account(handle)
+    ids = rt.account_games.finished_ids(rt.views, handle)
+
+    def lines() -> Any:
+        for game_id in ids:
+            yield export_lines(rt.games, game_id).encode("utf-8")
+
+    return Response(
+        lines(),
+        mimetype="application/x-ndjson",
+        headers={"Content-Disposition": f'attachment; filename="{handle}-games.ndjson"'},
+    )
+
+
+@accounts_api.get("/v1/leaderboards/<pool>")
+def pool_leaderboard(pool: str) -> Response:
+    rt = runtime()
+    limit = int_arg("limit", 50, 1, 200)
+    board = rt.ratings.leaderboard(rt.views, pool, limit)
+    if board is None:
+        raise NotFound(f"no rated games in pool {pool!r}")
+    return json_response(board)

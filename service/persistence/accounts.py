@@ -1,0 +1,113 @@
+"""Accounts' secrets, beside the events and never in them: each account's password hash
+(argon2id) and its personal tokens' hashes (SHA-256 of 256 random bits), with their scopes.
+
+Kept in tables of their own so that closing an account can erase them (an event is immutable).
+A token is found by its id (the part before its secret) and its secret compared with the stored
+hash in constant time; revoking one is a row update, read by every worker and host at the next
+request.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from service.persistence.tables import SideTable
+
+
+@dataclass(frozen=True)
+class TokenRow:
+    id: str
+    account: str  # the account's key: its handle in lower case
+    digest: str
+    scopes: tuple[str, ...]
+    description: str
+    created_at: str
+    revoked: bool
+
+
+class Credentials(SideTable):
+    PASSWORDS = "cantstop_passwords"
+    TOKENS = "cantstop_tokens"
+
+    def create_table(self) -> None:
+        self.execute(
+            f"CREATE TABLE IF NOT EXISTS {self.PASSWORDS} "
+            "(account TEXT PRIMARY KEY, hash TEXT NOT NULL)"
+        )
+        self.execute(
+            f"CREATE TABLE IF NOT EXISTS {self.TOKENS} (id TEXT PRIMARY KEY, "
+            "account TEXT NOT NULL, digest TEXT NOT NULL, scopes TEXT NOT NULL, "
+            "description TEXT NOT NULL, "
+            "created_at TEXT NOT NULL, revoked INTEGER NOT NULL)"
+        )
+        self.execute(f"CREATE INDEX IF NOT EXISTS {self.TOKENS}_account ON {self.TOKENS} (account)")
+
+    # ---------------------------------------------------------------------------- passwords
+    def set_password(self, account: str, digest: str) -> None:
+        self.execute(
+            f"INSERT INTO {self.PASSWORDS} (account, hash) VALUES (?, ?) "
+            "ON CONFLICT (account) DO UPDATE SET hash = excluded.hash",
+            (account, digest),
+        )
+
+    def password(self, account: str) -> str | None:
+        row = self.execute(
+            f"SELECT hash FROM {self.PASSWORDS} WHERE account = ?", (account,), fetch="one"
+        )
+        return None if row is None else str(row["hash"])
+
+    def erase(self, account: str) -> None:
+        """Close an account's credentials: its password hash is deleted, its tokens revoked."""
+        self.execute(f"DELETE FROM {self.PASSWORDS} WHERE account = ?", (account,))
+        self.execute(f"UPDATE {self.TOKENS} SET revoked = 1 WHERE account = ?", (account,))
+
+    # ------------------------------------------------------------------------------- tokens
+    def add_token(self, row: TokenRow) -> None:
+        self.execute(
+            f"INSERT INTO {self.TOKENS} "
+            "(id, account, digest, scopes, description, created_at, revoked) "
+            "VALUES (?, ?, ?, ?, ?, ?, 0)",
+            (
+                row.id,
+                row.account,
+                row.digest,
+                json.dumps(row.scopes),
+                row.description,
+                row.created_at,
+            ),
+        )
+
+    def token(self, token_id: str) -> TokenRow | None:
+        row = self.execute(f"SELECT * FROM {self.TOKENS} WHERE id = ?", (token_id,), fetch="one")
+        return None if row is None else _token(row)
+
+    def tokens(self, account: str) -> list[TokenRow]:
+        rows = self.execute(
+            f"SELECT * FROM {self.TOKENS} WHERE account = ? AND revoked = 0 ORDER BY created_at",
+            (account,),
+            fetch="all",
+        )
+        return [_token(row) for row in rows]
+
+    def revoke(self, account: str, token_id: str) -> bool:
+        row = self.execute(
+            f"UPDATE {self.TOKENS} SET revoked = 1 WHERE account = ? AND id = ? AND revoked = 0 "
+            "RETURNING id",
+            (account, token_id),
+            fetch="one",
+        )
+        return row is not None
+
+
+def _token(row: Any) -> TokenRow:
+    return TokenRow(
+        id=str(row["id"]),
+        account=str(row["account"]),
+        digest=str(row["digest"]),
+        scopes=tuple(json.loads(row["scopes"])),
+        description=str(row["description"]),
+        created_at=str(row["created_at"]),
+        revoked=bool(row["revoked"]),
+    )
