@@ -137,8 +137,12 @@ def cmd_ratings(args: argparse.Namespace) -> int:
         return 2
     finished = []
     rules: dict[str, tuple[dict[str, Any], int]] = {}
+    seen: set[str] = set()
     for header, records in exports:
         game_id = str(header.get("game_id"))
+        if game_id in seen:  # the same game in two accounts' exports: counted once
+            continue
+        seen.add(game_id)
         if not audit_records(records)["valid"]:
             print(f"{args.file}: game {game_id} does not verify: left out", file=sys.stderr)
             continue

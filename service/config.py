@@ -18,7 +18,10 @@ from urllib.parse import urlsplit
 
 DEFAULT_DATABASE_URL = "sqlite:///var/cantstop.sqlite"
 DEFAULT_MAX_BODY_BYTES = 256 * 1024
-SCOPES = ("create", "action", "audit")
+SCOPES = ("create", "action", "audit", "signin")
+# Sign-up and sign-in are always limited (guessing passwords), per handle and per client, unless
+# CANTSTOP_RATE_LIMITS names signin itself.
+DEFAULT_SIGNIN = "signin=10/minute"
 UNITS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hour": 3600}
 UNITS |= {"d": 86400, "day": 86400}
 RULE = re.compile(r"^(?P<scope>[a-z_]+)=(?P<count>\d{1,9})/(?P<n>\d{0,6})(?P<unit>[a-z]+)$")
@@ -179,7 +182,7 @@ class Settings:
 
     @property
     def limits(self) -> dict[str, Limit]:
-        return parse_limits(self.rate_limits)
+        return parse_limits(DEFAULT_SIGNIN) | parse_limits(self.rate_limits)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

@@ -6,7 +6,6 @@ factory and the command line both build their process's ``Runtime`` here.
 
 from __future__ import annotations
 
-from domain import strategies
 from service.application.accounts import Accounts
 from service.application.advisor import Advisor
 from service.application.games import Games
@@ -52,8 +51,6 @@ class Runtime:
         self.ratings = RatingsView(self.games)
         if create_tables:
             self.views.setup(self.all_views())
-            for strategy in strategies.list():  # the built-in bots play as their accounts
-                self.accounts.ensure_bot(strategy.id)
         self.link = RedisLink(settings.redis_url) if settings.redis_url else None
         self.hub = Hub(self.games, self.link, LiveConfig.from_env())
         self.games.on_recorded = self.hub.publish

@@ -283,3 +283,15 @@ def test_a_password_never_reaches_the_log(
     client.post("/v1/tokens", json={"handle": "quiet", "password": secret})
     client.post("/v1/tokens", json={"handle": "quiet", "password": secret + "x"})
     assert secret not in caplog.text
+
+
+def test_sign_in_is_limited_per_handle_and_per_client(client: FlaskClient) -> None:
+    sign_up(client, "limited")
+    answers = [
+        client.post("/v1/tokens", json={"handle": "LIMITED", "password": "guess number x"})
+        for _ in range(9)
+    ]
+    assert {a.status_code for a in answers} == {401}  # with the sign-up: 10, the limit
+    refused = client.post("/v1/tokens", json={"handle": "limited", "password": PASSWORD})
+    assert (refused.status_code, refused.get_json()["code"]) == (429, "rate_limited")
+    assert int(refused.headers["Retry-After"]) > 0

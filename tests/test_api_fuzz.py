@@ -86,12 +86,14 @@ def refused_by_state(case: Case, response: Response) -> bool:
     """Whether a refusal of schema-valid data depends on what the server holds. Each one here is
     documented in openapi.yaml; the document cannot say it in a schema:
 
-    - createGame: a ``seed_commitment`` the server never gave, or already used (422);
+    - createGame: a ``seed_commitment`` the server never gave, or already used (422); a rated
+      game whose seats are not all accounts (422: who is an account depends on the token);
     - act: ``If-Match`` naming another version (412 version_conflict); an Idempotency-Key already
       used for another action (422 idempotency_key_reused); a roll that does not fit the game's
       dice: dice or entropy its dice mode refuses (422 invalid_request), dice beyond its faces
       (422 invalid_dice);
-    - joinGame: a computer player for a lobby with manual dice (422); joinGame and leaveGame:
+    - joinGame: a computer player for a lobby with manual dice (422); a rated lobby joined
+      without an account (422); joinGame and leaveGame:
       ``If-Match`` naming another version (412 version_conflict), as for act;
     - getRecordSheet: a seat the game does not have, or none for a multiplayer game (422);
     - importGame: an export or transcript that does not verify (422 import_invalid: the hash
@@ -103,6 +105,8 @@ def refused_by_state(case: Case, response: Response) -> bool:
     code, detail = problem.get("code"), str(problem.get("detail", ""))
     body = case.body if isinstance(case.body, dict) else {}
     if operation == "createGame":
+        if code == "invalid_request" and "rated game" in detail:
+            return True
         return code == "invalid_request" and detail.startswith("unknown, expired or already used")
     if operation == "act":
         if response.status_code == 412:
@@ -115,6 +119,8 @@ def refused_by_state(case: Case, response: Response) -> bool:
     if operation in ("joinGame", "leaveGame") and response.status_code == 412:
         return code == "version_conflict"
     if operation == "joinGame":
+        if code == "invalid_request" and "rated game" in detail:
+            return True
         return code == "invalid_request" and detail.startswith("computer players play server-dice")
     if operation == "getRecordSheet":
         return code == "invalid_request" and "seat" in detail

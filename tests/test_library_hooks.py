@@ -50,7 +50,10 @@ def resolve(dotted: str) -> Any:
         found: Any = module
         for name in parts[split:]:
             found = getattr(found, name)
-        if str(getattr(found, "__module__", "")).startswith("service."):
+        owner = getattr(found, "__module__", None)
+        if isinstance(owner, str) and callable(found) and not owner.startswith(parts[0]):
+            # Put there by the service (service.gunicorn_settings, or a copy of it that a test
+            # loaded under another name).
             found = _fresh(module_name)
             for name in parts[split:]:
                 found = getattr(found, name)

@@ -32,6 +32,7 @@ import argon2
 from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.persistence import IntegrityError
 
+from domain import strategies
 from domain.errors import InvalidRequest
 from domain.game import check_handle, format_at
 from service.application.aggregates import Account, account_id
@@ -42,6 +43,7 @@ from service.persistence.accounts import Credentials, TokenRow
 log = logging.getLogger("cantstop.accounts")
 
 SCOPES = ("play", "account")
+BOTS = frozenset(strategy.id for strategy in strategies.list())  # their accounts' handles
 PASSWORD_LENGTH = (8, 1024)
 TOKEN_PREFIX = "cst_"
 TOKEN_SHAPE = re.compile(r"cst_([0-9a-f]{16})_([A-Za-z0-9_-]{43})")
@@ -105,7 +107,9 @@ class Accounts:
         try:
             found: Any = self.games.repository.get(account_id(handle))
         except AggregateNotFoundError:
-            raise NotFound(f"no account {handle!r}") from None
+            if handle.lower() not in BOTS:
+                raise NotFound(f"no account {handle!r}") from None
+            found = self._bot(handle.lower())
         if not isinstance(found, Account):
             raise NotFound(f"no account {handle!r}")
         return found
@@ -122,6 +126,8 @@ class Accounts:
         """A new account and its first token (both scopes). A bot account has no password: its
         token is its only credential."""
         check_handle(handle)
+        if handle.lower() in BOTS:
+            raise HandleTaken(f"the handle {handle!r} is a built-in bot's")
         if bot:
             if password is not None:
                 raise InvalidRequest("a bot account has no password: its token is its credential")
@@ -144,11 +150,14 @@ class Accounts:
             ) from None
         return account
 
-    def ensure_bot(self, handle: str) -> None:
-        """The built-in bot's account, registered once (its handle is its strategy's id)."""
-        if not self.exists(handle):
-            with contextlib.suppress(HandleTaken):  # another process registered it first
-                self._register(handle, True)
+    def _bot(self, handle: str) -> Account:
+        """A built-in bot's account (its handle is its strategy's id), registered the first time
+        it is asked for: the handles are reserved from the start (``sign_up`` refuses them)."""
+        with contextlib.suppress(HandleTaken):  # another process registered it first
+            return self._register(handle, True)
+        found: Any = self.games.repository.get(account_id(handle))
+        assert isinstance(found, Account)
+        return found
 
     # ------------------------------------------------------------------------------ signing
     def sign_in(

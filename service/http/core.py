@@ -366,6 +366,9 @@ def json_bytes(req: flask.Request | None = None) -> bytes:
     ``req``: the request (``this_request``), when the caller holds it already."""
     if req is None:
         req = this_request()
+    read: bytes | None = req.__dict__.get("_cached_data")  # read already (a rate limit's key)
+    if read is not None:
+        return read
     environ = req.environ
     if "HTTP_CONTENT_ENCODING" in environ:
         check_not_encoded(environ)

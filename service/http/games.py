@@ -156,9 +156,11 @@ def join_game(game_id: str) -> Response:
     rt = runtime()
     token = bearer_token()
     name = data.get("name")
+    if name is None and "bot" in data:  # a computer player is called by its id
+        name = data["bot"]
     if name is None:  # with a personal token, the seat takes the account's handle
-        if not is_personal(token) or "bot" in data:
-            raise BadRequest("name is required (but with a personal token)")
+        if not is_personal(token):
+            raise Unauthorized("send a name, or your personal token to join as your account")
         name = rt.accounts.authenticate(token, "play").handle
     done = rt.lobby.join(gid, name, bot=data.get("bot"), token=token, if_match=required_versions())
     return seated(done.state, done.seat)

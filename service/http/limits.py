@@ -6,7 +6,10 @@ enforced by Flask-Limiter with fixed windows.
   token (by its SHA-256; per address when no token is sent); ``audit`` covers what works through
   a whole history, whose cost grows with a game's length and which anyone may ask for: ``GET
   /v1/games/{id}/audit``, ``/export`` and ``/record-sheet`` (the pages' record-sheet files too)
-  and ``POST /v1/transcripts/verify``, counted per client address.
+  and ``POST /v1/transcripts/verify``, counted per client address; ``signin`` covers sign-up
+  (``POST /v1/accounts``) and sign-in (``POST /v1/tokens``), counted twice: per handle (in lower
+  case) and per client address. ``signin`` is on by default (10 a minute), even when the others
+  are off: it is what stands between a password and someone guessing it.
 - With Redis the counters live there, shared by every worker and host; without it, or while it is
   unreachable, each process counts in its own memory (the effective limit is then the configured
   one times the number of processes). Counting never touches the event store.
@@ -23,12 +26,13 @@ from flask_limiter import Limiter
 
 from service.application.aggregates import token_hash
 from service.config import Settings
-from service.http.core import bearer_token
+from service.http.core import bearer_token, json_bytes, parse_json
 
 KEY_PREFIX = "cantstop:rl"
 SCOPES: dict[str, tuple[str, ...]] = {
     "create": ("games.create_game", "games.commit_seed", "audit.import_game"),
     "action": ("games.act",),
+    "signin": ("accounts.sign_up", "accounts.sign_in"),
     "audit": (
         "audit.audit_game",
         "audit.export_game",
@@ -48,10 +52,22 @@ def seat_or_address() -> str:
     return f"t:{token_hash(token)[:32]}" if token is not None else client_address()
 
 
+def handle_asked() -> str:
+    """The handle a sign-up or sign-in names (lower case), read from its JSON body (read the
+    way the view reads it, which then finds it read already); the client's address if none."""
+    try:
+        body = parse_json(json_bytes())
+    except Exception:  # a body the view will refuse (413, 415, 422): counted by address
+        return client_address()
+    handle = body.get("handle") if isinstance(body, dict) else None
+    return f"h:{handle.lower()[:40]}" if isinstance(handle, str) else client_address()
+
+
 KEYS: dict[str, Callable[[], str]] = {
     "create": client_address,
     "action": seat_or_address,
     "audit": client_address,
+    "signin": client_address,
 }
 
 
@@ -98,4 +114,13 @@ def init_app(app: Flask, settings: Settings) -> Limiter | None:
         )
         for endpoint in SCOPES[scope]:
             app.view_functions[endpoint] = shared(app.view_functions[endpoint])  # type: ignore[assignment]
+        if scope == "signin":  # and per handle
+            per_handle = limiter.shared_limit(
+                f"{limit.count} per {limit.period} second",
+                scope="signin_handle",
+                key_func=handle_asked,
+                methods=["POST"],
+            )
+            for endpoint in SCOPES[scope]:
+                app.view_functions[endpoint] = per_handle(app.view_functions[endpoint])  # type: ignore[assignment]
     return limiter
