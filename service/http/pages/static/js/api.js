@@ -1,9 +1,11 @@
-// The JSON API as the pages use it, and the seat tokens this browser holds.
+// The JSON API as the pages use it, and the seat tokens and the account this browser holds.
 //
 // A seat's token is sent only in the Authorization header of an API call. It reaches a page in
 // the address's fragment (#token=…, which browsers never send to a server); takeSeatFromAddress()
 // moves it to localStorage at once and removes it from the address bar (history.replaceState).
-// Nothing here logs it.
+// An account's personal token (contract 1.2) comes in the answer to signing up or in (the account
+// page, account.js) and is kept the same way, in localStorage, until signing out: it too is sent
+// only in the Authorization header, never in an address. Nothing here logs either.
 
 export class ApiError extends Error {
   constructor(status, problem) {
@@ -160,16 +162,29 @@ export function takeSeatFromAddress(gameId) {
 }
 
 export function rememberSeat(gameId, token, seat) {
-  const value = JSON.stringify({ token, seat });
+  write(KEY(gameId), JSON.stringify({ token, seat }));
+}
+
+function read(key) {
   const storage = store();
-  if (storage) storage.setItem(KEY(gameId), value);
-  else memory.set(KEY(gameId), value);
+  return storage ? storage.getItem(key) : memory.get(key);
+}
+
+function write(key, value) {
+  const storage = store();
+  if (storage) storage.setItem(key, value);
+  else memory.set(key, value);
+}
+
+function remove(key) {
+  const storage = store();
+  if (storage) storage.removeItem(key);
+  memory.delete(key);
 }
 
 /** {token, seat} (seat null when this browser was handed a token without it), or null. */
 export function heldSeat(gameId) {
-  const storage = store();
-  const raw = storage ? storage.getItem(KEY(gameId)) : memory.get(KEY(gameId));
+  const raw = read(KEY(gameId));
   try {
     const value = JSON.parse(raw);
     if (value && typeof value.token === "string" && value.token) {
@@ -182,13 +197,52 @@ export function heldSeat(gameId) {
 }
 
 export function forgetSeat(gameId) {
-  const storage = store();
-  if (storage) storage.removeItem(KEY(gameId));
-  memory.delete(KEY(gameId));
+  remove(KEY(gameId));
 }
 
 /** The address that hands a seat to a browser: the token rides in the fragment only. */
 export function seatLink(gameId, token, seat) {
   const fragment = new URLSearchParams({ token, seat: String(seat) });
   return `${location.origin}/games/${gameId}#${fragment}`;
+}
+
+// --------------------------------------------------------------------------- the account
+const ACCOUNT_KEY = "cantstop:account";
+
+/** The account this browser is signed in as: {handle, token, tokenId, scopes}, or null. */
+export function heldAccount() {
+  try {
+    const value = JSON.parse(read(ACCOUNT_KEY));
+    if (value && typeof value.handle === "string" && typeof value.token === "string" && value.token) {
+      return {
+        handle: value.handle,
+        token: value.token,
+        tokenId: typeof value.tokenId === "string" ? value.tokenId : null,
+        scopes: Array.isArray(value.scopes) ? value.scopes : [],
+      };
+    }
+  } catch {
+    // nothing held, or something unreadable: signed out
+  }
+  return null;
+}
+
+export function rememberAccount({ handle, token, tokenId, scopes }) {
+  write(ACCOUNT_KEY, JSON.stringify({ handle, token, tokenId, scopes }));
+}
+
+export function forgetAccount() {
+  remove(ACCOUNT_KEY);
+}
+
+/** Whether ``handle`` names the account (handles are equal without regard to case). */
+export function sameHandle(a, b) {
+  return typeof a === "string" && typeof b === "string" && a.toLowerCase() === b.toLowerCase();
+}
+
+/** The seat of ``state`` that ``account`` holds (players[i].account), or null. */
+export function accountSeat(state, account) {
+  if (!account) return null;
+  const mine = state.players.find((p) => sameHandle(p.account, account.handle));
+  return mine ? mine.seat : null;
 }
