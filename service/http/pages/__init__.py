@@ -1,10 +1,12 @@
 """The web pages (contract 1.1, Web pages): the lobby at ``/``, a game at ``/games/{id}``, its
-replay and audit at ``/games/{id}/replay``, and printable record sheets behind plain links.
+replay and audit at ``/games/{id}/replay``, and printable record sheets behind plain links; and
+(contract 1.2) the account page at ``/account`` (sign up, sign in, sign out).
 
 The pages are Jinja templates (autoescaped: every name is escaped on the server) and a few small
 ES modules under ``static/`` that talk to the JSON API (``/v1``) like any other client: no build
-step, no asset from outside the machine. A seat's token travels only in the ``Authorization``
-header of the API calls those modules make; no page route reads or takes a token.
+step, no asset from outside the machine. A seat's token, and an account's personal token, travel
+only in the ``Authorization`` header of the API calls those modules make; no page route reads or
+takes a token.
 
 ``/`` is negotiated: the lobby page to a browser (``Accept`` preferring ``text/html``), the JSON
 index to everyone else, with ``Vary: Accept``. Every HTML answer (pages, and the error pages that
@@ -108,3 +110,17 @@ def record_sheet_file(game_id: str, kind: str) -> Response:
         mimetype=mimetype,
         headers={"Content-Disposition": f'{disposition}; filename="{filename}.{kind}"'},
     )
+
+
+# ------------------------------------------------------------------------------ accounts
+def _html(template: str, **context: Any) -> Response:
+    html = render_template(template, **context)
+    return Response(html, mimetype="text/html", headers={"Cache-Control": "no-cache"})
+
+
+@pages.get("/account")
+def account_page() -> Response:
+    """Sign up, sign in and out: the page's script does it all with the API, and keeps the
+    personal token in this browser's storage (static/js/api.js); the server sends the same page
+    to everyone."""
+    return _html("pages/account.html")
