@@ -1,12 +1,26 @@
 // The lobby: create a game or a solitaire, join an open seat, watch games, the leaderboard.
+//
+// Signed in (an account's personal token in this browser's storage: api.js, account.js), the
+// games created and joined here are the account's (contract 1.2, "Playing with an account"):
+// its seat is named by the account, "My games" lists them, a game may be rated, and the game
+// page acts with the personal token, so no seat token is kept for them.
 
-import { api, committedSeeds, rememberSeat, seatLink } from "./api.js";
+import {
+  api,
+  committedSeeds,
+  forgetAccount,
+  heldAccount,
+  rememberSeat,
+  seatLink,
+} from "./api.js";
 import { $, $$, fill, h, show } from "./dom.js";
 
 const NAME_KEY = "cantstop:name";
 const MAX_OPPONENTS = 7;
+const MY_GAMES = 10;
 const nameInput = $("#player-name");
 let bots = [{ id: "expert", name: "Expert", description: "" }];
+let account = heldAccount(); // {handle, token, …} or null: anonymous
 
 // ---------------------------------------------------------------------------------- helpers
 /** A message in the lobby's alert region, or in a form's own (``where``). */
@@ -19,6 +33,7 @@ function say(text, where = "#lobby-message") {
 }
 
 function myName(where = "#lobby-message") {
+  if (account) return account.handle;
   const name = nameInput.value.trim();
   if (!name) {
     say("Type your name first: the other players see it.", where);
@@ -55,9 +70,93 @@ function playersText(game) {
 }
 
 /** Go to a game as the holder of a seat: the token rides in the fragment, which the page
- * moves to this browser's storage at once. */
-function goPlay(gameId, token, seat) {
-  location.assign(seatLink(gameId, token, seat));
+ * moves to this browser's storage at once. The account's own seat needs none: the page acts
+ * with the personal token. */
+function goPlay(gameId, token, seat, asAccount = false) {
+  location.assign(asAccount ? `/games/${gameId}` : seatLink(gameId, token, seat));
+}
+
+// ------------------------------------------------------------------------------ the account
+function renderAccount() {
+  for (const el of [nameInput, $("#player-name-label"), $("#player-name-hint")]) show(el, !account);
+  show($("#signed-in"), Boolean(account));
+  show($("#rated-field"), Boolean(account));
+  show($("#my-games"), Boolean(account));
+  if (account) {
+    $("#signed-in-handle").textContent = account.handle;
+    $("#profile-link").setAttribute("href", `/players/${encodeURIComponent(account.handle)}`);
+  } else {
+    $("#rated").checked = false;
+  }
+}
+
+/** A sign-in kept here may have ended elsewhere (revoked, or the account closed). */
+async function checkAccount() {
+  if (!account) return;
+  try {
+    await api("/v1/account", { token: account.token });
+  } catch (e) {
+    if (e.status === 401) {
+      forgetAccount();
+      account = null;
+      renderAccount();
+      say("Your sign-in has ended (signed out elsewhere, or revoked): you play as a guest now.");
+    }
+  }
+}
+
+/** One of the account's games: who plays, how it stands, and the way to it. */
+function myGameCard(entry, state) {
+  const names = state ? state.players.map((p) => (p.name === null ? "open seat" : p.name)) : [];
+  const title = state && state.solitaire ? `Solitaire: ${names[0]}` : names.join(" vs ") || "A game";
+  const status = state ? state.status : entry.status;
+  let standing;
+  if (status === "finished") {
+    if (state && state.winner !== null && state.winner !== undefined) {
+      standing = state.winner === entry.seat ? "you won" : `${names[state.winner]} won`;
+    } else standing = state && state.finish_reason === "abandoned" ? "abandoned" : "finished";
+  } else if (status === "in_progress") {
+    const turn = state && state.turn ? state.turn.player : null;
+    standing = turn === entry.seat ? "your turn" : turn === null ? "in progress" : `${names[turn]}'s turn`;
+  } else {
+    standing = "waiting for players";
+  }
+  const finished = status === "finished";
+  return h(
+    "li",
+    { class: "card" },
+    h("p", { class: "card-title" }, title),
+    h("p", { class: "muted" }, `${entry.rated ? "Rated" : "Unrated"} · ${standing}`),
+    h(
+      "p",
+      { class: "card-actions" },
+      h(
+        "a",
+        {
+          class: finished ? "button secondary" : "button primary",
+          href: finished ? `/games/${entry.game_id}/replay` : `/games/${entry.game_id}`,
+        },
+        finished ? "Replay" : "Play",
+        h("span", { class: "visually-hidden" }, ` the game of ${title}`),
+      ),
+    ),
+  );
+}
+
+async function loadMyGames() {
+  if (!account) return;
+  const handle = account.handle;
+  try {
+    const page = await api(`/v1/accounts/${encodeURIComponent(handle)}/games?limit=${MY_GAMES}`);
+    const states = await Promise.all(
+      page.games.map((g) => api(`/v1/games/${g.game_id}`).catch(() => null)),
+    );
+    if (!account || account.handle !== handle) return; // signed out meanwhile
+    fill($("#my-list"), page.games.map((g, i) => myGameCard(g, states[i])));
+    show($("#my-empty"), page.games.length === 0);
+  } catch (e) {
+    say(`Your games could not be read: ${e.detail}`);
+  }
 }
 
 // -------------------------------------------------------------------------- the new game
@@ -183,6 +282,15 @@ async function createGame(event) {
     return;
   }
   const manual = $("#dice-manual").checked;
+  const rated = Boolean(account) && $("#rated").checked;
+  const bad = ratedRefusal(rated, manual, rows);
+  if (bad) {
+    say(bad, where);
+    return;
+  }
+  // An account holds one seat of a game, and once a game seats an account, each computer player
+  // plays as its own account: the same one twice is a game played without the account.
+  const asAccount = Boolean(account) && (rated || !sameBotTwice(rows));
   const body = {
     rules: {
       columns_to_win: Number($("#columns-to-win").value),
@@ -192,22 +300,27 @@ async function createGame(event) {
     dice: manual ? "manual" : "server",
   };
   if ($("#clock-on").checked) body.clock = { turn_seconds: Number($("#clock-seconds").value) };
+  if (rated) body.rated = true;
   const submit = $("#create-form button[type=submit]");
   submit.disabled = true;
   try {
     if (rows.some((r) => r.kind === "open")) {
-      await createLobby(body, me, rows);
+      await createLobby(body, me, rows, asAccount);
     } else {
       if (manual) body.first_player = Number($("#first-player").value);
       body.players = [
-        me,
+        asAccount ? { account: account.handle } : me,
         ...rows.map((r) =>
           r.kind.startsWith("bot:") ? { name: r.name || r.kind.slice(4), bot: r.kind.slice(4) } : r.name,
         ),
       ];
       const seeded = { ...body, ...(await committedSeeds(body.dice)) };
-      const created = await api("/v1/games", { method: "POST", body: seeded });
-      handOut(created.game.id, created.seats[0], created.seats.slice(1));
+      const created = await api("/v1/games", {
+        method: "POST",
+        body: seeded,
+        token: asAccount ? account.token : undefined,
+      });
+      handOut(created.game.id, created.seats[0], created.seats.slice(1), asAccount);
     }
   } catch (e) {
     say(e.detail, where);
@@ -216,13 +329,40 @@ async function createGame(event) {
   }
 }
 
+/** Why a rated game cannot be made of this form (a sentence), or null. */
+function ratedRefusal(rated, manual, rows) {
+  if (!rated) return null;
+  if (manual) return "A rated game uses the server's dice: choose them, or play unrated.";
+  if (rows.some((r) => r.kind === "person")) {
+    return "A rated game seats accounts only: make each person's seat an open seat, which they take signed in.";
+  }
+  if (sameBotTwice(rows)) {
+    return "In a rated game each computer player plays as its own account: choose each one once.";
+  }
+  return null;
+}
+
+function sameBotTwice(rows) {
+  const kinds = rows.filter((r) => r.kind.startsWith("bot:")).map((r) => r.kind);
+  return new Set(kinds).size !== kinds.length;
+}
+
 /** Open seats: a lobby game that starts when every seat is taken. You take the first seat,
- * then the people named and the computer players are seated; the rest wait for others. */
-async function createLobby(body, me, rows) {
+ * then the people named and the computer players are seated; the rest wait for others.
+ * Signed in, the personal token seats you at once (seat 0) as the account. */
+async function createLobby(body, me, rows, asAccount) {
   const seeded = { ...body, seats: rows.length + 1, ...(await committedSeeds(body.dice)) };
-  const created = await api("/v1/games", { method: "POST", body: seeded });
-  const id = created.game.id;
-  const mine = await api(`/v1/games/${id}/players`, { method: "POST", body: { name: me } });
+  let id;
+  let mine;
+  if (asAccount) {
+    const created = await api("/v1/games", { method: "POST", body: seeded, token: account.token });
+    id = created.game.id;
+    mine = { ...created.seats[0], token: account.token };
+  } else {
+    const created = await api("/v1/games", { method: "POST", body: seeded });
+    id = created.game.id;
+    mine = await api(`/v1/games/${id}/players`, { method: "POST", body: { name: me } });
+  }
   const others = [];
   for (const row of rows) {
     if (row.kind === "person") {
@@ -239,17 +379,17 @@ async function createLobby(body, me, rows) {
       });
     }
   }
-  handOut(id, mine, others);
+  handOut(id, mine, others, asAccount);
 }
 
 /** Other people's seats: their links, shown this once; then on to the game. */
-function handOut(gameId, mine, others) {
+function handOut(gameId, mine, others, asAccount = false) {
   const people = others.filter((s) => s.token);
   if (!people.length) {
-    goPlay(gameId, mine.token, mine.seat);
+    goPlay(gameId, mine.token, mine.seat, asAccount);
     return;
   }
-  rememberSeat(gameId, mine.token, mine.seat);
+  if (!asAccount) rememberSeat(gameId, mine.token, mine.seat);
   fill(
     $("#handout-links"),
     people.map((seat) => {
@@ -298,7 +438,7 @@ async function playSolitaire(event) {
   if (!me) return;
   const form = event.currentTarget;
   const body = {
-    players: [me],
+    players: [account ? { account: account.handle } : me],
     rules: {
       solitaire: form.elements.mode.value,
       dice_faces: Number($("#solo-faces").value),
@@ -308,8 +448,9 @@ async function playSolitaire(event) {
   };
   try {
     const seeded = { ...body, ...(await committedSeeds(body.dice)) };
-    const created = await api("/v1/games", { method: "POST", body: seeded });
-    goPlay(created.game.id, created.seats[0].token, 0);
+    const token = account ? account.token : undefined;
+    const created = await api("/v1/games", { method: "POST", body: seeded, token });
+    goPlay(created.game.id, created.seats[0].token, 0, Boolean(account));
   } catch (e) {
     say(e.detail, "#solitaire-message");
   }
@@ -337,8 +478,13 @@ function joinButton(game) {
         const me = myName();
         if (!me) return;
         try {
-          const done = await api(`/v1/games/${game.id}/players`, { method: "POST", body: { name: me } });
-          goPlay(game.id, done.token, done.seat);
+          // Signed in, an empty body and the personal token seat the account.
+          const done = await api(`/v1/games/${game.id}/players`, {
+            method: "POST",
+            body: account ? {} : { name: me },
+            token: account ? account.token : undefined,
+          });
+          goPlay(game.id, done.token, done.seat, Boolean(account));
         } catch (e) {
           say(e.detail);
           loadGames();
@@ -371,6 +517,7 @@ async function loadList(query, listId, emptyId, action, keep = () => true) {
 }
 
 function loadGames() {
+  loadMyGames();
   loadList("status=waiting&open=true&limit=20", "#open-list", "#open-empty", (g) =>
     h("p", { class: "card-actions" }, `${g.open_seats} open of ${g.players.length} · `, joinButton(g)),
   );
@@ -430,6 +577,8 @@ try {
 } catch {
   // no storage
 }
+renderAccount();
+checkAccount();
 $("#add-opponent").addEventListener("click", () => {
   const row = addOpponent();
   if (row) $("[data-name=kind]", row).focus();
