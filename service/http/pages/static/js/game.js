@@ -1,11 +1,16 @@
 // The game page: the board, the players, whose turn, the dice, the history — live by the event
-// stream — and, for a browser that holds a seat's token, the buttons to play it.
+// stream — and, for a browser that holds a seat's token, the buttons to play it. A browser
+// signed in as an account that holds a seat (players[i].account) plays that seat with the
+// account's personal token, when it holds no seat token of the game.
 
 import {
+  accountSeat,
   api,
   allEvents,
   committedSeeds,
+  forgetAccount,
   forgetSeat,
+  heldAccount,
   heldSeat,
   openGameStream,
   randomText,
@@ -26,7 +31,8 @@ const NAME_KEY = "cantstop:name";
 const NOT_A_SEAT = "This browser's token does not hold a seat of this game.";
 
 let state = JSON.parse($("#initial-state").textContent);
-let held = heldSeat(gameId); // {token, seat} or null: a watcher
+let account = heldAccount(); // the account this browser is signed in as, or null
+let held = heldSeat(gameId) || accountHeld(); // {token, seat, account?} or null: a watcher
 const notMine = new Set(); // seats this token turned out not to hold (seat unknown)
 let lastVersion = 0; // the last event shown in the history
 let busy = false;
@@ -39,6 +45,27 @@ let seatKey = "";
 let bots = null;
 
 // ------------------------------------------------------------------------------ who is who
+/** The seat the signed-in account holds, played with its personal token; or null. */
+function accountHeld() {
+  if (state.imported) return null;
+  const seat = accountSeat(state, account);
+  return seat === null ? null : { token: account.token, seat, account: true };
+}
+
+/** After the game changed: a seat held by the account may have come (joined elsewhere) or
+ * gone (left); a seat token held stays until forgotten. */
+function reconsiderHeld() {
+  if (!held || held.account) held = heldSeat(gameId) || accountHeld();
+}
+
+/** The personal token was refused: the sign-in ended elsewhere. */
+function signInEnded() {
+  forgetAccount();
+  account = null;
+  held = heldSeat(gameId);
+  say("Your sign-in has ended (signed out elsewhere, or revoked): sign in again on the account page to play this seat.");
+}
+
 function player(seat) {
   return state.players.find((p) => p.seat === seat);
 }
@@ -229,7 +256,7 @@ function renderControls() {
   const key = JSON.stringify([
     state.version,
     state.status,
-    held ? [held.seat, held.token.length] : null,
+    held ? [held.seat, held.token.length, Boolean(held.account)] : null,
     [...notMine],
     confirming,
   ]);
@@ -353,8 +380,9 @@ function finishedBlock() {
 function renderSeat() {
   const key = JSON.stringify([
     state.status,
-    held ? [held.seat, held.token.length] : null,
-    state.players.map((p) => [p.name, p.bot]),
+    held ? [held.seat, held.token.length, Boolean(held.account)] : null,
+    account ? account.handle : null,
+    state.players.map((p) => [p.name, p.bot, p.account]),
     confirming === "forget",
     bots ? bots.length : 0,
   ]);
@@ -370,8 +398,19 @@ function renderSeat() {
         ? "This browser holds a seat of this game."
         : `You play ${playerLabel(state, held.seat)}, ${colourName(held.seat)}.`;
     nodes.push(h("p", {}, seatText));
+    if (held.account) {
+      nodes.push(
+        h(
+          "p",
+          { class: "hint" },
+          `Signed in as ${account.handle}: your account holds this seat, in any browser you sign in on.`,
+        ),
+      );
+    }
     if (state.status === "waiting") nodes.push(...lobbyTools());
-    if (confirming === "forget") {
+    if (held.account) {
+      // nothing to forget: the seat is the account's
+    } else if (confirming === "forget") {
       nodes.push(
         h(
           "div",
@@ -410,7 +449,39 @@ function renderSeat() {
   fill(body, nodes);
 }
 
+/** Signed in: take an open seat as the account (an empty body and the personal token). */
+function joinAsAccount() {
+  const handle = account.handle;
+  return h(
+    "form",
+    {
+      class: "inline-form",
+      onsubmit: async (event) => {
+        event.preventDefault();
+        try {
+          const done = await api(`/v1/games/${gameId}/players`, {
+            method: "POST",
+            body: {},
+            token: account.token,
+          });
+          say(`You took seat ${done.seat}.`);
+          setState(done.game);
+        } catch (e) {
+          if (e.status === 401) {
+            signInEnded();
+            seatKey = "";
+            render();
+          } else say(e.detail);
+        }
+      },
+    },
+    h("p", {}, "This game has open seats: take one."),
+    h("button", { type: "submit", class: "primary" }, `Join as ${handle}`),
+  );
+}
+
 function joinForm() {
+  if (account) return joinAsAccount();
   const input = h("input", {
     id: "join-name",
     maxlength: 40,
@@ -555,7 +626,8 @@ async function rematch() {
     // If another player asked first, the rematch exists with their seeds, and these go unused.
     const body = await committedSeeds(state.dice);
     const done = await api(`/v1/games/${gameId}/rematch`, { method: "POST", token: held.token, body });
-    location.assign(seatLink(done.game.id, done.token, done.seat));
+    const mine = held.account && accountSeat(done.game, account) === done.seat;
+    location.assign(mine ? `/games/${done.game.id}` : seatLink(done.game.id, done.token, done.seat));
   } catch (e) {
     say(e.detail);
   }
@@ -564,15 +636,17 @@ async function rematch() {
 /** Solitaire has no rematch: a new game with the same player, rules and dice. */
 async function playAgain() {
   const { solitaire, dice_faces, steep_hill, jumping, forced_move } = state.rules;
+  const mine = Boolean(held.account);
   const body = {
-    players: [state.players[0].name],
+    players: [mine ? { account: account.handle } : state.players[0].name],
     rules: { solitaire, dice_faces, steep_hill, jumping, forced_move },
     dice: state.dice,
   };
   try {
     const seeded = { ...body, ...(await committedSeeds(body.dice)) };
-    const done = await api("/v1/games", { method: "POST", body: seeded });
-    location.assign(seatLink(done.game.id, done.seats[0].token, 0));
+    const token = mine ? account.token : undefined;
+    const done = await api("/v1/games", { method: "POST", body: seeded, token });
+    location.assign(mine ? `/games/${done.game.id}` : seatLink(done.game.id, done.seats[0].token, 0));
   } catch (e) {
     say(e.detail);
   }
@@ -604,6 +678,7 @@ async function act(body) {
     busy = false;
     if (e.code === "not_your_turn" && state.turn) notMine.add(state.turn.player);
     if (e.code === "version_conflict") say("The game moved on meanwhile: here it is now.");
+    else if (e.status === 401 && held && held.account) signInEnded();
     else if (e.status === 401) say(NOT_A_SEAT);
     else say(e.detail);
     controlsKey = "";
@@ -616,6 +691,7 @@ async function act(body) {
 function setState(next) {
   if (next.version < state.version) return;
   state = next;
+  reconsiderHeld();
   render();
   if (lastVersion < state.version) loadHistory();
   if (state.status === "finished" && stream && lastVersion >= state.version) {
