@@ -1,12 +1,14 @@
 """The web pages (contract 1.1, Web pages): the lobby at ``/``, a game at ``/games/{id}``, its
 replay and audit at ``/games/{id}/replay``, and printable record sheets behind plain links; and
-(contract 1.2) the account page at ``/account`` (sign up, sign in, sign out).
+(contract 1.2) the account page at ``/account`` (sign up, sign in, sign out), a player's profile
+at ``/players/{handle}`` (each pool's rating, a chart of its history) and a pool's leaderboard at
+``/leaderboards/{pool}``.
 
 The pages are Jinja templates (autoescaped: every name is escaped on the server) and a few small
 ES modules under ``static/`` that talk to the JSON API (``/v1``) like any other client: no build
 step, no asset from outside the machine. A seat's token, and an account's personal token, travel
 only in the ``Authorization`` header of the API calls those modules make; no page route reads or
-takes a token.
+takes a token. The profile and leaderboard pages show public figures only, rendered here.
 
 ``/`` is negotiated: the lobby page to a browser (``Accept`` preferring ``text/html``), the JSON
 index to everyone else, with ``Vary: Accept``. Every HTML answer (pages, and the error pages that
@@ -16,11 +18,14 @@ index to everyone else, with ``Vary: Accept``. Every HTML answer (pages, and the
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from flask import Blueprint, Response, render_template
 
+from service.application.errors import ApplicationError, NotFound
 from service.application.games import parse_game_id
+from service.application.ratings import initial
 from service.http.core import (
     BadRequest,
     asked_sheet,
@@ -29,6 +34,7 @@ from service.http.core import (
     runtime,
     wants_page,
 )
+from service.http.pages.charts import Chart, rating_chart
 from service.render.sheet import render_csv, render_pdf, render_text
 
 pages = Blueprint(
@@ -51,6 +57,9 @@ INDEX = {
     "openapi": "/openapi.yaml",
     "health": "/healthz",
 }
+RECENT_GAMES = 10  # on a profile
+LEADERBOARD_ROWS = 100
+RULE_NAMES = (("jumping", "jumping"), ("forced_move", "forced move"), ("steep_hill", "steep hill"))
 
 
 @pages.after_request
@@ -124,3 +133,108 @@ def account_page() -> Response:
     personal token in this browser's storage (static/js/api.js); the server sends the same page
     to everyone."""
     return _html("pages/account.html")
+
+
+def pool_text(rules: Mapping[str, Any], players: int) -> str:
+    """A pool in words: "2 players · 3 columns to win · 6-sided dice · jumping"."""
+    columns = rules.get("columns_to_win")
+    parts = [f"{players} players"]
+    if columns is not None:
+        parts.append(f"{columns} {'column' if columns == 1 else 'columns'} to win")
+    parts.append(f"{rules.get('dice_faces', 6)}-sided dice")
+    parts.extend(name for key, name in RULE_NAMES if rules.get(key))
+    return " · ".join(parts)
+
+
+def game_summary(entry: Mapping[str, Any], state: Mapping[str, Any] | None) -> dict[str, Any]:
+    """One of an account's games as its profile lists it: who played, how it stands, where to
+    see it (``entry``: a row of ``/v1/accounts/{handle}/games``; ``state``: the game's, if read)."""
+    game_id = entry["game_id"]
+    status = state["status"] if state else entry["status"]
+    names = [p["name"] or "open seat" for p in state["players"]] if state else []
+    if state and state.get("solitaire"):
+        title = f"Solitaire: {names[0]}"
+    else:
+        title = " vs ".join(names) or "A game"
+    if status == "finished":
+        winner = state.get("winner") if state else None
+        if winner is not None and state:
+            outcome = f"{names[winner]} won"
+        elif state and state.get("finish_reason") == "abandoned":
+            outcome = "abandoned"
+        else:
+            outcome = "finished"
+    else:
+        outcome = "in progress" if status == "in_progress" else "waiting for players"
+    finished = status == "finished"
+    kind = "Rated" if entry["rated"] else "Unrated"
+    return {
+        "title": title,
+        "summary": " · ".join([kind, outcome, str(entry["created_at"])[:10]]),
+        "href": f"/games/{game_id}/replay" if finished else f"/games/{game_id}",
+        "action": "Replay" if finished else "Open",
+    }
+
+
+def _recent_games(handle: str) -> list[dict[str, Any]]:
+    """The account's latest games, newest first."""
+    rt = runtime()
+    page, _ = rt.account_games.page(
+        rt.views, handle, status=None, rated=None, limit=RECENT_GAMES, cursor=None
+    )
+    games = []
+    for entry in page:
+        state: dict[str, Any] | None
+        try:
+            state = rt.games.state(parse_game_id(entry["game_id"]))
+        except ApplicationError:  # not readable now: listed without its players
+            state = None
+        games.append(game_summary(entry, state))
+    return games
+
+
+@pages.get("/players/<handle>")
+def profile_page(handle: str) -> Response:
+    """An account's public profile: its ratings, one chart per pool, its latest games."""
+    rt = runtime()
+    account = rt.accounts.account(handle)  # 404, as an HTML page, when unknown
+    shown = account.handle
+    ratings = rt.ratings.of_account(rt.views, shown)
+    history = rt.ratings.history(rt.views, shown)
+    start = initial().rating
+    pools = []
+    for rating in ratings:
+        steps = [h for h in history if h["pool"] == rating["pool"]]
+        chart: Chart = rating_chart(start, steps)
+        pools.append(
+            {
+                **rating,
+                "text": pool_text(rating["rules"], rating["players"]),
+                "history": steps,
+                "chart": chart,
+            }
+        )
+    return _html(
+        "pages/profile.html",
+        account=account,
+        handle=shown,
+        joined=account.created_on.strftime("%Y-%m-%d"),
+        pools=pools,
+        counts=rt.account_games.counts(rt.views, shown),
+        games=_recent_games(shown),
+        start=start,
+    )
+
+
+@pages.get("/leaderboards/<pool>")
+def leaderboard_page(pool: str) -> Response:
+    """A pool's ranking: its accounts that are no longer provisional, by rating."""
+    rt = runtime()
+    board = rt.ratings.leaderboard(rt.views, pool, LEADERBOARD_ROWS)
+    if board is None:
+        raise NotFound(f"no rated games in pool {pool!r}")
+    return _html(
+        "pages/leaderboard.html",
+        board=board,
+        text=pool_text(board["rules"], board["players"]),
+    )
