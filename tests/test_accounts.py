@@ -295,3 +295,41 @@ def test_sign_in_is_limited_per_handle_and_per_client(client: FlaskClient) -> No
     refused = client.post("/v1/tokens", json={"handle": "limited", "password": PASSWORD})
     assert (refused.status_code, refused.get_json()["code"]) == (429, "rate_limited")
     assert int(refused.headers["Retry-After"]) > 0
+
+
+def test_a_rated_games_ratings_change_once_when_workers_race_at_its_end(
+    database_url: str,
+) -> None:
+    """Two workers move the ratings view on at the same moment after rated games end (by a
+    resignation): each game rates its seats once, as one worker alone would."""
+    one = create_app(Settings(database_url=database_url), create_tables=True)
+    two = create_app(Settings(database_url=database_url))
+    try:
+        client = one.test_client()
+        tokens = {h: sign_up(client, h) for h in ("ann", "bob")}
+        for _ in range(3):
+            lobby = client.post(
+                "/v1/games", json={"seats": 2, "rated": True}, headers=bearer(tokens["ann"])
+            ).get_json()["game"]
+            client.post(f"/v1/games/{lobby['id']}/players", json={}, headers=bearer(tokens["bob"]))
+            resigned = client.post(
+                f"/v1/games/{lobby['id']}/actions",
+                json={"type": "resign"},
+                headers=bearer(tokens["bob"]),
+            )
+            assert resigned.get_json()["game"]["status"] == "finished"
+        runtimes = [app.extensions["cantstop"] for app in (one, two)]
+        threads = [
+            threading.Thread(target=rt.views.catch_up, args=(rt.ratings,)) for rt in runtimes
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        raced = runtimes[0].ratings.of_account(runtimes[0].views, "ann")
+        assert raced[0]["games"] == 3
+        runtimes[0].views.rebuild(runtimes[0].ratings)  # one worker, from the start of the log
+        assert runtimes[1].ratings.of_account(runtimes[1].views, "ann") == raced
+    finally:
+        one.extensions["cantstop"].close()
+        two.extensions["cantstop"].close()

@@ -51,7 +51,7 @@ def resolve(dotted: str) -> Any:
         for name in parts[split:]:
             found = getattr(found, name)
         owner = getattr(found, "__module__", None)
-        if isinstance(owner, str) and callable(found) and not owner.startswith(parts[0]):
+        if isinstance(owner, str) and callable(found) and owner.split(".")[0] != parts[0]:
             # Put there by the service (service.gunicorn_settings, or a copy of it that a test
             # loaded under another name).
             found = _fresh(module_name)

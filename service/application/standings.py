@@ -99,6 +99,8 @@ class RatingsView(View):
         found = []
         for head in items:
             try:
+                if not self.games.at_creation(head.originator_id).rated:
+                    continue  # one event read: most games are not rated
                 game = self.games.game(head.originator_id)
                 records = self.games.history(head.originator_id)
             except ApplicationError:  # a damaged game: passed over, as views do
