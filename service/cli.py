@@ -23,10 +23,12 @@ from tqdm import tqdm  # type: ignore[import-untyped]
 from domain import jsondoc
 from domain.audit import MalformedExport, audit_records, parse_export, replayed, split_exports
 from domain.errors import InvalidRequest
+from domain.receipts import held_by, receipt_problem
 from domain.record_sheet import record_sheet
 from domain.transcript import MalformedTranscript, verify
 from service import arena_cli
 from service.application.ratings import Ratings
+from service.application.receipts import verify as verify_receipt
 from service.application.standings import rated_game
 from service.config import ConfigError, ServerSettings, Settings
 from service.live.hub import LiveConfig
@@ -115,15 +117,57 @@ def cmd_audit(args: argparse.Namespace) -> int:
         print(exc, file=sys.stderr)
         return 2
     if len(exports) == 1:
-        verdict = audit_records(exports[0][1])
+        header, records = exports[0]
+        verdict = audit_records(records)
+        if args.receipt is not None or args.keys is not None:
+            try:
+                check = receipt_check(args.receipt, args.keys, header, records)
+            except Unreadable as exc:
+                print(exc, file=sys.stderr)
+                return 2
+            verdict["checks"].append(check)
+            verdict["valid"] = verdict["valid"] and check["ok"]
+            if not check["ok"] and check["version"] is not None:
+                blamed = [v for v in (verdict["first_bad_version"], check["version"]) if v]
+                verdict["first_bad_version"] = min(blamed)
         print(json.dumps(verdict, indent=2, ensure_ascii=False))
         return 0 if verdict["valid"] else 1
+    if args.receipt is not None or args.keys is not None:
+        print(f"{args.file}: --receipt checks one game's export, not several", file=sys.stderr)
+        return 2
     valid = True
     for header, records in exports:
         verdict = {"game_id": header.get("game_id"), **audit_records(records)}
         valid = valid and verdict["valid"]
         print(json.dumps(verdict, ensure_ascii=False))
     return 0 if valid else 1
+
+
+def receipt_check(
+    receipt_file: str | None, keys_file: str | None, header: dict[str, Any], records: list[Any]
+) -> dict[str, Any]:
+    """The check ``receipt`` (contract 1.2): the saved receipt's signature verifies with one of
+    the saved keys, and the export holds the receipt's version with its hash."""
+    if receipt_file is None or keys_file is None:
+        raise Unreadable("--receipt and --keys go together: a receipt is checked with the keys")
+    receipt, keys = read_json(receipt_file), read_json(keys_file)
+    if isinstance(receipt, dict) and "receipt" in receipt:  # a saved action answer, whole
+        receipt = receipt["receipt"]
+    problem = receipt_problem(receipt)
+    if problem is None and not (isinstance(keys, dict) and isinstance(keys.get("keys"), list)):
+        problem = 'the keys are not an answer of GET /v1/keys ({"keys": [...]})'
+    if problem is None:
+        game_id = header.get("game_id")
+        problem = verify_receipt(receipt, keys) or held_by(
+            receipt, game_id if isinstance(game_id, str) else None, records
+        )
+    version = receipt.get("version") if isinstance(receipt, dict) else None
+    blamed = version if problem is not None and isinstance(version, int) else None
+    detail = problem or (
+        f"signed by {receipt['key_id']}; the export holds version {receipt['version']} "
+        "with the receipt's hash"
+    )
+    return {"name": "receipt", "ok": problem is None, "detail": detail, "version": blamed}
 
 
 def cmd_ratings(args: argparse.Namespace) -> int:
@@ -429,6 +473,8 @@ def build_parser() -> argparse.ArgumentParser:
     rat.set_defaults(func=cmd_ratings)
 
     aud = sub.add_parser("audit", help="check a game export offline (chain, rules, dice)")
+    aud.add_argument("--receipt", help="a saved receipt (or a saved action answer) to check too")
+    aud.add_argument("--keys", help="a saved answer of GET /v1/keys, to check the receipt with")
     aud.add_argument("file", metavar="FILE", help="an export (NDJSON) from /export; - for stdin")
     aud.set_defaults(func=cmd_audit)
 

@@ -6,11 +6,14 @@ factory and the command line both build their process's ``Runtime`` here.
 
 from __future__ import annotations
 
+import os
+
 from service.application.accounts import Accounts
 from service.application.advisor import Advisor
 from service.application.games import Games
 from service.application.lobby import Lobby
 from service.application.projections import GameList, SolitaireBest
+from service.application.receipts import Receipts
 from service.application.scheduler import DueIndex, Scheduler
 from service.application.standings import AccountGames, RatingsView
 from service.application.timekeeper import Timekeeper
@@ -34,6 +37,7 @@ class Runtime:
         )
         env.update(settings.extra_env)
         self.games = Games(env=env)
+        self.receipts = Receipts.from_env({**os.environ, **settings.extra_env})
         self.accounts = Accounts(self.games, self.games.credentials())
         self.games.principals = lambda token: self.accounts.authenticate(token, "play").handle
         self.lobby = Lobby(self.games)

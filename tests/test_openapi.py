@@ -21,7 +21,7 @@ from domain.game import check_name
 
 ROOT = Path(__file__).resolve().parent.parent
 UNDOCUMENTED = {"/", "/docs/", "/docs/<path:path>", "/static/<path:filename>"}
-PAGES = ("/games/", "/assets/")  # the web pages: HTML for people, not the API
+PAGES = ("/games/", "/assets/", "/account", "/players/", "/leaderboards/")  # web pages, not the API
 METHODS = {"get", "post", "put", "patch", "delete"}
 
 

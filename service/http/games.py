@@ -217,7 +217,21 @@ def act(game_id: str) -> Response:
     headers = etag(result.version)
     if result.replayed:
         headers["Idempotent-Replayed"] = "true"
-    return json_response({"game": result.state, "events": result.events}, headers=headers)
+    last = result.events[-1]
+    receipt = runtime().receipts.sign(str(gid), last["version"], last["hash"], last["at"])
+    body = {"game": result.state, "events": result.events, "receipt": receipt}
+    return json_response(body, headers=headers)
+
+
+@games_api.get("/v1/games/<game_id>/receipt")
+def receipt(game_id: str) -> Response:
+    """The signed receipt of the game's current version (contract 1.2)."""
+    gid = parse_game_id(game_id)
+    games = runtime().games
+    version = games.state(gid)["version"]
+    [last] = games.history(gid, after=version - 1, limit=1)
+    signed = runtime().receipts.sign(str(gid), last["version"], last["hash"], last["at"])
+    return json_response(signed, headers=etag(last["version"]))
 
 
 def action_command(req: flask.Request) -> Command:

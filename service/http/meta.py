@@ -29,6 +29,12 @@ def openapi() -> Response:
     return Response(openapi_text(), mimetype="application/yaml")
 
 
+@meta_api.get("/v1/keys")
+def keys() -> Response:
+    """The receipts' public keys, retired ones kept (contract 1.2)."""
+    return json_response(runtime().receipts.published())
+
+
 @meta_api.get("/healthz")
 def healthz() -> Response:
     rt = runtime()

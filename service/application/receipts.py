@@ -1,0 +1,162 @@
+"""Signed receipts (contract 1.2): every action's answer carries an Ed25519 signature over the
+game, its version, its last event's hash and time, so a player holds proof, outside the server, of
+what the server acknowledged; ``GET /v1/keys`` publishes the public keys.
+
+Keys are the operator's: ``CANTSTOP_RECEIPT_KEYS`` names a JSON file ``{"keys": [{"private_key":
+<base64url of the 32-byte Ed25519 seed>, "not_before": <RFC 3339>, "not_after": <RFC 3339> |
+null}, ...]}``; the newest key without ``not_after`` signs, and every key listed is published, so
+a key is rotated by adding a new one and giving the old one a ``not_after``: receipts it signed
+still verify. Without the setting, a development key is generated once into
+``var/receipt-keys.json`` (owner-only), as ``make run`` needs. Every worker and host must read the
+same file. A key's id is derived from its public key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import (
+    Ed25519PrivateKey,
+    Ed25519PublicKey,
+)
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from domain.game import format_at
+from domain.receipts import b64url, message, unb64url
+from service.config import ConfigError
+
+DEFAULT_KEYS = Path("var/receipt-keys.json")
+
+
+def raw_public(key: Ed25519PublicKey) -> bytes:
+    return key.public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+
+def key_id_of(key: Ed25519PublicKey) -> str:
+    return "ed25519-" + hashlib.sha256(raw_public(key)).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Key:
+    key_id: str
+    private: Ed25519PrivateKey
+    not_before: str
+    not_after: str | None
+
+    def public_json(self) -> dict[str, Any]:
+        return {
+            "key_id": self.key_id,
+            "alg": "Ed25519",
+            "public_key": b64url(raw_public(self.private.public_key())),
+            "not_before": self.not_before,
+            "not_after": self.not_after,
+        }
+
+
+class Receipts:
+    def __init__(self, keys: list[Key]) -> None:
+        if not keys:
+            raise ConfigError("CANTSTOP_RECEIPT_KEYS: no key")
+        self.keys = keys
+        live = [k for k in keys if k.not_after is None]
+        if not live:
+            raise ConfigError("CANTSTOP_RECEIPT_KEYS: every key is retired (not_after): add one")
+        self.signer = max(live, key=lambda k: k.not_before)
+
+    @classmethod
+    def from_env(cls, environ: Any = None) -> Receipts:
+        env = os.environ if environ is None else environ
+        path = env.get("CANTSTOP_RECEIPT_KEYS")
+        if path:
+            return cls(load_keys(Path(path)))
+        return cls(load_keys(development_keys(DEFAULT_KEYS)))
+
+    def sign(self, game_id: str, version: int, digest: str, at: str) -> dict[str, Any]:
+        signature = self.signer.private.sign(message(game_id, version, digest, at))
+        return {
+            "game_id": game_id,
+            "version": version,
+            "hash": digest,
+            "at": at,
+            "key_id": self.signer.key_id,
+            "signature": b64url(signature),
+        }
+
+    def published(self) -> dict[str, Any]:
+        return {"keys": [k.public_json() for k in self.keys]}
+
+
+def load_keys(path: Path) -> list[Key]:
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+        entries = document["keys"]
+        keys = []
+        for entry in entries:
+            private = Ed25519PrivateKey.from_private_bytes(unb64url(entry["private_key"]))
+            keys.append(
+                Key(
+                    key_id_of(private.public_key()),
+                    private,
+                    str(entry.get("not_before") or "1970-01-01T00:00:00.000000Z"),
+                    entry.get("not_after"),
+                )
+            )
+        return keys
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"CANTSTOP_RECEIPT_KEYS: cannot read {path}: {exc}") from None
+
+
+def development_keys(path: Path) -> Path:
+    """The development key file, generated once (owner-only; several processes may race to
+    create it: one does, the others read it)."""
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    seed = Ed25519PrivateKey.generate().private_bytes_raw()
+    document = {
+        "keys": [
+            {
+                "private_key": b64url(seed),
+                "not_before": format_at(datetime.now(UTC)),
+                "not_after": None,
+            }
+        ]
+    }
+    with contextlib.suppress(FileExistsError):
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            json.dump(document, file)
+        return path
+    for _ in range(50):  # another process is writing it
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(path.read_text(encoding="utf-8")).get("keys"):
+                return path
+        time.sleep(0.02)
+    return path
+
+
+def verify(receipt: dict[str, Any], published: dict[str, Any]) -> str | None:
+    """Why the receipt's signature does not verify with the published keys, or None."""
+    keys = {k.get("key_id"): k for k in published.get("keys", []) if isinstance(k, dict)}
+    key = keys.get(receipt.get("key_id"))
+    if key is None:
+        return f"the receipt's key {receipt.get('key_id')!r} is not among the keys given"
+    try:
+        public = Ed25519PublicKey.from_public_bytes(unb64url(key["public_key"]))
+        signature = unb64url(receipt["signature"])
+        public.verify(
+            signature,
+            message(receipt["game_id"], receipt["version"], receipt["hash"], receipt["at"]),
+        )
+    except (InvalidSignature, ValueError, KeyError, TypeError):
+        return "the receipt's signature does not verify with its key"
+    return None
