@@ -18,7 +18,8 @@ from flask.testing import FlaskClient
 
 from service.config import ConfigError, Settings
 from service.http.app import create_app
-from service.live import hub as hub_module
+from service.live import sinks as sinks_module
+from service.live import streams as streams_module
 from service.live.hub import Envelope, Feed, Hub, LiveConfig, Stream
 from tests.support.games import UNKNOWN
 
@@ -153,7 +154,7 @@ def test_a_stream_reads_the_store_a_page_at_a_time_as_it_writes(
     make_app: Callable[..., Flask], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A stream from the start of a long game holds one page of it, not the whole game.
-    monkeypatch.setattr(hub_module, "STORE_PAGE", 3)
+    monkeypatch.setattr(streams_module, "STORE_PAGE", 3)
     client = make_app().test_client()
     game_id, tokens = create(client)
     for _ in range(10):
@@ -314,7 +315,7 @@ def test_gaps_are_filled_from_the_store_and_duplicates_are_ignored(
 def test_a_stream_too_far_behind_drops_its_inbox_and_reads_the_store(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(hub_module, "INBOX_LIMIT", 2)
+    monkeypatch.setattr(streams_module, "INBOX_LIMIT", 2)
     record = {
         "version": 1,
         "type": "GameCreated",
@@ -481,7 +482,7 @@ def test_a_client_that_stops_reading_is_dropped_without_its_events_piling_up() -
         ours, theirs = socket.socketpair()
         ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
         theirs.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        sink = hub_module.SocketSink()
+        sink = sinks_module.SocketSink()
         await sink.attach(asyncio.get_running_loop(), ours)
         frame = b"data: " + b"x" * 1000 + b"\n\n"
         written = 0
@@ -490,7 +491,7 @@ def test_a_client_that_stops_reading_is_dropped_without_its_events_piling_up() -
                 sink.write(frame)
                 written += len(frame)
                 await asyncio.sleep(0)
-        except hub_module.ClientGone:
+        except sinks_module.ClientGone:
             dropped = True
         else:
             dropped = False
@@ -500,4 +501,4 @@ def test_a_client_that_stops_reading_is_dropped_without_its_events_piling_up() -
 
     written, dropped = asyncio.run(run())
     assert dropped
-    assert written <= hub_module.MAX_BUFFERED + 64 * 1024  # what the kernel took, at most
+    assert written <= sinks_module.MAX_BUFFERED + 64 * 1024  # what the kernel took, at most

@@ -44,441 +44,39 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import json
 import logging
-import os
-import socket
 import threading
 import time
 import uuid
-from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
-import orjson
 import redis
 import redis.asyncio
 
-from service.application.errors import ApplicationError
 from service.application.games import Games
-from service.config import env_int, env_number
 from service.live.redis_link import RECONNECT_MAX, RECONNECT_MIN, RedisLink
+from service.live.sinks import MAX_BUFFERED, ClientGone, QueueSink, SocketSink
+from service.live.streams import CHANNEL_PREFIX as STREAM_CHANNEL_PREFIX
+from service.live.streams import (
+    Envelope,
+    Feed,
+    LiveConfig,
+    ShuttingDown,
+    Stream,
+    StreamBody,
+    TooManyClientStreams,
+    TooManyStreams,
+)
 from service.persistence.log import LogReader
 
 log = logging.getLogger("cantstop.live")
-
-CHANNEL_PREFIX = "cantstop:game:"
+CHANNEL_PREFIX = STREAM_CHANNEL_PREFIX
 HEARTBEAT_CHANNEL = "cantstop:live"  # always subscribed: the connection's pub/sub mode and health
-STORE_PAGE = 500
 SCAN_PAGE = 1000
 SCAN_MAX = 20 * SCAN_PAGE  # beyond this many new notifications, every feed simply re-reads
-INBOX_LIMIT = 1000  # a stream this far behind drops its inbox and reads the store instead
-MAX_BUFFERED = 256 * 1024  # bytes waiting for a client that does not read: then it is dropped
 PING_EVERY, PONG_WAIT = 5.0, 5.0
-RETRY_MS = 2000  # the EventSource reconnection delay announced to clients
 STORE_THREADS = 4  # the loop's reads of the store run on these threads
-
-
-# ---------------------------------------------------------------------------- configuration
-@dataclass(frozen=True)
-class LiveConfig:
-    """Stream settings, from the environment (README: Configuration). ``max_streams`` and
-    ``max_per_client`` are per worker process: a host of N workers holds N times as many."""
-
-    keepalive: float = 15.0
-    poll: float = 0.25
-    check: float = 5.0
-    max_streams: int = 8000
-    max_per_client: int = 500
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> LiveConfig:
-        env = os.environ if environ is None else environ
-        return cls(
-            keepalive=env_number(env, "CANTSTOP_STREAM_KEEPALIVE", cls.keepalive, low=0.01),
-            poll=env_number(env, "CANTSTOP_STREAM_POLL", cls.poll, low=0.01),
-            check=env_number(env, "CANTSTOP_STREAM_CHECK", cls.check, low=0.01),
-            max_streams=env_int(env, "CANTSTOP_STREAM_MAX", cls.max_streams, low=1),
-            max_per_client=env_int(
-                env, "CANTSTOP_STREAM_MAX_PER_CLIENT", cls.max_per_client, low=0
-            ),
-        )
-
-
-# -------------------------------------------------------------------------------- envelope
-@dataclass(frozen=True)
-class Envelope:
-    """One event as a stream sends it: the served JSON, serialized once."""
-
-    version: int
-    type: str
-    text: str
-
-    @classmethod
-    def from_record(cls, record: Mapping[str, Any]) -> Envelope:
-        text = orjson.dumps(record).decode("utf-8")
-        return cls(int(record["version"]), str(record["type"]), text)
-
-    @classmethod
-    def from_message(cls, payload: bytes | str) -> Envelope | None:
-        text = payload.decode("utf-8") if isinstance(payload, bytes) else payload
-        try:
-            data = json.loads(text)
-            version, kind = data["version"], data["type"]
-        except (ValueError, TypeError, KeyError):
-            return None
-        if not isinstance(version, int) or not isinstance(kind, str) or "\n" in text:
-            return None
-        return cls(version, kind, text)
-
-    @property
-    def final(self) -> bool:
-        return self.type == "GameFinished"
-
-    def frame(self) -> bytes:
-        return f"id: {self.version}\nevent: {self.type}\ndata: {self.text}\n\n".encode()
-
-
-# ------------------------------------------------------------------------------------ sinks
-class ClientGone(Exception):
-    """The client hung up, or stopped reading for too long: the stream ends."""
-
-
-class Sink:
-    """Where a stream's bytes go. ``write`` raises ClientGone; ``gone`` is set when the client
-    hung up (or the stream must end for another reason)."""
-
-    def __init__(self) -> None:
-        self.gone = asyncio.Event()
-
-    def write(self, data: bytes) -> None:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-
-class _SocketProtocol(asyncio.Protocol):
-    def __init__(self, sink: SocketSink) -> None:
-        self.sink = sink
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.sink.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        pass  # a client says nothing more on a stream: anything it sends is ignored
-
-    def eof_received(self) -> bool:
-        self.sink.gone.set()
-        return False  # close the connection
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.sink.gone.set()
-
-
-class SocketSink(Sink):
-    """A client's socket, handed over by the request's thread: the loop writes the answer."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.transport: asyncio.Transport | None = None
-
-    async def attach(self, loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
-        await loop.connect_accepted_socket(lambda: _SocketProtocol(self), sock=sock)
-
-    def write(self, data: bytes) -> None:
-        transport = self.transport
-        if transport is None or transport.is_closing() or self.gone.is_set():
-            raise ClientGone("hung up")
-        if transport.get_write_buffer_size() > MAX_BUFFERED:
-            raise ClientGone("does not read")
-        transport.write(data)
-
-    def close(self) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.close()  # what was written is sent first
-
-
-class QueueSink(Sink):
-    """A queue that the request's thread reads (a WSGI body): where the socket cannot be handed
-    over. Bounded as a socket's buffer is."""
-
-    END = b""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._cond = threading.Condition()
-        self._chunks: deque[bytes] = deque()
-        self._size = 0
-
-    def write(self, data: bytes) -> None:
-        if self.gone.is_set():
-            raise ClientGone("hung up")
-        with self._cond:
-            if self._size + len(data) > MAX_BUFFERED:
-                raise ClientGone("does not read")
-            self._chunks.append(data)
-            self._size += len(data)
-            self._cond.notify()
-
-    def close(self) -> None:
-        with self._cond:
-            self._chunks.append(self.END)
-            self._cond.notify()
-
-    def take(self) -> bytes:
-        """The next chunk (END once the stream is over), waiting as long as it takes."""
-        with self._cond:
-            self._cond.wait_for(lambda: bool(self._chunks))
-            chunk = self._chunks.popleft()
-            self._size -= len(chunk)
-            return chunk
-
-
-# ---------------------------------------------------------------------------------- streams
-class TooManyStreams(ApplicationError):
-    code = "too_many_streams"
-
-
-class TooManyClientStreams(ApplicationError):
-    code = "too_many_client_streams"
-
-
-class ShuttingDown(ApplicationError):
-    code = "shutting_down"
-
-
-class Stream:
-    """One client's stream of one game: the events after ``after``, then what comes, once each,
-    in order. Runs as a task on the hub's loop."""
-
-    def __init__(
-        self, hub: Hub, feed: Feed, after: int, *, finished: bool, client: str, head: bytes = b""
-    ) -> None:
-        self.hub = hub
-        self.feed = feed
-        self.after = after
-        self.finished = finished
-        self.client = client
-        self.head = head
-        self.sink: Sink | None = None
-        self._inbox: deque[Envelope] = deque()
-        self._gap = False
-        self._wake = asyncio.Event()
-        self._ended = False
-        self.counted = True  # held a place in the hub's counts until released
-
-    # called on the loop by the feed
-    def offer(self, envelopes: list[Envelope]) -> None:
-        if len(self._inbox) + len(envelopes) > INBOX_LIMIT:
-            self._inbox.clear()
-            self._gap = True
-        else:
-            self._inbox.extend(envelopes)
-        self._wake.set()
-
-    def end(self) -> None:
-        """Stop now (the worker is stopping): the client reconnects elsewhere."""
-        self._ended = True
-        self._wake.set()
-
-    async def _pages(self, after: int) -> AsyncIterator[list[Envelope]]:
-        """Every stored event of the game after ``after``, a page at a time as it is written."""
-        while True:
-            page = await self.hub.history(self.feed.game_id, after)
-            yield [Envelope.from_record(record) for record in page]
-            if len(page) < STORE_PAGE:
-                return
-            after = page[-1]["version"]
-
-    async def run(self, sink: Sink) -> None:
-        self.sink = sink
-        try:
-            await self._run(sink)
-        except ClientGone:
-            pass
-        except ApplicationError as exc:  # the store failed mid-stream: say why, and end
-            log.warning("live: stream of game %s ended: %s", self.feed.game_id, exc.detail)
-            with contextlib.suppress(ClientGone):
-                sink.write(f": ended: {exc.code}\n\n".encode())
-        except Exception:
-            log.exception("live: stream of game %s failed", self.feed.game_id)
-        finally:
-            sink.close()
-            self.hub._left(self)
-
-    async def _run(self, sink: Sink) -> None:
-        keepalive = self.hub.config.keepalive
-        game_id = self.feed.game_id
-        if self.head:
-            sink.write(self.head)
-        sink.write(
-            f"retry: {RETRY_MS}\n: cantstop game {game_id} after version {self.after}\n\n".encode()
-        )
-        last, ended = await self._from_store(sink, self.after, self.finished)
-        quiet_until = time.monotonic() + keepalive
-        gone = asyncio.ensure_future(sink.gone.wait())
-        try:
-            while True:
-                if ended:
-                    # The save that finished the game is atomic: what follows GameFinished
-                    # is stored.
-                    last, _ = await self._from_store(sink, last, True)
-                    sink.write(b": game over\n\n")
-                    return
-                waiting = asyncio.ensure_future(self._wake.wait())
-                done, _ = await asyncio.wait(
-                    {waiting, gone},
-                    timeout=max(0.0, quiet_until - time.monotonic()),
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                waiting.cancel()
-                if gone in done or self._ended:
-                    return
-                self._wake.clear()
-                envelopes, gap = list(self._inbox), self._gap
-                self._inbox.clear()
-                self._gap = False
-                sent = False
-                for envelope in envelopes:
-                    if envelope.version <= last:
-                        continue  # already sent
-                    if envelope.version > last + 1:
-                        gap = True  # something was missed: the store has it
-                        break
-                    sink.write(envelope.frame())
-                    last, sent = envelope.version, True
-                    ended = ended or envelope.final
-                if gap:
-                    before = last
-                    last, ended_now = await self._from_store(sink, last, ended)
-                    ended, sent = ended_now, sent or last > before
-                if sent:
-                    quiet_until = time.monotonic() + keepalive
-                elif time.monotonic() >= quiet_until:
-                    sink.write(b": keep-alive\n\n")
-                    quiet_until = time.monotonic() + keepalive
-        finally:
-            gone.cancel()
-
-    async def _from_store(self, sink: Sink, last: int, ended: bool) -> tuple[int, bool]:
-        async for page in self._pages(last):
-            for envelope in page:
-                if envelope.version != last + 1:
-                    continue
-                sink.write(envelope.frame())
-                last = envelope.version
-                ended = ended or envelope.final
-        return last, ended
-
-
-class Feed:
-    """The streams of one game in this process, and the newest version handed to them."""
-
-    def __init__(self, hub: Hub, game_id: uuid.UUID, version: int) -> None:
-        self.hub = hub
-        self.game_id = game_id
-        self.channel = f"{CHANNEL_PREFIX}{game_id}"
-        self.last = version
-        self.streams: set[Stream] = set()
-        self._reading = False
-        self._again = False
-
-    def deliver(self, envelopes: list[Envelope]) -> None:
-        """New events (local, or from Redis): handed on in order, each once; a gap is read from
-        the store, once for every stream."""
-        fresh: list[Envelope] = []
-        for envelope in sorted(envelopes, key=lambda e: e.version):
-            if envelope.version <= self.last:
-                continue
-            if envelope.version > self.last + 1:
-                self.hint(envelope.version)
-                break
-            fresh.append(envelope)
-            self.last = envelope.version
-        if fresh:
-            for stream in self.streams:
-                stream.offer(fresh)
-
-    def hint(self, version: int) -> None:
-        """The store holds ``version`` of the game."""
-        if version > self.last:
-            self.resync()
-
-    def resync(self) -> None:
-        """Read the store once: something may have been missed."""
-        if self._reading:
-            self._again = True
-            return
-        self._reading = True
-        self.hub._spawn(self._read())
-
-    async def _read(self) -> None:
-        try:
-            while True:
-                self._again = False
-                page = await self.hub.history(self.game_id, self.last)
-                self.deliver([Envelope.from_record(record) for record in page])
-                if len(page) < STORE_PAGE and not self._again:
-                    return
-        except Exception as exc:  # the streams read the store themselves at their next gap
-            log.warning("live: reading game %s for its streams failed: %s", self.game_id, exc)
-        finally:
-            self._reading = False
-
-
-# -------------------------------------------------------------------------------------- hub
-class StreamBody:
-    """What the stream view answers: a WSGI body for servers that iterate it (the request's
-    thread then waits on the queue), or, under gunicorn, a stream whose socket is handed to
-    the loop (``adopt``) and whose body is never iterated."""
-
-    def __init__(self, hub: Hub, stream: Stream) -> None:
-        self.hub = hub
-        self.stream = stream
-        self.adopted = False
-        self._sink: QueueSink | None = None
-        self._closed = False
-
-    def adopt(self, sock: socket.socket, head: bytes) -> None:
-        """Serve the stream on ``sock`` (a duplicate of the connection's socket, already the
-        loop's), writing ``head`` (the HTTP status line and headers) first."""
-        self.adopted = True
-        self.stream.head = head
-        self.hub._call(self._adopted, sock)
-
-    async def _adopted(self, sock: socket.socket) -> None:
-        sink = SocketSink()
-        try:
-            await sink.attach(asyncio.get_running_loop(), sock)
-        except OSError:
-            sock.close()
-            self.hub._left(self.stream)
-            return
-        await self.stream.run(sink)
-
-    def __iter__(self) -> Iterator[bytes]:
-        sink = self._sink = QueueSink()
-        self.hub._call(self.stream.run, sink)
-        while True:
-            chunk = sink.take()
-            if chunk == QueueSink.END:
-                return
-            yield chunk
-
-    def close(self) -> None:
-        """The server is done with the body (the client hung up, or it was handed over)."""
-        if self._closed or self.adopted:
-            return
-        self._closed = True
-        self.hub._release(self.stream)  # at once: the place is free for the next request
-        sink = self._sink
-        if sink is None:  # never iterated: the stream never ran
-            self.hub._call_soon(self.hub._left, self.stream)
-        else:
-            self.hub._call_soon(sink.gone.set)
 
 
 class Hub:
@@ -554,12 +152,12 @@ class Hub:
             feed = self._feeds[game_id] = Feed(self, game_id, version)
             self._watched = frozenset(self._feeds)
             if self._pubsub is not None:
-                self._spawn(self._subscribe(feed))
+                self.spawn(self._subscribe(feed))
         else:
             feed.last = max(feed.last, version)
         return feed
 
-    def _release(self, stream: Stream) -> None:
+    def release(self, stream: Stream) -> None:
         """From any thread, once per stream: its place in the counts is free."""
         with self._lock:
             if not stream.counted:
@@ -572,9 +170,9 @@ class Hub:
             else:
                 self._per_client.pop(stream.client, None)
 
-    def _left(self, stream: Stream) -> None:
+    def left(self, stream: Stream) -> None:
         """On the loop: a stream ended (or never ran)."""
-        self._release(stream)
+        self.release(stream)
         feed = stream.feed
         if stream not in feed.streams:
             return
@@ -583,13 +181,13 @@ class Hub:
             del self._feeds[feed.game_id]
             self._watched = frozenset(self._feeds)
             if self._pubsub is not None:
-                self._spawn(self._unsubscribe(feed.channel))
+                self.spawn(self._unsubscribe(feed.channel))
 
-    async def history(self, game_id: uuid.UUID, after: int) -> list[dict[str, Any]]:
+    async def history(self, game_id: uuid.UUID, after: int, limit: int) -> list[dict[str, Any]]:
         """The stored events after ``after`` (a page), read on the store's threads."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            self._executor, lambda: self.games.history(game_id, after=after, limit=STORE_PAGE)
+            self._executor, lambda: self.games.history(game_id, after=after, limit=limit)
         )
 
     # ------------------------------------------------------------------------ publishing
@@ -602,7 +200,7 @@ class Hub:
                 return  # nobody to tell in this process, and no Redis to tell the others
             envelopes = [Envelope.from_record(record) for record in records]
             if local:
-                self._call_soon(self._deliver, game_id, envelopes)
+                self.call_soon(self._deliver, game_id, envelopes)
             if to_redis:
                 self._publish_redis(game_id, envelopes)
         except Exception:  # a notification must never turn a recorded action into an error
@@ -639,9 +237,9 @@ class Hub:
         def run() -> None:
             asyncio.set_event_loop(loop)
             self._poke = asyncio.Event()
-            self._spawn(self._poll_loop())
+            self.spawn(self._poll_loop())
             if self.link is not None:
-                self._spawn(self._subscribe_loop())
+                self.spawn(self._subscribe_loop())
             loop.call_soon(started.set)
             try:
                 loop.run_forever()
@@ -653,7 +251,7 @@ class Hub:
         self._thread.start()
         started.wait(timeout=10)
 
-    def _spawn(self, coroutine: Any) -> None:
+    def spawn(self, coroutine: Any) -> None:
         """On the loop: run ``coroutine`` as a task, kept until it ends."""
         task = asyncio.ensure_future(coroutine)
         self._tasks.add(task)
@@ -665,11 +263,11 @@ class Hub:
             exc = task.exception()
             log.error("live: a task failed: %s", exc, exc_info=exc)
 
-    def _call(self, function: Callable[..., Any], *args: Any) -> None:
+    def call(self, function: Callable[..., Any], *args: Any) -> None:
         """From any thread: run the coroutine ``function(*args)`` on the loop."""
-        self._call_soon(lambda: self._spawn(function(*args)))
+        self.call_soon(lambda: self.spawn(function(*args)))
 
-    def _call_soon(self, function: Callable[..., Any], *args: Any) -> None:
+    def call_soon(self, function: Callable[..., Any], *args: Any) -> None:
         loop = self._loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):  # closed meanwhile: nothing to tell
@@ -694,7 +292,7 @@ class Hub:
         called in a signal handler."""
         with self._lock:
             self._closing = True
-        self._call_soon(self._end_all)
+        self.call_soon(self._end_all)
 
     def _end_all(self) -> None:
         for feed in list(self._feeds.values()):
@@ -893,3 +491,20 @@ def _game_of(channel: str) -> uuid.UUID | None:
         return uuid.UUID(channel[len(CHANNEL_PREFIX) :])
     except ValueError:
         return None
+
+
+__all__ = [
+    "MAX_BUFFERED",
+    "ClientGone",
+    "Envelope",
+    "Feed",
+    "Hub",
+    "LiveConfig",
+    "QueueSink",
+    "ShuttingDown",
+    "SocketSink",
+    "Stream",
+    "StreamBody",
+    "TooManyClientStreams",
+    "TooManyStreams",
+]
