@@ -115,60 +115,6 @@ HOOKS: tuple[Hook, ...] = (
     ),
     # ----------------------------------------------------------- eventsourcing: PostgreSQL
     Hook(
-        path="eventsourcing.postgres.PostgresApplicationRecorder._lock_table",
-        distribution="eventsourcing",
-        used_in=(f"{PG}:GuardedPostgresApplicationRecorder._lock_table",),
-        why=(
-            "Overridden to take no lock: the library locks the whole events table on every "
-            "insert so that ids commit in order. Without it, 1.7-3x the commits per second from "
-            "2 to 8 connections (docs/performance.md, levers); rows record their transaction "
-            "(column tx) and LogReader reads the log by it. Only the library's own insert calls "
-            "it (a call with tracking); the service's inserts (``_insert``) never do."
-        ),
-        recheck=(
-            "that the library still serialises inserts only through this method, called from "
-            "_insert_stored_events, and that LogReader's read by transaction covers every writer"
-        ),
-        checks=(
-            Check(
-                "eventsourcing.postgres.PostgresApplicationRecorder._lock_table",
-                signature="(self, curs: 'Cursor[DictRow]') -> 'None'",
-                sha256="42bc9c135b4a93c1e1ba4b3788eab049b605e48f2e49657630037d16382d6d9c",
-            ),
-            Check(
-                "eventsourcing.postgres.PostgresApplicationRecorder._insert_stored_events",
-                sha256="139580714a6590854299f5b5c1630b9cf56c65825cb463eb287bbf97996b29f1",
-                contains=("self._lock_table(curs)",),
-            ),
-        ),
-    ),
-    Hook(
-        path="eventsourcing.postgres.PostgresApplicationRecorder._notify_channel",
-        distribution="eventsourcing",
-        used_in=(f"{PG}:GuardedPostgresApplicationRecorder._notify_channel",),
-        why=(
-            "Overridden to send no NOTIFY (it takes a global lock at commit): nobody LISTENs, "
-            "followers poll through LogReader. Only the library's own insert calls it, as "
-            "_lock_table; no gain is measured on its own."
-        ),
-        recheck=(
-            "that nothing in the service calls recorder.subscribe() (it would wait for "
-            "notifications that never come), and where the library still calls this"
-        ),
-        checks=(
-            Check(
-                "eventsourcing.postgres.PostgresApplicationRecorder._notify_channel",
-                signature="(self, curs: 'Cursor[DictRow]') -> 'None'",
-                sha256="9e5bab72ecfbcf2ec8060b6d5f87cc5c0cf02a59bd7671e3efdb3a4c540371fe",
-            ),
-            Check(
-                "eventsourcing.postgres.PostgresApplicationRecorder._insert_stored_events",
-                sha256="139580714a6590854299f5b5c1630b9cf56c65825cb463eb287bbf97996b29f1",
-                contains=("self._notify_channel(curs)",),
-            ),
-        ),
-    ),
-    Hook(
         path="eventsourcing.postgres.PostgresApplicationRecorder.insert_events",
         distribution="eventsourcing",
         used_in=(
@@ -394,9 +340,9 @@ HOOKS: tuple[Hook, ...] = (
         ),
         why=(
             "Extended: the events table gets a column tx (the writing transaction, by default) "
-            "and an index (tx, notification_id), which LogReader reads the log by now that "
-            "_lock_table takes no lock; creation runs without the query deadline (the ALTER "
-            "rewrites an existing table once)."
+            "and an index (tx, notification_id), which LogReader reads the log by, since the "
+            "service's insert takes no table lock; creation runs without the query deadline "
+            "(the ALTER rewrites an existing table once)."
         ),
         recheck=(
             "that the library's table has no column tx of its own and names its insert's columns"

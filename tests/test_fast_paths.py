@@ -471,16 +471,6 @@ def created(client: FlaskClient, body: dict[str, Any]) -> tuple[str, list[str]]:
     return answer["game"]["id"], [seat["token"] for seat in answer["seats"]]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "Games._snapshots_due takes one snapshot per aggregate per save, at the version it is "
-        "saved at; the library one at each event whose version is a multiple of the interval. "
-        "An imported transcript (one save) keeps one snapshot where the library keeps one every "
-        "20 events, so its past versions are replayed from further back."
-    ),
-)
 def test_snapshots_of_an_imported_game_are_the_librarys(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:

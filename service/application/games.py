@@ -353,8 +353,24 @@ class Games(Application[uuid.UUID]):
 
     def _take_snapshots(self, processing_event: Any) -> None:
         """A snapshot when a saved aggregate passes a multiple of its interval, taken from the
-        object just saved (the library would read the whole aggregate back from the store)."""
-        self._snapshot(processing_event.aggregates, processing_event.events)
+        object just saved (the library would read the whole aggregate back from the store). A
+        save that passes several multiples (an import: one save of a whole game) takes the
+        library's way, a snapshot at each of them, as the library would."""
+        aggregates, events = processing_event.aggregates, processing_event.events
+        if self._passes_several(aggregates, events):
+            super()._take_snapshots(processing_event)
+            return
+        self._snapshot(aggregates, events)
+
+    def _passes_several(self, aggregates: Mapping[uuid.UUID, Any], events: list[Any]) -> bool:
+        """Whether a save passes two multiples or more of an aggregate's interval."""
+        passed: dict[uuid.UUID, int] = {}
+        for event in events:
+            aggregate = aggregates.get(event.originator_id)
+            interval = self.snapshotting_intervals.get(type(aggregate)) if aggregate else None
+            if interval and event.originator_version % interval == 0:
+                passed[event.originator_id] = passed.get(event.originator_id, 0) + 1
+        return any(count > 1 for count in passed.values())
 
     def _snapshot(self, aggregates: Mapping[uuid.UUID, Any], events: list[Any]) -> None:
         due = self._snapshots_due(aggregates, events)

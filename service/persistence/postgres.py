@@ -241,7 +241,9 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
     eventsourcing locks the whole events table on every insert (and sends a NOTIFY, which takes
     a global lock at commit), so that notification ids are committed in order and a reader of
     the log never passes over an id that commits later. Measured here (docs/performance.md), that
-    lock halved what two workers could write. Instead, every row records the transaction that
+    lock halved what two workers could write. The service's own insert (``_insert``) takes no
+    such lock and sends no NOTIFY; the library's path, which does, is taken only for what the
+    service never asks (an insert with tracking). Instead, every row records the transaction that
     wrote it (column ``tx``), and ``LogReader`` reads the log by transaction: only rows of
     transactions that have all finished (below the snapshot's xmin), so none is passed over."""
 
@@ -393,14 +395,6 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
                 "DO UPDATE SET topic = EXCLUDED.topic, state = EXCLUDED.state) " + text
             )
         return text.encode()
-
-    # library hook: see service/hooks.py
-    def _lock_table(self, curs: Any) -> None:
-        pass
-
-    # library hook: see service/hooks.py
-    def _notify_channel(self, curs: Any) -> None:
-        pass  # nobody LISTENs: readers poll through LogReader
 
     # library hook: see service/hooks.py
     def create_table(self) -> None:
