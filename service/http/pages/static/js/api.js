@@ -246,3 +246,106 @@ export function accountSeat(state, account) {
   const mine = state.players.find((p) => sameHandle(p.account, account.handle));
   return mine ? mine.seat : null;
 }
+
+// ------------------------------------------------------------------------------- receipts
+// Contract 1.2: every answer to an action carries the server's signed receipt of the game's
+// latest version. This browser keeps the latest receipt of each game it acted in (the 200 most
+// recently acted in), and every public key of the server it has seen (GET /v1/keys, read when a
+// receipt names a key not held yet): so the replay page can check the history the server serves
+// later against what it acknowledged then, with the keys as they were, even if the server
+// changes its keys since. Nothing here is secret: a receipt is proof, not a credential.
+const RECEIPTS_KEY = "cantstop:receipts"; // {game_id: receipt}, the least recently kept first
+const RECEIPT_KEYS_KEY = "cantstop:receipt-keys"; // {"keys": [GET /v1/keys's keys, merged]}
+export const RECEIPTS_KEPT = 200;
+const RECEIPT_TEXT = ["game_id", "hash", "at", "key_id", "signature"];
+
+/** Whether ``value`` has a receipt's shape (the contract's six fields). */
+export function isReceipt(value) {
+  return Boolean(
+    value &&
+      typeof value === "object" &&
+      Number.isInteger(value.version) &&
+      value.version >= 1 &&
+      RECEIPT_TEXT.every((f) => typeof value[f] === "string"),
+  );
+}
+
+function heldReceipts() {
+  try {
+    const value = JSON.parse(read(RECEIPTS_KEY));
+    if (value && typeof value === "object" && !Array.isArray(value)) return value;
+  } catch {
+    // nothing held, or something unreadable: nothing held
+  }
+  return {};
+}
+
+/** The receipt this browser holds for the game, or null. */
+export function heldReceipt(gameId) {
+  const receipt = heldReceipts()[gameId];
+  return isReceipt(receipt) && receipt.game_id === gameId ? receipt : null;
+}
+
+/** The keys this browser holds to check receipts with: {"keys": [...]}. */
+export function heldReceiptKeys() {
+  try {
+    const value = JSON.parse(read(RECEIPT_KEYS_KEY));
+    if (value && Array.isArray(value.keys)) {
+      return { keys: value.keys.filter((k) => k && typeof k.key_id === "string") };
+    }
+  } catch {
+    // none held
+  }
+  return { keys: [] };
+}
+
+/** Add the keys of an answer of GET /v1/keys to those held. A key id held keeps its key: a
+ * server that later publishes another key under the same id does not change what was seen. */
+export function rememberReceiptKeys(published) {
+  const held = heldReceiptKeys();
+  const known = new Set(held.keys.map((k) => k.key_id));
+  const fresh = (published && Array.isArray(published.keys) ? published.keys : []).filter(
+    (k) => k && typeof k.key_id === "string" && typeof k.public_key === "string" && !known.has(k.key_id),
+  );
+  if (!fresh.length) return held;
+  const merged = { keys: [...held.keys, ...fresh] };
+  try {
+    write(RECEIPT_KEYS_KEY, JSON.stringify(merged));
+  } catch {
+    // storage full: kept for this page only
+  }
+  return merged;
+}
+
+/** Keep ``receipt`` as the game's latest, if it is later than the one held (a late answer never
+ * replaces a later receipt); the least recently kept games beyond RECEIPTS_KEPT are dropped.
+ * True when it was kept. */
+export function keepReceipt(receipt) {
+  if (!isReceipt(receipt)) return false;
+  const all = heldReceipts();
+  const before = all[receipt.game_id];
+  if (isReceipt(before) && before.version >= receipt.version) return false;
+  delete all[receipt.game_id]; // and added again: the most recently kept last
+  all[receipt.game_id] = receipt;
+  const ids = Object.keys(all);
+  for (const id of ids.slice(0, Math.max(0, ids.length - RECEIPTS_KEPT))) delete all[id];
+  try {
+    write(RECEIPTS_KEY, JSON.stringify(all));
+  } catch {
+    return false; // storage full or refused
+  }
+  return true;
+}
+
+/** Keep the receipt of an action's answer and, if its key is not held yet, the server's keys
+ * (best effort: a failure here never disturbs play; the replay page asks again if need be). */
+export async function keepReceiptOf(answer) {
+  const receipt = answer && answer.receipt;
+  if (!keepReceipt(receipt)) return;
+  if (heldReceiptKeys().keys.some((k) => k.key_id === receipt.key_id)) return;
+  try {
+    rememberReceiptKeys(await api("/v1/keys"));
+  } catch {
+    // away: the replay page reads the keys when it checks
+  }
+}

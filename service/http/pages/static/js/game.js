@@ -1,7 +1,8 @@
 // The game page: the board, the players, whose turn, the dice, the history — live by the event
 // stream — and, for a browser that holds a seat's token, the buttons to play it. A browser
 // signed in as an account that holds a seat (players[i].account) plays that seat with the
-// account's personal token, when it holds no seat token of the game.
+// account's personal token, when it holds no seat token of the game. The receipt of every
+// action's answer is kept in this browser (api.js, keepReceiptOf) for the replay page to check.
 
 import {
   accountSeat,
@@ -12,6 +13,7 @@ import {
   forgetSeat,
   heldAccount,
   heldSeat,
+  keepReceiptOf,
   openGameStream,
   randomText,
   rememberSeat,
@@ -670,6 +672,7 @@ async function act(body) {
       },
     });
     if (retried) pendingRoll = null;
+    keepReceiptOf(done); // the server's signed word for this version, kept in this browser
     learnSeat(done.events);
     addEvents(done.events);
     busy = false;
