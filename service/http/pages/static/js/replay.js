@@ -1,7 +1,17 @@
 // Replay and audit: step through every version of a game (buttons, ← → Home End, a slider),
-// the event list with the current one marked, the audit's verdict, and the game's files.
+// the event list with the current one marked, the audit's verdict, and the game's files; and,
+// when this browser holds the server's receipt of the game (kept when it played, api.js), the
+// check of the game's export against that receipt.
 
-import { allEvents, api, openGameStream, startOverIfStoreWentBack } from "./api.js";
+import {
+  allEvents,
+  api,
+  heldReceipt,
+  heldReceiptKeys,
+  openGameStream,
+  rememberReceiptKeys,
+  startOverIfStoreWentBack,
+} from "./api.js";
 import { drawBoard, playerItem } from "./board.js";
 import { $, fill, h, show } from "./dom.js";
 import { describe, solitaireText, turnText } from "./story.js";
@@ -176,6 +186,200 @@ function sheets() {
   fill($("#sheets"), nodes);
 }
 
+// ---------------------------------------------------------------------------- your receipt
+// The checks of `cantstop audit --receipt` (contract 1.2), in the browser: the receipt's
+// Ed25519 signature verifies with the key it names (WebCrypto), and the export holds the
+// receipt's version with the receipt's hash and time. An export cut before that version, or
+// another event there, is a history the server has changed since it signed.
+const receipt = heldReceipt(gameId);
+
+/** base64url without padding to bytes, or null. */
+function fromB64url(text) {
+  if (typeof text !== "string" || !/^[A-Za-z0-9_-]*$/.test(text) || text.length % 4 === 1) return null;
+  try {
+    const padded = text.replace(/-/g, "+").replace(/_/g, "/") + "=".repeat((4 - (text.length % 4)) % 4);
+    return Uint8Array.from(atob(padded), (c) => c.charCodeAt(0));
+  } catch {
+    return null;
+  }
+}
+
+/** The key the receipt names: among those this browser kept when it played, else as the server
+ * publishes it now (and kept from now on). */
+async function receiptKey() {
+  const find = (held) => held.keys.find((k) => k.key_id === receipt.key_id) || null;
+  const kept = find(heldReceiptKeys());
+  if (kept) return { key: kept, kept: true };
+  try {
+    return { key: find(rememberReceiptKeys(await api("/v1/keys"))), kept: false };
+  } catch {
+    return { key: null, kept: false, away: true };
+  }
+}
+
+/** {state: "ok" | "bad" | "unchecked", detail} for the receipt's signature. */
+async function signatureCheck() {
+  if (!globalThis.crypto || !crypto.subtle) {
+    return {
+      state: "unchecked",
+      detail: "this browser offers no WebCrypto on this page (a page not served over HTTPS), so it cannot check Ed25519 signatures",
+    };
+  }
+  const { key, kept, away } = await receiptKey();
+  if (!key) {
+    return away
+      ? { state: "unchecked", detail: `the key ${receipt.key_id} is not held here and the server cannot be reached to read it` }
+      : { state: "bad", detail: `the receipt's key ${receipt.key_id} is not among the server's keys` };
+  }
+  const raw = fromB64url(key.public_key);
+  const signature = fromB64url(receipt.signature);
+  if (!raw || raw.length !== 32 || !signature) {
+    return { state: "bad", detail: "the receipt's signature or its key is not base64url of the right bytes" };
+  }
+  let publicKey;
+  try {
+    publicKey = await crypto.subtle.importKey("raw", raw, { name: "Ed25519" }, false, ["verify"]);
+  } catch (e) {
+    if (e && e.name === "NotSupportedError") {
+      return { state: "unchecked", detail: "this browser cannot check Ed25519 signatures (WebCrypto lacks Ed25519)" };
+    }
+    return { state: "bad", detail: `the key ${receipt.key_id} cannot be read as an Ed25519 public key` };
+  }
+  const message = new TextEncoder().encode(
+    `cantstop-receipt:v1:${receipt.game_id}:${receipt.version}:${receipt.hash}:${receipt.at}`,
+  );
+  const good = await crypto.subtle.verify("Ed25519", publicKey, signature, message);
+  const source = kept ? "kept in this browser when you played" : "as the server publishes it now";
+  return good
+    ? { state: "ok", detail: `signed by the server's key ${receipt.key_id} (${source})` }
+    : { state: "bad", detail: `the signature does not verify with the key ${receipt.key_id} (${source})` };
+}
+
+/** The game's export: its header and its events, or an ApiError-like {detail}. */
+async function readExport() {
+  let response;
+  try {
+    response = await fetch(`/v1/games/${gameId}/export`, {
+      headers: { Accept: "application/x-ndjson" },
+      cache: "no-store",
+      credentials: "omit",
+    });
+  } catch {
+    throw new Error("the server cannot be reached; try again");
+  }
+  if (!response.ok) throw new Error(`the server answered ${response.status}`);
+  const lines = (await response.text()).split("\n").filter((line) => line.trim());
+  try {
+    const [header, ...records] = lines.map((line) => JSON.parse(line));
+    return { header: header || {}, records };
+  } catch {
+    throw new Error("the export is not NDJSON");
+  }
+}
+
+/** {state: "ok" | "cut" | "differs", detail}: whether the export holds the receipt's version
+ * with its hash and time. */
+function historyCheck({ header, records }) {
+  const version = receipt.version;
+  if (header.game_id !== receipt.game_id) {
+    return { state: "differs", detail: `the export is of game ${header.game_id}, the receipt of ${receipt.game_id}` };
+  }
+  if (records.length < version) {
+    return {
+      state: "cut",
+      detail: `the export stops at version ${records.length}, before the receipt's version ${version}: events the server acknowledged are missing`,
+    };
+  }
+  const record = records[version - 1];
+  if (!record || record.version !== version) {
+    return { state: "differs", detail: `the export's line for version ${version} is not that event` };
+  }
+  if (record.hash !== receipt.hash || record.at !== receipt.at) {
+    return { state: "differs", detail: `the export's event at version ${version} differs from the receipt's` };
+  }
+  return { state: "ok", detail: `the export holds version ${version} with the receipt's hash and time` };
+}
+
+function checkItem(name, state, detail) {
+  const ok = state === "ok";
+  const word = ok ? "passed" : state === "unchecked" ? "not checked" : "failed";
+  return h(
+    "li",
+    { class: ok ? "ok" : state === "unchecked" ? "unchecked" : "bad" },
+    h("span", { class: "mark", "aria-hidden": "true" }, ok ? "✓" : state === "unchecked" ? "?" : "✗"),
+    h("strong", {}, `${name}: ${word}`),
+    ` — ${detail}`,
+  );
+}
+
+async function checkReceipt() {
+  const button = $("#receipt-check");
+  const verdict = $("#receipt-verdict");
+  button.disabled = true;
+  delete verdict.dataset.valid;
+  verdict.textContent = "Checking the history against your receipt…";
+  fill($("#receipt-checks"));
+  const n = receipt.version;
+  try {
+    const [signature, history] = await Promise.all([
+      signatureCheck(),
+      readExport().then(historyCheck, (e) => ({ state: "unchecked", detail: `the export cannot be read: ${e.message}` })),
+    ]);
+    let text;
+    let valid = false;
+    if (signature.state === "bad") text = "The receipt's signature does not verify.";
+    else if (history.state === "cut") text = `The history is cut before version ${n} that the server acknowledged.`;
+    else if (history.state === "differs") text = `The history differs at version ${n}.`;
+    else if (history.state === "unchecked") text = "The history could not be checked against your receipt: try again.";
+    else {
+      text = `The server's history matches your receipt of version ${n}.`;
+      valid = signature.state === "ok";
+      if (!valid) text += " Its signature could not be checked in this browser.";
+    }
+    fill(
+      $("#receipt-checks"),
+      checkItem("signature", signature.state, signature.detail),
+      checkItem("history", history.state, history.detail),
+    );
+    // green only when both were checked and hold; red when one failed; plain when unchecked
+    const unsure = !valid && signature.state !== "bad" && ["ok", "unchecked"].includes(history.state);
+    if (!unsure) verdict.dataset.valid = String(valid);
+    verdict.textContent = text;
+  } catch (e) {
+    verdict.textContent = `Your receipt could not be checked: ${e.message}`;
+  } finally {
+    button.disabled = false;
+    receiptFiles();
+  }
+}
+
+/** A link that saves a JSON document from this page (the receipt, the keys) as a file. */
+function saveLink(label, name, value) {
+  const url = URL.createObjectURL(new Blob([JSON.stringify(value, null, 2)], { type: "application/json" }));
+  return h("li", {}, h("a", { href: url, download: name }, label));
+}
+
+/** The files to check the receipt offline: the receipt and the keys held (more, once a check
+ * read the server's keys). */
+function receiptFiles() {
+  for (const link of document.querySelectorAll("#receipt-files a")) URL.revokeObjectURL(link.href);
+  fill(
+    $("#receipt-files"),
+    saveLink("Save my receipt (JSON)", `receipt-${gameId}.json`, receipt),
+    saveLink("Save the keys kept to check it (JSON)", `keys-${gameId}.json`, heldReceiptKeys()),
+  );
+}
+
+function showReceipt() {
+  if (!receipt) return;
+  $("#receipt-about").textContent =
+    `This browser keeps the server's signed receipt of version ${receipt.version} of this game, ` +
+    `recorded at ${receipt.at}.`;
+  receiptFiles();
+  $("#receipt-check").addEventListener("click", checkReceipt);
+  show($("#receipt-panel"), true);
+}
+
 // ------------------------------------------------------------------------------- controls
 $("#first").addEventListener("click", () => go(1));
 $("#previous").addEventListener("click", () => go(current - 1));
@@ -246,6 +450,7 @@ async function reopen() {
 
 async function start() {
   sheets();
+  showReceipt();
   audit();
   try {
     addEvents(await allEvents(gameId));
