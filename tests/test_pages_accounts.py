@@ -12,46 +12,22 @@ vendored axe-core.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import (
-    Browser,
-    BrowserContext,
-    ConsoleMessage,
-    Page,
-    Request,
-    ViewportSize,
-    expect,
-    sync_playwright,
-)
+from playwright.sync_api import Browser, Page, ViewportSize, expect
 
 from service.http.pages import game_summary, pool_text
 from service.http.pages.charts import nice_step, rating_chart
+from tests.support.browser import Server, Watch, axe, context, shot
 from tests.support.http import HOST, send
 from tests.support.polling import poll
-from tests.support.servers import Served, free_port, serving
+from tests.support.servers import free_port, serving
 
-ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = Path("/usr/bin/chromium")
-LAUNCH_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-SHOTS = ROOT / "var" / "screenshots"
-AXE_URL = "/assets/vendor/axe-core/axe.min.js"
 CHOICE = re.compile(r"^(Roll|Stop|Move \d+( and \d+)?)$")
 STEP_TIMEOUT = 45  # seconds for one step of a game (a computer player's whole turn included)
 PASSWORD = "correct horse battery"
@@ -60,26 +36,6 @@ BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.
 
 
 # ------------------------------------------------------------------------------ fixtures
-@dataclass
-class Server:
-    base: str
-    port: int
-    served: Served
-
-    def api(self, method: str, path: str, body: Any = None, token: str | None = None) -> Any:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        reply = send(self.port, method, path, body, headers)
-        assert reply.status < 300, (method, path, reply.status, reply.body[:300])
-        return reply.json() if reply.body else None
-
-    def status(self, method: str, path: str, token: str | None = None) -> int:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        return send(self.port, method, path, None, headers).status
-
-    def log(self) -> str:
-        return self.served.log.read_text(errors="replace")
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("account-pages")
@@ -91,79 +47,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield Server(f"http://{HOST}:{port}", port, served)
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    assert CHROMIUM.exists(), (
-        "Debian's chromium is not installed: `apt-get install chromium` (make test does it)"
-    )
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
-        try:
-            yield launched
-        finally:
-            launched.close()
-
-
-@dataclass
-class Watch:
-    """What a browser context did: every request URL, console errors, dialogs."""
-
-    requests: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    dialogs: list[str] = field(default_factory=list)
-
-    def attach(self, page: Page) -> None:
-        def console(message: ConsoleMessage) -> None:
-            if message.type == "error":
-                self.errors.append(f"{page.url}: {message.text}")
-
-        page.on("console", console)
-        page.on("pageerror", lambda exc: self.errors.append(f"{page.url}: {exc}"))
-
-        def dialog(d: Any) -> None:
-            self.dialogs.append(d.message)
-            d.dismiss()
-
-        page.on("dialog", dialog)
-
-
-@contextlib.contextmanager
-def context(browser: Browser, server: Server) -> Iterator[tuple[BrowserContext, Watch]]:
-    ctx = browser.new_context(base_url=server.base, viewport={"width": 1280, "height": 900})
-    ctx.set_default_timeout(15_000)
-    watch = Watch()
-
-    def request(r: Request) -> None:
-        watch.requests.append(r.url)
-
-    ctx.on("request", request)
-    ctx.on("page", watch.attach)
-    try:
-        yield ctx, watch
-    finally:
-        ctx.close()
-    assert not watch.errors, watch.errors
-    assert not watch.dialogs, watch.dialogs
-
-
 # ------------------------------------------------------------------------------- helpers
-def shot(page: Page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
-
-
-def axe(page: Page, what: str) -> None:
-    """No serious or critical violation of axe-core's rules on the page as it is now."""
-    page.add_script_tag(url=AXE_URL)  # served from the app itself: allowed by the page's CSP
-    result = page.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")
-    bad = [
-        f"{v['id']} ({v['impact']}): {v['help']} — {[n['target'] for n in v['nodes']][:5]}"
-        for v in result["violations"]
-        if v["impact"] in ("serious", "critical")
-    ]
-    assert not bad, f"axe on {what}:\n" + "\n".join(bad)
-
-
 def game_id_of(page: Page) -> str:
     match = re.search(r"/games/([0-9a-f-]{36})", page.url)
     assert match, page.url

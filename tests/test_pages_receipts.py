@@ -19,36 +19,16 @@ import sqlite3
 import subprocess
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import (
-    Browser,
-    BrowserContext,
-    ConsoleMessage,
-    Page,
-    expect,
-    sync_playwright,
-)
+from playwright.sync_api import Browser, Page, expect
 
-from tests.support.http import HOST, send
-from tests.support.servers import CANTSTOP, Served, free_port, serving
+from tests.support.browser import Server, axe, context, shot
+from tests.support.http import HOST
+from tests.support.servers import CANTSTOP, free_port, serving
 
-ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = Path("/usr/bin/chromium")
-LAUNCH_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-SHOTS = ROOT / "var" / "screenshots"
-AXE_URL = "/assets/vendor/axe-core/axe.min.js"
 ANN_AND_BOB = {"players": ["Ann", "Bob"], "dice": "manual", "first_player": 0}
 RECEIPTS = "cantstop:receipts"
 KEYS = "cantstop:receipt-keys"
@@ -58,24 +38,6 @@ pytestmark = pytest.mark.slow
 
 
 # ------------------------------------------------------------------------------ fixtures
-@dataclass
-class Server:
-    base: str
-    port: int
-    served: Served
-
-    def api(self, method: str, path: str, body: Any = None, token: str | None = None) -> Any:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        reply = send(self.port, method, path, body, headers)
-        assert reply.status < 300, (method, path, reply.status, reply.body[:300])
-        return reply.json()
-
-    def export(self, game_id: str) -> bytes:
-        reply = send(self.port, "GET", f"/v1/games/{game_id}/export")
-        assert reply.status == 200, reply.body[:300]
-        return reply.body
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tmp = tmp_path_factory.mktemp("receipt-pages")
@@ -93,75 +55,7 @@ def started_server(tmp_path: Path, port: int) -> Iterator[Server]:
         yield Server(f"http://{HOST}:{port}", port, served)
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    assert CHROMIUM.exists(), (
-        "Debian's chromium is not installed: `apt-get install chromium` (make test does it)"
-    )
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=LAUNCH_ARGS)
-        try:
-            yield launched
-        finally:
-            launched.close()
-
-
-@dataclass
-class Watch:
-    """What a browser context did: console errors, dialogs."""
-
-    errors: list[str] = field(default_factory=list)
-    dialogs: list[str] = field(default_factory=list)
-
-    def attach(self, page: Page) -> None:
-        def console(message: ConsoleMessage) -> None:
-            if message.type == "error":
-                self.errors.append(f"{page.url}: {message.text}")
-
-        page.on("console", console)
-        page.on("pageerror", lambda exc: self.errors.append(f"{page.url}: {exc}"))
-
-        def dialog(d: Any) -> None:
-            self.dialogs.append(d.message)
-            d.dismiss()
-
-        page.on("dialog", dialog)
-
-
-@contextlib.contextmanager
-def context(browser: Browser, base: str) -> Iterator[tuple[BrowserContext, Watch]]:
-    ctx = browser.new_context(
-        base_url=base, viewport={"width": 1280, "height": 900}, accept_downloads=True
-    )
-    ctx.set_default_timeout(15_000)
-    watch = Watch()
-    ctx.on("page", watch.attach)
-    try:
-        yield ctx, watch
-    finally:
-        ctx.close()
-    assert not watch.errors, watch.errors
-    assert not watch.dialogs, watch.dialogs
-
-
 # ------------------------------------------------------------------------------- helpers
-def shot(page: Page, name: str) -> None:
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
-
-
-def axe(page: Page, what: str) -> None:
-    """No serious or critical violation of axe-core's rules on the page as it is now."""
-    page.add_script_tag(url=AXE_URL)  # served from the app itself: allowed by the page's CSP
-    result = page.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")
-    bad = [
-        f"{v['id']} ({v['impact']}): {v['help']} — {[n['target'] for n in v['nodes']][:5]}"
-        for v in result["violations"]
-        if v["impact"] in ("serious", "critical")
-    ]
-    assert not bad, f"axe on {what}:\n" + "\n".join(bad)
-
-
 def stored(page: Page, key: str) -> Any:
     raw = page.evaluate("key => localStorage.getItem(key)", key)
     return None if raw is None else json.loads(raw)
@@ -226,7 +120,7 @@ def test_a_receipt_kept_while_playing_checks_the_history_and_names_a_cut_and_a_r
     port = free_port()
     # One browser throughout, its storage kept while the server is restored from a backup and
     # started again on the same port (the same origin), store and key.
-    with context(browser, f"http://{HOST}:{port}") as (ctx, _watch):
+    with context(browser, f"http://{HOST}:{port}", accept_downloads=True) as (ctx, _watch):
         with started_server(tmp_path, port) as server:
             created = server.api("POST", "/v1/games", ANN_AND_BOB)
             game_id, ann = created["game"]["id"], created["seats"][0]["token"]
