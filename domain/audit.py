@@ -564,14 +564,20 @@ def split_exports(data: bytes) -> list[bytes]:
         if marker in line or compact in line or not games:
             games.append([])
         games[-1].append(line)
-    return [b"\n".join(game) for game in games if any(line.strip() for line in game)]
+    parts = []
+    for game in games:
+        while game and not game[-1].strip():  # blank lines between games
+            game.pop()
+        if game:
+            parts.append(b"\n".join(game))
+    return parts
 
 
 def parse_export(data: bytes) -> tuple[dict[str, Any], list[Any]]:
     """An export's header and records. A bad header is MalformedExport; a bad event line becomes
     an ``{"version": <its line>, "unreadable": …}`` record, which the audit blames."""
     lines = data.removeprefix(b"\xef\xbb\xbf").split(b"\n")  # a UTF-8 BOM, as editors write
-    if lines and not lines[-1].strip():
+    while lines and not lines[-1].strip():  # blank lines at the end, as editors leave them
         lines.pop()
     if not lines:
         raise MalformedExport("the file is empty")

@@ -162,7 +162,8 @@ def receipt_check(
             receipt, game_id if isinstance(game_id, str) else None, records
         )
     version = receipt.get("version") if isinstance(receipt, dict) else None
-    blamed = version if problem is not None and isinstance(version, int) else None
+    good = isinstance(version, int) and not isinstance(version, bool) and version > 0
+    blamed = version if problem is not None and good else None
     detail = problem or (
         f"signed by {receipt['key_id']}; the export holds version {receipt['version']} "
         "with the receipt's hash"

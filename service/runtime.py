@@ -37,7 +37,9 @@ class Runtime:
         )
         env.update(settings.extra_env)
         self.games = Games(env=env)
-        self.receipts = Receipts.from_env({**os.environ, **settings.extra_env})
+        self.receipts = Receipts.from_env(
+            {**os.environ, **settings.extra_env}, self.games.stored_keys()
+        )
         self.accounts = Accounts(self.games, self.games.credentials())
         self.games.principals = lambda token: self.accounts.authenticate(token, "play").handle
         self.lobby = Lobby(self.games)

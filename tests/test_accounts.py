@@ -169,7 +169,7 @@ def test_a_personal_token_seats_and_acts_and_an_account_holds_one_seat(
     outside = client.post(
         f"/v1/games/{game['id']}/actions", json={"type": "stop"}, headers=bearer(stranger)
     )
-    assert (outside.status_code, outside.get_json()["code"]) == (403, "not_your_seat")
+    assert (outside.status_code, outside.get_json()["code"]) == (401, "unauthorized")
     someone_else = client.post(
         "/v1/games", json={"players": [{"account": "bob"}, "Eve"]}, headers=bearer(ann)
     )
@@ -333,3 +333,26 @@ def test_a_rated_games_ratings_change_once_when_workers_race_at_its_end(
     finally:
         one.extensions["cantstop"].close()
         two.extensions["cantstop"].close()
+
+
+def test_closing_an_account_gives_up_its_seats_in_unfinished_games(client: FlaskClient) -> None:
+    """Its seat tokens cannot play on: a game in progress is resigned, a lobby's seat given back."""
+    ann, bob = sign_up(client, "ann"), sign_up(client, "bob")
+    lobby = client.post("/v1/games", json={"seats": 2}, headers=bearer(ann)).get_json()
+    playing = client.post("/v1/games", json={"seats": 2}, headers=bearer(ann)).get_json()
+    joined = client.post(
+        f"/v1/games/{playing['game']['id']}/players", json={}, headers=bearer(bob)
+    ).get_json()
+    assert joined["game"]["status"] == "in_progress"
+    seat_token = playing["seats"][0]["token"]
+    assert client.delete("/v1/account", headers=bearer(ann)).status_code == 204
+    game = client.get(f"/v1/games/{playing['game']['id']}").get_json()
+    assert game["status"] == "finished" and game["players"][0]["resigned"] is True
+    refused = client.post(
+        f"/v1/games/{playing['game']['id']}/actions",
+        json={"type": "roll"},
+        headers=bearer(seat_token),
+    )
+    assert refused.status_code == 409  # the game is over for everybody
+    left = client.get(f"/v1/games/{lobby['game']['id']}").get_json()
+    assert left["players"][0]["name"] is None and left["players"][0]["account"] is None

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from flask import Flask
 from flask.testing import FlaskClient
 
+from domain.game import format_at
 from domain.receipts import b64url, message, unb64url
 from service.config import Settings
 from service.http.app import create_app
@@ -93,7 +95,8 @@ def test_a_rotated_key_still_verifies_old_receipts(database_url: str, tmp_path: 
     game_id, _ = create_game(client, players=["Ann", "Bob"])
     before = client.get(f"/v1/games/{game_id}/receipt").get_json()
     first.extensions["cantstop"].close()
-    key_file(path, (old, "2026-11-27T00:00:00.000000Z"), (new, None))  # the operator rotates
+    retired = format_at(datetime.now(UTC))
+    key_file(path, (old, retired), (new, None))  # the operator rotates
     second = create_app(Settings(database_url=database_url, extra_env=env))
     try:
         keys = second.test_client().get("/v1/keys").get_json()

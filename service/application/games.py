@@ -49,7 +49,6 @@ from service.application.errors import (
     ConcurrentAction,
     IdempotencyKeyReused,
     NotFound,
-    NotYourSeat,
     ReadOnly,
     Unauthorized,
     VersionConflict,
@@ -58,6 +57,7 @@ from service.application.errors import (
 from service.persistence.accounts import Credentials
 from service.persistence.commitments import SeedCommitments
 from service.persistence.errors import CorruptGame, StoreUnavailable
+from service.persistence.keys import StoredKeys
 from service.persistence.postgres import GuardedPostgresApplicationRecorder
 from service.persistence.sqlite import GuardedSQLiteApplicationRecorder, SQLiteStore
 
@@ -318,15 +318,21 @@ class Games(Application[uuid.UUID]):
         datastore = getattr(self.recorder, "datastore", None)
         self.commitments = SeedCommitments(datastore, dialect) if datastore is not None else None
         self._credentials = Credentials(datastore, dialect) if datastore is not None else None
+        self._keys = StoredKeys(datastore, dialect) if datastore is not None else None
         if self.commitments is not None and strtobool(self.env.get("CREATE_TABLE") or "yes"):
             self.commitments.create_table()
-            assert self._credentials is not None
+            assert self._credentials is not None and self._keys is not None
             self._credentials.create_table()
+            self._keys.create_table()
 
     def credentials(self) -> Credentials:
         """The accounts' secrets, in the store's database (service.persistence.accounts)."""
         assert self._credentials is not None, "accounts need a SQLite or PostgreSQL store"
         return self._credentials
+
+    def stored_keys(self) -> StoredKeys | None:
+        """The receipts' development key's table (service.persistence.keys)."""
+        return self._keys
 
     def construct_mapper(self) -> Mapper[uuid.UUID]:
         return self.factory.mapper(
@@ -790,13 +796,14 @@ class Games(Application[uuid.UUID]):
         return self.principals(token)
 
     def seat_of_principal(self, game_id: uuid.UUID, token: str) -> int:
-        """The seat the personal token's account holds in the game (403 not_your_seat if none;
-        401 for an unknown or revoked token; 403 insufficient_scope without ``play``)."""
+        """The seat the personal token's account holds in the game (401 if none, as for a seat
+        token of another game; 401 for an unknown or revoked token; 403 insufficient_scope
+        without ``play``)."""
         handle = self.principal_handle(token)
         with self.owned(game_id) as game:
             seat = game.seat_of_account(handle)
-        if seat is None:
-            raise NotYourSeat(f"the account {handle} holds no seat of this game")
+        if seat is None:  # as a seat token of another game is: the token holds no seat here
+            raise Unauthorized(f"the account {handle} holds no seat of this game")
         return seat
 
     def authenticate(self, game_id: uuid.UUID, token: str | None) -> int:

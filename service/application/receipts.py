@@ -6,18 +6,16 @@ Keys are the operator's: ``CANTSTOP_RECEIPT_KEYS`` names a JSON file ``{"keys": 
 <base64url of the 32-byte Ed25519 seed>, "not_before": <RFC 3339>, "not_after": <RFC 3339> |
 null}, ...]}``; the newest key without ``not_after`` signs, and every key listed is published, so
 a key is rotated by adding a new one and giving the old one a ``not_after``: receipts it signed
-still verify. Without the setting, a development key is generated once into
-``var/receipt-keys.json`` (owner-only), as ``make run`` needs. Every worker and host must read the
-same file. A key's id is derived from its public key.
+still verify. Every worker and host must read the same file. Without the setting, a development
+key is generated once and kept in the store (``persistence.keys``; the SQLite file of ``make run``
+is under ``var/``), so every process of one store signs with it and a restart keeps it; the store
+holds secrets already (unrevealed seeds). A key's id is derived from its public key.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,8 +31,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from domain.game import format_at
 from domain.receipts import b64url, message, unb64url
 from service.config import ConfigError
-
-DEFAULT_KEYS = Path("var/receipt-keys.json")
+from service.persistence.keys import StoredKeys
 
 
 def raw_public(key: Ed25519PublicKey) -> bytes:
@@ -73,12 +70,18 @@ class Receipts:
         self.signer = max(live, key=lambda k: k.not_before)
 
     @classmethod
-    def from_env(cls, environ: Any = None) -> Receipts:
-        env = os.environ if environ is None else environ
-        path = env.get("CANTSTOP_RECEIPT_KEYS")
+    def from_env(cls, environ: Any, stored: StoredKeys | None) -> Receipts:
+        """The operator's keys (``CANTSTOP_RECEIPT_KEYS``), else the store's development key,
+        generated the first time any process asks."""
+        path = environ.get("CANTSTOP_RECEIPT_KEYS")
         if path:
             return cls(load_keys(Path(path)))
-        return cls(load_keys(development_keys(DEFAULT_KEYS)))
+        if stored is None:
+            raise ConfigError("CANTSTOP_RECEIPT_KEYS: no key file, and no store to keep one")
+        seed = b64url(Ed25519PrivateKey.generate().private_bytes_raw())
+        private, not_before = stored.development_key(seed, format_at(datetime.now(UTC)))
+        key = Ed25519PrivateKey.from_private_bytes(unb64url(private))
+        return cls([Key(key_id_of(key.public_key()), key, not_before, None)])
 
     def sign(self, game_id: str, version: int, digest: str, at: str) -> dict[str, Any]:
         signature = self.signer.private.sign(message(game_id, version, digest, at))
@@ -115,41 +118,19 @@ def load_keys(path: Path) -> list[Key]:
         raise ConfigError(f"CANTSTOP_RECEIPT_KEYS: cannot read {path}: {exc}") from None
 
 
-def development_keys(path: Path) -> Path:
-    """The development key file, generated once (owner-only; several processes may race to
-    create it: one does, the others read it)."""
-    if path.exists():
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    seed = Ed25519PrivateKey.generate().private_bytes_raw()
-    document = {
-        "keys": [
-            {
-                "private_key": b64url(seed),
-                "not_before": format_at(datetime.now(UTC)),
-                "not_after": None,
-            }
-        ]
-    }
-    with contextlib.suppress(FileExistsError):
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            json.dump(document, file)
-        return path
-    for _ in range(50):  # another process is writing it
-        with contextlib.suppress(OSError, ValueError):
-            if json.loads(path.read_text(encoding="utf-8")).get("keys"):
-                return path
-        time.sleep(0.02)
-    return path
-
-
 def verify(receipt: dict[str, Any], published: dict[str, Any]) -> str | None:
     """Why the receipt's signature does not verify with the published keys, or None."""
     keys = {k.get("key_id"): k for k in published.get("keys", []) if isinstance(k, dict)}
     key = keys.get(receipt.get("key_id"))
     if key is None:
         return f"the receipt's key {receipt.get('key_id')!r} is not among the keys given"
+    if key.get("alg") != "Ed25519":
+        return f"the receipt's key {receipt['key_id']!r} is not an Ed25519 key"
+    # A receipt is signed at or after its event's time (GET /receipt signs later ones too), so
+    # only a key retired before that time cannot have signed it.
+    at, until = receipt.get("at"), key.get("not_after")
+    if isinstance(until, str) and isinstance(at, str) and at > until:
+        return f"the receipt is dated {at}, after its key was retired ({until})"
     try:
         public = Ed25519PublicKey.from_public_bytes(unb64url(key["public_key"]))
         signature = unb64url(receipt["signature"])

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import re
+import uuid
 from typing import Any
 
 from flask import Blueprint, Response, request
 
+from domain.commands import Resign
+from domain.errors import DomainError
 from service.application.accounts import Issued, Principal
 from service.application.auditing import export_lines
-from service.application.errors import NotFound
+from service.application.errors import ApplicationError, NotFound
 from service.http import schemas
 from service.http.core import (
     BadRequest,
@@ -98,16 +103,43 @@ def my_tokens() -> Response:
     return json_response({"tokens": tokens}, headers=NO_STORE)
 
 
+TOKEN_ID = re.compile(r"[0-9a-f]{16}")
+POOL = re.compile(r"[0-9]{1,2}p-[0-9a-f]{10}")
+
+
 @accounts_api.delete("/v1/account/tokens/<token_id>")
 def revoke_token(token_id: str) -> Response:
     principal = me("account")
+    if not TOKEN_ID.fullmatch(token_id):
+        raise NotFound(f"no token {token_id[:40]!r} of this account")
     runtime().accounts.revoke(principal, token_id)
     return Response(status=204)
 
 
 @accounts_api.delete("/v1/account")
 def close_account() -> Response:
-    runtime().accounts.close(me("account"))
+    """Close the account: first its seats in unfinished games are given up (a lobby's seat is
+    given back, a game in progress resigned), so that no seat token of it plays on; then its
+    credentials are erased."""
+    principal = me("account")
+    rt = runtime()
+    token = bearer_token()
+    for status in ("waiting", "in_progress"):
+        cursor = None
+        while True:
+            page, cursor = rt.account_games.page(
+                rt.views, principal.handle, status=status, rated=None, limit=200, cursor=cursor
+            )
+            for entry in page:
+                game_id = uuid.UUID(entry["game_id"])
+                with contextlib.suppress(ApplicationError, DomainError):
+                    if status == "waiting":
+                        rt.lobby.leave(game_id, entry["seat"], token)
+                    else:
+                        rt.games.act(game_id, entry["seat"], Resign())
+            if cursor is None:
+                break
+    rt.accounts.close(principal)
     return Response(status=204)
 
 
@@ -174,6 +206,8 @@ def export_account_games(handle: str) -> Response:
 def pool_leaderboard(pool: str) -> Response:
     rt = runtime()
     limit = int_arg("limit", 50, 1, 200)
+    if not POOL.fullmatch(pool):
+        raise NotFound(f"no pool {pool[:40]!r}: a pool's id reads like 2p-0123456789")
     board = rt.ratings.leaderboard(rt.views, pool, limit)
     if board is None:
         raise NotFound(f"no rated games in pool {pool!r}")

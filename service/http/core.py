@@ -366,10 +366,19 @@ def json_bytes(req: flask.Request | None = None) -> bytes:
     ``req``: the request (``this_request``), when the caller holds it already."""
     if req is None:
         req = this_request()
-    read: bytes | None = req.__dict__.get("_cached_data")  # read already (a rate limit's key)
+    environ = req.environ
+    read: bytes | None = environ.get(JSON_READ)  # judged already (a rate limit's key read it)
     if read is not None:
         return read
-    environ = req.environ
+    data = _json_bytes(req, environ)
+    environ[JSON_READ] = data
+    return data
+
+
+JSON_READ = "cantstop.json_body"  # the body, once json_bytes has judged it (size, type)
+
+
+def _json_bytes(req: flask.Request, environ: dict[str, Any]) -> bytes:
     if "HTTP_CONTENT_ENCODING" in environ:
         check_not_encoded(environ)
     if environ.get("CONTENT_TYPE") == "application/json":  # as nearly every client sends it

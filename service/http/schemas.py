@@ -292,4 +292,7 @@ class SignInSchema(Schema):
     handle = fields.String(required=True, validate=validate.Length(min=1, max=40))
     password = fields.String(required=True, validate=validate.Length(max=4096))
     scopes = fields.List(fields.String(), load_default=["play"])
-    description = fields.String(load_default="", validate=validate.Length(max=200))
+    description = fields.String(
+        load_default="",
+        validate=[validate.Length(max=200), validate.Regexp(r"^[^\x00-\x1f\x7f]*$")],
+    )

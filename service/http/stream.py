@@ -52,6 +52,10 @@ def stream(game_id: str) -> Response:
         response = Response(status=204)
         del response.headers["Content-Type"]  # no body: no media type (Flask adds text/html)
         return response
+    if request.method == "HEAD":  # the answer's head only: no stream is opened (RFC 9110)
+        response = Response(mimetype="text/event-stream")
+        response.headers["Cache-Control"] = "no-cache"
+        return response
     try:
         body = hub.stream(
             gid, after, version=version, finished=finished, client=request.remote_addr or ""
