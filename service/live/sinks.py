@@ -11,6 +11,10 @@ import threading
 from collections import deque
 
 MAX_BUFFERED = 256 * 1024  # bytes waiting for a client that does not read: then it is dropped
+# A stream catching up from the store writes faster than a client reads: past DRAIN_ABOVE bytes
+# waiting, it waits for the client to read half of them, for DRAIN_WAIT seconds at most.
+DRAIN_ABOVE = 64 * 1024
+DRAIN_WAIT = 60.0
 
 
 class ClientGone(Exception):
@@ -26,6 +30,22 @@ class Sink:
 
     def write(self, data: bytes) -> None:
         raise NotImplementedError
+
+    def pending(self) -> int:
+        """Bytes written and not yet taken by the client."""
+        raise NotImplementedError
+
+    async def drained(self) -> None:
+        """Wait until the client has read most of what waits for it (ClientGone if it hangs up
+        or reads nothing for ``DRAIN_WAIT`` seconds)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + DRAIN_WAIT
+        while self.pending() > DRAIN_ABOVE // 2:
+            if self.gone.is_set():
+                raise ClientGone("hung up")
+            if loop.time() > deadline:
+                raise ClientGone("does not read")
+            await asyncio.sleep(0.01)
 
     def close(self) -> None:
         raise NotImplementedError
@@ -68,6 +88,10 @@ class SocketSink(Sink):
             raise ClientGone("does not read")
         transport.write(data)
 
+    def pending(self) -> int:
+        transport = self.transport
+        return 0 if transport is None else transport.get_write_buffer_size()
+
     def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()  # what was written is sent first
@@ -94,6 +118,9 @@ class QueueSink(Sink):
             self._chunks.append(data)
             self._size += len(data)
             self._cond.notify()
+
+    def pending(self) -> int:
+        return self._size
 
     def close(self) -> None:
         with self._cond:

@@ -22,7 +22,7 @@ import orjson
 
 from service.application.errors import ApplicationError
 from service.config import env_int, env_number
-from service.live.sinks import ClientGone, QueueSink, Sink, SocketSink
+from service.live.sinks import DRAIN_ABOVE, ClientGone, QueueSink, Sink, SocketSink
 
 
 class Hub(Protocol):
@@ -233,6 +233,8 @@ class Stream:
             gone.cancel()
 
     async def _from_store(self, sink: Sink, last: int, ended: bool) -> tuple[int, bool]:
+        """Send what the store holds after ``last``, a page at a time, at the client's pace:
+        a long history is never all waiting in memory for a slow reader."""
         async for page in self._pages(last):
             for envelope in page:
                 if envelope.version != last + 1:
@@ -240,6 +242,8 @@ class Stream:
                 sink.write(envelope.frame())
                 last = envelope.version
                 ended = ended or envelope.final
+                if sink.pending() > DRAIN_ABOVE:
+                    await sink.drained()
         return last, ended
 
 
