@@ -37,6 +37,8 @@ bench: install
 	$(BIN)/python -m bench.engine
 	$(BIN)/python -m bench.http
 	$(BIN)/python -m bench.scaling
+	$(BIN)/python -m bench.streams --streams 1000
+	$(BIN)/python -m bench.views --sizes 1000,10000
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
