@@ -54,7 +54,7 @@ class LiveConfig:
 
     keepalive: float = 15.0
     poll: float = 0.25
-    check: float = 5.0
+    check: float = 1.0
     max_streams: int = 8000
     max_per_client: int = 500
 
