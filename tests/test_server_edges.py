@@ -82,7 +82,10 @@ def worker_cpus(serve_pid: int) -> list[set[str]]:
         for worker in children.get(master, []):
             cpus = set()
             for task in Path(f"/proc/{worker}/task").iterdir():
-                status = (task / "status").read_text()
+                try:
+                    status = (task / "status").read_text()
+                except FileNotFoundError:  # a thread that ended meanwhile
+                    continue
                 allowed = next(line for line in status.splitlines() if "Cpus_allowed_list" in line)
                 cpus.add(allowed.split(":")[1].strip())
             found.append(cpus)
