@@ -95,6 +95,12 @@ MIX = (
     ("solitaire", 0.10),
     ("unfinished", 0.05),
 )
+LISTING_SQL: dict[str, tuple[str, list[Any], int]] = {  # WHERE, its parameters, OFFSET
+    "listing": ("", [], 0),
+    "?status=waiting": (" WHERE status = ?", ["waiting"], 0),
+    "?open=true": (" WHERE open_seats > 0", [], 0),
+    "?offset=5000": ("", [], 5000),
+}
 QUERIES = {
     "listing": "/v1/games",
     "?status=waiting": "/v1/games?status=waiting",
@@ -317,6 +323,44 @@ class Store:
     def drop(self) -> None:
         raise NotImplementedError
 
+    def connect(self) -> Any:
+        """A DB-API connection to the store (``?`` placeholders for ``sql``)."""
+        raise NotImplementedError
+
+    def sql(self, statement: str) -> str:
+        return statement
+
+    def listing_sql(self, runs: int = 20) -> dict[str, tuple[float, float]]:
+        """The listing's two statements alone (``GameList.query``: the count, then the page),
+        as each filter runs them on the games view's table: median ms of ``runs`` each. What a
+        request costs beyond them is the service's (catching the view up, the JSON)."""
+        found = {}
+        conn = self.connect()
+        try:
+            cur = conn.cursor()
+            cur.execute(self.sql("SELECT generation FROM cantstop_views WHERE name = ?"), ["games"])
+            table = f"cantstop_view_games_games_g{cur.fetchone()[0]}"
+            for name, (where, params, offset) in LISTING_SQL.items():
+                timings: list[list[float]] = [[], []]
+                for _ in range(runs):
+                    for i, (statement, args) in enumerate(
+                        (
+                            (f"SELECT count(*) FROM {table}{where}", params),
+                            (
+                                f"SELECT * FROM {table}{where} ORDER BY seq DESC LIMIT ? OFFSET ?",
+                                [*params, 50, offset],
+                            ),
+                        )
+                    ):
+                        started = time.perf_counter()
+                        cur.execute(self.sql(statement), args)
+                        cur.fetchall()
+                        timings[i].append((time.perf_counter() - started) * 1000)
+                found[name] = (statistics.median(timings[0]), statistics.median(timings[1]))
+        finally:
+            conn.close()
+        return found
+
 
 def group_of(table: str) -> str:
     if table.startswith("cantstop_view"):
@@ -340,6 +384,9 @@ class SQLiteStore(Store):
 
     def events_table(self) -> str:
         return "stored_events"
+
+    def connect(self) -> Any:
+        return self._connect()
 
     def read_pool(self) -> list[PoolGame]:
         with contextlib.closing(self._connect()) as conn:
@@ -419,6 +466,12 @@ class PostgresStore(Store):
 
     def events_table(self) -> str:
         return self.events
+
+    def connect(self) -> Any:
+        return psycopg.connect(self.url, autocommit=True)
+
+    def sql(self, statement: str) -> str:
+        return statement.replace("?", "%s")
 
     def use(self, rt: Runtime) -> None:
         """The tables' real names, from the application."""
@@ -713,6 +766,7 @@ class Launch:
     latency: dict[str, tuple[float, float, int]] = field(default_factory=dict)  # p50, p99 ms
     idle_writes: int | None = None  # over IDLE seconds with no request
     others: float = 0.0  # the share of the cores other processes used meanwhile (Others)
+    listing_sql: dict[str, tuple[float, float]] = field(default_factory=dict)  # count, page ms
 
 
 def first_listings(served: Served, launch: Launch) -> None:
@@ -946,6 +1000,7 @@ def one(kind: str, size: int, args: argparse.Namespace, server_url: str | None) 
             f"(other processes used {busy:.0%} of the cores meanwhile)"
         )
         launch = measure_launch(store, folder, args.requests)
+        launch.listing_sql = store.listing_sql()
         total, groups = store.sizes()
         result = Result(kind, size, filled, rebuilt, busy, launch, total, groups, store.pages)
         report(result)
@@ -985,6 +1040,7 @@ def as_json(result: Result, pool: list[PoolGame], few_lobbies: bool) -> dict[str
         "rss_others": launch.rss_others,
         "latency": launch.latency,
         "idle_writes": launch.idle_writes,
+        "listing_sql": launch.listing_sql,
         "others": launch.others,
         "bytes_total": result.bytes_total,
         "bytes_by_group": result.bytes_by_group,
@@ -1024,7 +1080,13 @@ def report(result: Result) -> None:
     if launch.idle_writes is not None:
         say(f"  idle for {IDLE:g} s: {launch.idle_writes} transactions wrote")
     for name, (p50, p99, size) in launch.latency.items():
-        say(f"  {name:16} p50 {p50:6.2f} ms  p99 {p99:6.2f} ms  ({size:,} bytes)")
+        alone = launch.listing_sql.get(name)
+        sql = (
+            ""
+            if alone is None
+            else f"; its SQL alone: count {alone[0]:.2f}, page {alone[1]:.2f} ms"
+        )
+        say(f"  {name:16} p50 {p50:6.2f} ms  p99 {p99:6.2f} ms  ({size:,} bytes{sql})")
     groups = ", ".join(
         f"{k} {v / result.games() / 1024:.1f}" for k, v in sorted(result.bytes_by_group.items())
     )
@@ -1049,6 +1111,8 @@ def main() -> None:
         help="copy no waiting lobby: only the pool's own few are open (as on a live server)",
     )
     args = parser.parse_args()
+    # Stopped (SIGTERM), it still drops its stores and stops its PostgreSQL (the finally blocks).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s]
     kinds = [s.strip() for s in args.stores.split(",") if s.strip()]
     say(
