@@ -27,9 +27,10 @@ test: install
 	$(BIN)/python -m pytest -q -n auto $(PYTEST_ARGS)  # pytest-xdist: one worker per core
 
 lint: install
-	$(BIN)/ruff check domain service tests bench
-	$(BIN)/ruff format --check domain service tests bench
+	$(BIN)/ruff check domain service tests bench clients
+	$(BIN)/ruff format --check domain service tests bench clients
 	$(BIN)/mypy
+	$(BIN)/mypy --strict clients/python/examples  # the reference bot (mypy_path finds the client)
 	$(BIN)/lint-imports
 	npx --yes $(REDOCLY) lint openapi.yaml
 
