@@ -18,10 +18,12 @@ from urllib.parse import urlsplit
 
 DEFAULT_DATABASE_URL = "sqlite:///var/cantstop.sqlite"
 DEFAULT_MAX_BODY_BYTES = 256 * 1024
-SCOPES = ("create", "action", "audit", "signin")
+SCOPES = ("create", "action", "audit", "signin", "challenge")
 # Sign-up and sign-in are always limited (guessing passwords), per handle and per client, unless
-# CANTSTOP_RATE_LIMITS names signin itself.
+# CANTSTOP_RATE_LIMITS names signin itself; so are challenges, per challenged account (a flood
+# of challenges to one account), unless it names challenge.
 DEFAULT_SIGNIN = "signin=10/minute"
+DEFAULT_CHALLENGE = "challenge=20/minute"
 UNITS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hour": 3600}
 UNITS |= {"d": 86400, "day": 86400}
 RULE = re.compile(r"^(?P<scope>[a-z_]+)=(?P<count>\d{1,9})/(?P<n>\d{0,6})(?P<unit>[a-z]+)$")
@@ -182,7 +184,8 @@ class Settings:
 
     @property
     def limits(self) -> dict[str, Limit]:
-        return parse_limits(DEFAULT_SIGNIN) | parse_limits(self.rate_limits)
+        defaults = parse_limits(DEFAULT_SIGNIN) | parse_limits(DEFAULT_CHALLENGE)
+        return defaults | parse_limits(self.rate_limits)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

@@ -10,13 +10,18 @@ import os
 
 from service.application.accounts import Accounts
 from service.application.advisor import Advisor
+from service.application.challenges import Challenges
 from service.application.games import Games
 from service.application.lobby import Lobby
+from service.application.notices import Notices, NoticesView
 from service.application.projections import GameList, SolitaireBest
 from service.application.receipts import Receipts
 from service.application.scheduler import DueIndex, Scheduler
+from service.application.seeks import Seeks
 from service.application.standings import AccountGames, RatingsView
 from service.application.timekeeper import Timekeeper
+from service.application.webhook_delivery import Dispatcher
+from service.application.webhooks import WebhookConfig, Webhooks
 from service.config import Settings
 from service.live.hub import Hub, LiveConfig
 from service.live.redis_link import RedisLink
@@ -43,6 +48,13 @@ class Runtime:
         self.accounts = Accounts(self.games, self.games.credentials())
         self.games.principals = lambda token: self.accounts.authenticate(token, "play").handle
         self.lobby = Lobby(self.games)
+        # Webhooks: their tables beside the events; delivered by the scheduler's dispatcher.
+        self.webhooks = Webhooks.of(
+            self.games,
+            WebhookConfig.from_env({**os.environ, **settings.extra_env}),
+            create=create_tables,
+        )
+        self._dispatcher: Dispatcher | None = None
         self.advisor = Advisor(self.games)
         self.timekeeper = Timekeeper(
             self.games, abandon_after=settings.abandon_after, bot_pause=settings.bot_pause
@@ -55,11 +67,18 @@ class Runtime:
         self.leaderboard = SolitaireBest()
         self.account_games = AccountGames()
         self.ratings = RatingsView(self.games)
+        self.notices_view = NoticesView(self.games)
+        self.notices = Notices(self.views, self.notices_view)
+        self.challenges = Challenges(self.games, self.accounts, self.views)
+        self.seeks = Seeks(self.games, self.views, self.ratings)
         if create_tables:
             self.views.setup(self.all_views())
         self.link = RedisLink(settings.redis_url) if settings.redis_url else None
         self.hub = Hub(self.games, self.link, LiveConfig.from_env())
+        self.hub.notices = self.notices
         self.games.on_recorded = self.hub.publish
+        self.notices_view.listeners.append(self.hub.publish_notices)
+        self.notices_view.hooks.append(self.webhooks.on_notices)  # deliveries queued with it
 
     def scheduler(self) -> Scheduler:
         """A loop that records what is due without a request (``cantstop worker`` runs one),
@@ -68,7 +87,16 @@ class Runtime:
             self.games,
             self.timekeeper,
             self.views,
-            others=(self.game_list, self.leaderboard, self.account_games, self.ratings),
+            others=(
+                self.game_list,
+                self.leaderboard,
+                self.account_games,
+                self.ratings,
+                self.notices_view,
+                self.challenges.pending,
+                self.seeks.pool,
+            ),
+            chores=(self.seeks.pair_all, self.notices.prune_now_and_then, self.dispatcher().step),
         )
 
     def all_views(self) -> list[View]:
@@ -79,6 +107,9 @@ class Runtime:
             DueIndex(self.games, self.timekeeper),
             self.account_games,
             self.ratings,
+            self.notices_view,
+            self.challenges.pending,
+            self.seeks.pool,
         ]
 
     def redis_status(self) -> str:
@@ -91,6 +122,14 @@ class Runtime:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def dispatcher(self) -> Dispatcher:
+        """This process's webhook dispatcher (the scheduler's loop steps it)."""
+        if self._dispatcher is None:
+            self._dispatcher = Dispatcher(self.webhooks)
+        return self._dispatcher
+
     def close(self) -> None:
+        if self._dispatcher is not None:
+            self._dispatcher.close()  # attempts under way end by their deadline
         self.hub.close()
         self.games.close()

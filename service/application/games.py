@@ -18,7 +18,7 @@ import secrets
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -730,13 +730,22 @@ class Games(Application[uuid.UUID]):
         return Commitment(fairness.commitment(seed), expires)
 
     def create(
-        self, setup: NewGame, *, seed_commitment: str | None = None
+        self,
+        setup: NewGame,
+        *,
+        seed_commitment: str | None = None,
+        game_id: uuid.UUID | None = None,
+        also: Sequence[Aggregate] = (),
     ) -> tuple[dict[str, Any], list[Seat]]:
         """A new game. With ``seed_commitment`` (server dice only) the game takes the seed drawn
         for it beforehand, and the client's seed is required: the seed was fixed before the
-        client chose theirs. Computer players are named by known strategy ids."""
+        client chose theirs. Computer players are named by known strategy ids. ``game_id``: an
+        id derived from what made the game (a challenge, seeks), so that two requests making it
+        race for one first version; ``also``: aggregates whose changes are saved in the same
+        transaction (the challenge accepted, the seeks paired): all or nothing
+        (IntegrityError when another request changed one first)."""
         check_bots(setup.players or ())
-        game_id = uuid.uuid4()
+        game_id = uuid.uuid4() if game_id is None else game_id
         committed_at: str | None = None
         server_seed: str | None
         if seed_commitment is not None:
@@ -760,10 +769,17 @@ class Games(Application[uuid.UUID]):
                     vault.issue(seat, token_hash(token))
                 issued.append(Seat(seat, name, token, bot))
             vault.seal()
-        self.save(game, vault)
+        self.save(*also, game, vault)  # what made the game first, in the log too
         if self.repository.cache is not None:  # the first action needs no read
             self.repository.cache.put(game_id, game)
         return self.views.of(game), issued
+
+    @staticmethod
+    def judge(setup: NewGame) -> None:
+        """Refuse (InvalidRequest) a setup that could not start a game, recording nothing: for
+        what makes a game later (a challenge, a seek, a seed commitment's game)."""
+        check_bots(setup.players or ())
+        Game.start(uuid.uuid4(), setup, server_seed="0" * 64, draw=_dicer("0" * 64, "check"))
 
     def take_commitment(self, setup: NewGame, seed_commitment: str) -> tuple[str, str]:
         """The seed drawn for ``seed_commitment`` (used up: never again) and when it was
@@ -777,7 +793,7 @@ class Games(Application[uuid.UUID]):
                 "characters"
             )
         # Judge the rest of the request first: a refused game must not use up the commitment.
-        Game.start(uuid.uuid4(), setup, server_seed="0" * 64, draw=_dicer("0" * 64, "check"))
+        self.judge(setup)
         assert self.commitments is not None
         taken = self.commitments.take(seed_commitment, datetime.now(UTC).timestamp())
         if taken is None:

@@ -18,7 +18,7 @@ nothing due and plans the true time. Only events that may seat a computer player
 a seat taken or given back) plan a plain game again; a finished game is dropped unread.
 
 The loop also moves every other view on at each poll (``Runtime.views``), so that a request
-rarely finds its view behind.
+rarely finds its view behind, and then does its chores (pairing open seeks, pruning old notices).
 """
 
 from __future__ import annotations
@@ -152,6 +152,7 @@ class Scheduler:
         views: Views,
         *,
         others: Sequence[View] = (),
+        chores: Sequence[Callable[[], Any]] = (),
         poll: float = POLL,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
@@ -160,6 +161,7 @@ class Scheduler:
         self.views = views
         self.index = DueIndex(games, timekeeper)
         self.others = tuple(others)
+        self.chores = tuple(chores)  # run at each poll after the views moved on (seeks paired)
         self.poll = poll
         self.clock = clock
 
@@ -243,6 +245,13 @@ class Scheduler:
                     self.views.catch_up(view)
             except ApplicationError as exc:  # e.g. the store is unavailable: try again soon
                 log.warning("scheduler: %s", exc.detail)
+            for chore in self.chores:
+                try:
+                    chore()
+                except ApplicationError as exc:
+                    log.warning("scheduler: %s", exc.detail)
+                except Exception as exc:  # one chore's trouble never stops the loop
+                    log.exception("scheduler: a chore failed: %s", describe(exc))
             wait = self.poll
             try:
                 due = self.next_due

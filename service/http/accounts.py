@@ -11,17 +11,19 @@ from flask import Blueprint, Response, request
 
 from domain.commands import Resign
 from domain.errors import DomainError
-from service.application.accounts import Issued, Principal
+from service.application.accounts import Issued
 from service.application.auditing import export_lines
 from service.application.errors import ApplicationError, NotFound
 from service.http import schemas
 from service.http.core import (
     BadRequest,
     bearer_token,
+    download_type,
     int_arg,
     json_body,
     json_response,
     load,
+    me,
     runtime,
 )
 
@@ -30,11 +32,6 @@ accounts_api = Blueprint("accounts", __name__)
 SIGN_UP = schemas.SignUpSchema()
 SIGN_IN = schemas.SignInSchema()
 NO_STORE = {"Cache-Control": "no-store"}  # answers that carry a token, or an account's own data
-
-
-def me(scope: str | None = None) -> Principal:
-    """The account the request's personal token speaks for (401 without one)."""
-    return runtime().accounts.authenticate(bearer_token(), scope)
 
 
 def account_json(handle: str) -> dict[str, Any]:
@@ -197,7 +194,7 @@ def export_account_games(handle: str) -> Response:
 
     return Response(
         lines(),
-        mimetype="application/x-ndjson",
+        mimetype=download_type("application/x-ndjson"),
         headers={"Content-Disposition": f'attachment; filename="{handle}-games.ndjson"'},
     )
 

@@ -17,10 +17,12 @@ from service.http.audit import audit_api
 from service.http.bots import bots_api
 from service.http.core import GameIdConverter, install_error_handlers, request_class
 from service.http.games import games_api
+from service.http.matchmaking import matchmaking_api
 from service.http.pages import pages
 from service.http.sheets import sheets_api
 from service.http.stream import stream_api
 from service.http.transcripts import transcripts_api
+from service.http.webhooks import webhooks_api
 from service.runtime import Runtime
 
 CORS_ALLOW_HEADERS = [
@@ -93,6 +95,8 @@ def create_app(settings: Settings | None = None, *, create_tables: bool = False)
     app.register_blueprint(sheets_api)  # record sheets, leaderboard
     app.register_blueprint(bots_api)  # computer players, advice
     app.register_blueprint(accounts_api)  # accounts, tokens, profiles, histories, ratings
+    app.register_blueprint(webhooks_api)  # an account's webhooks and their deliveries
+    app.register_blueprint(matchmaking_api)  # challenges, seeks
     limits.init_app(app, settings)  # CANTSTOP_RATE_LIMITS, on the routes registered above
     if settings.cors_origins:  # CANTSTOP_CORS_ORIGINS: off unless asked for
         CORS(

@@ -17,6 +17,7 @@ from service.http import schemas
 from service.http.core import (
     BadRequest,
     UnsupportedMediaType,
+    download_type,
     is_json,
     json_body,
     json_response,
@@ -59,7 +60,7 @@ def export_game(game_id: str) -> Response:
     text = export_lines(runtime().games, gid)
     return Response(
         text,
-        mimetype=NDJSON,
+        mimetype=download_type(NDJSON),
         headers={"Content-Disposition": f'attachment; filename="cantstop-{gid}.ndjson"'},
     )
 
@@ -98,5 +99,7 @@ def import_game() -> Response:
 def board_svg(game_id: str) -> Response:
     state = runtime().games.state(parse_game_id(game_id), version_arg())
     return Response(
-        render_board(state), mimetype="image/svg+xml", headers={"ETag": f'"{state["version"]}"'}
+        render_board(state),
+        mimetype=download_type("image/svg+xml"),
+        headers={"ETag": f'"{state["version"]}"'},
     )

@@ -32,6 +32,7 @@ from werkzeug.routing import BaseConverter
 from domain import jsondoc
 from domain.errors import DomainError
 from domain.record_sheet import RecordSheet, record_sheet
+from service.application.accounts import Principal
 from service.application.errors import ApplicationError
 from service.application.errors import NotFound as NotFoundProblem
 from service.runtime import Runtime
@@ -85,6 +86,14 @@ STATUS = {
     "already_seated": 409,
     "handle_taken": 409,
     "insufficient_scope": 403,
+    "webhook_url_not_https": 422,
+    "webhook_url_not_public": 422,
+    "webhook_url_unresolvable": 422,
+    "too_many_webhooks": 409,
+    "challenge_not_pending": 409,
+    "too_many_challenges": 429,
+    "seek_not_open": 409,
+    "too_many_seeks": 429,
     "shutting_down": 503,
     # HTTP
     "not_acceptable": 406,
@@ -204,6 +213,16 @@ def accepted() -> MIMEAccept:
     if not any(";" in value for value, _ in accept):
         return accept
     return MIMEAccept([(value.split(";", 1)[0].strip(), quality) for value, quality in accept])
+
+
+OCTET_STREAM = "application/octet-stream"
+
+
+def download_type(native: str) -> str:
+    """A download's media type: ``native`` (also for ``*/*`` and no ``Accept``), or
+    ``application/octet-stream`` when the request prefers it. The bytes are the same; the
+    second is what clients generated from openapi.yaml read as bytes whatever the file is."""
+    return accepted().best_match([native, OCTET_STREAM]) or native
 
 
 def wants_page() -> bool:
@@ -531,6 +550,12 @@ def asked_sheet(game_id: uuid.UUID, version: int | None = None) -> tuple[RecordS
     events = games.history(game_id, after=0, limit=state["version"])
     sheet = record_sheet(events, seat, game_id=str(game_id))
     return sheet, f"cantstop-{game_id}-seat{seat}-v{state['version']}"
+
+
+def me(scope: str | None = None) -> Principal:
+    """The account the request's personal token speaks for (401 without one; 403
+    insufficient_scope without ``scope``)."""
+    return runtime().accounts.authenticate(bearer_token(), scope)
 
 
 def bearer_token(environ: Mapping[str, Any] | None = None) -> str | None:

@@ -9,7 +9,9 @@ enforced by Flask-Limiter with fixed windows.
   and ``POST /v1/transcripts/verify``, counted per client address; ``signin`` covers sign-up
   (``POST /v1/accounts``) and sign-in (``POST /v1/tokens``), counted twice: per handle (in lower
   case) and per client address. ``signin`` is on by default (10 a minute), even when the others
-  are off: it is what stands between a password and someone guessing it.
+  are off: it is what stands between a password and someone guessing it. ``challenge`` covers
+  ``POST /v1/challenges``, counted per challenged account, and is on by default too (20 a
+  minute): a flood of challenges to one account is refused however many send it.
 - With Redis the counters live there, shared by every worker and host; without it, or while it is
   unreachable, each process counts in its own memory (the effective limit is then the configured
   one times the number of processes). Counting never touches the event store.
@@ -33,6 +35,7 @@ SCOPES: dict[str, tuple[str, ...]] = {
     "create": ("games.create_game", "games.commit_seed", "audit.import_game"),
     "action": ("games.act",),
     "signin": ("accounts.sign_up", "accounts.sign_in"),
+    "challenge": ("matchmaking.challenge",),
     "audit": (
         "audit.audit_game",
         "audit.export_game",
@@ -52,15 +55,21 @@ def seat_or_address() -> str:
     return f"t:{token_hash(token)[:32]}" if token is not None else client_address()
 
 
-def handle_asked() -> str:
+def handle_asked(field: str = "handle") -> str:
     """The handle a sign-up or sign-in names (lower case), read from its JSON body (read the
     way the view reads it, which then finds it read already); the client's address if none."""
     try:
         body = parse_json(json_bytes())
     except Exception:  # a body the view will refuse (413, 415, 422): counted by address
         return client_address()
-    handle = body.get("handle") if isinstance(body, dict) else None
+    handle = body.get(field) if isinstance(body, dict) else None
     return f"h:{handle.lower()[:40]}" if isinstance(handle, str) else client_address()
+
+
+def challenged() -> str:
+    """The account a challenge is to: a flood of challenges to one account is limited, from
+    however many challengers."""
+    return handle_asked("to")
 
 
 KEYS: dict[str, Callable[[], str]] = {
@@ -68,6 +77,7 @@ KEYS: dict[str, Callable[[], str]] = {
     "action": seat_or_address,
     "audit": client_address,
     "signin": client_address,
+    "challenge": challenged,
 }
 
 

@@ -296,3 +296,18 @@ class SignInSchema(Schema):
         load_default="",
         validate=[validate.Length(max=200), validate.Regexp(r"^[^\x00-\x1f\x7f]*$")],
     )
+
+
+# ----------------------------------------------------------------- challenges and seeks
+class ChallengeRequestSchema(Schema):
+    to = fields.String(required=True, validate=validate.Length(min=1, max=40))
+    rules = fields.Nested(RulesSchema, allow_none=True)
+    rated = StrictBool(load_default=False)
+    clock = fields.Nested(ClockSchema, allow_none=True)
+
+
+class SeekRequestSchema(Schema):
+    rules = fields.Nested(RulesSchema, allow_none=True)
+    players = StrictInt(load_default=2, validate=validate.Range(min=2, max=8))
+    rated = StrictBool(load_default=False)
+    clock = fields.Nested(ClockSchema, allow_none=True)

@@ -1,12 +1,15 @@
-"""``GET /v1/games/{id}/stream``: a game's events as server-sent events (service.live.hub)."""
+"""``GET /v1/games/{id}/stream``: a game's events as server-sent events, and ``GET
+/v1/account/stream``: an account's notices (service.live.hub)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from flask import Blueprint, Response, request
 
 from service.application.games import parse_game_id
-from service.http.core import BadRequest, error_problem, runtime
-from service.live.hub import ShuttingDown, TooManyClientStreams, TooManyStreams
+from service.http.core import BadRequest, error_problem, me, runtime
+from service.live.hub import ShuttingDown, StreamBody, TooManyClientStreams, TooManyStreams
 
 stream_api = Blueprint("stream", __name__)
 
@@ -53,13 +56,49 @@ def stream(game_id: str) -> Response:
         del response.headers["Content-Type"]  # no body: no media type (Flask adds text/html)
         return response
     if request.method == "HEAD":  # the answer's head only: no stream is opened (RFC 9110)
-        response = Response(mimetype="text/event-stream")
-        response.headers["Cache-Control"] = "no-cache"
-        return response
-    try:
-        body = hub.stream(
+        return _head()
+    return _served(
+        lambda: hub.stream(
             gid, after, version=version, finished=finished, client=request.remote_addr or ""
         )
+    )
+
+
+@stream_api.get("/v1/account/stream")
+def account_stream() -> Response:
+    """The account's notices (service/application/notices.py): challenges, games started,
+    turns, games finished. Never ends by itself: a client reconnects with ``Last-Event-ID``."""
+    principal = me("play")
+    rt = runtime()
+    after = _resume_point()
+    latest = rt.notices.latest(principal.handle)  # caught up to the log's end first
+    if after is None:
+        after = latest
+    elif after > latest:
+        raise BadRequest(
+            f"the account's newest notice is {latest}; cannot resume after {after}",
+            latest=latest,
+        )
+    else:  # notices older than the retention are gone: resume from the oldest kept
+        after = max(after, rt.notices.first_kept(principal.handle) - 1)
+    if request.method == "HEAD":
+        return _head()
+    return _served(
+        lambda: rt.hub.account_stream(
+            principal.handle, after, latest=latest, client=request.remote_addr or ""
+        )
+    )
+
+
+def _head() -> Response:
+    response = Response(mimetype="text/event-stream")
+    response.headers["Cache-Control"] = "no-cache"
+    return response
+
+
+def _served(open_stream: Callable[[], StreamBody]) -> Response:
+    try:
+        body = open_stream()
     except (TooManyStreams, TooManyClientStreams, ShuttingDown) as exc:
         response = error_problem(exc)
         response.headers["Retry-After"] = "5"

@@ -55,10 +55,11 @@ import redis
 import redis.asyncio
 
 from service.application.games import Games
+from service.application.notices import Notice, Notices
 from service.live.redis_link import RECONNECT_MAX, RECONNECT_MIN, RedisLink
 from service.live.sinks import MAX_BUFFERED, ClientGone, QueueSink, SocketSink
-from service.live.streams import CHANNEL_PREFIX as STREAM_CHANNEL_PREFIX
 from service.live.streams import (
+    ACCOUNT_CHANNEL_PREFIX,
     Envelope,
     Feed,
     LiveConfig,
@@ -68,6 +69,7 @@ from service.live.streams import (
     TooManyClientStreams,
     TooManyStreams,
 )
+from service.live.streams import CHANNEL_PREFIX as STREAM_CHANNEL_PREFIX
 from service.persistence.log import LogReader
 
 log = logging.getLogger("cantstop.live")
@@ -95,9 +97,11 @@ class Hub:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self.notices: Notices | None = None  # the accounts' notices (set by the runtime)
         # On the loop only:
-        self._feeds: dict[uuid.UUID, Feed] = {}
-        self._watched: frozenset[uuid.UUID] = frozenset()  # the feeds' games, for publish()
+        self._feeds: dict[str, Feed] = {}  # by channel
+        self._stamp = -1  # the newest batch of notices the poller has seen (-1: none yet)
+        self._watched: frozenset[str] = frozenset()  # the feeds' channels, for publish()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._pubsub: Any = None
         self._poke: asyncio.Event | None = None
@@ -118,6 +122,43 @@ class Hub:
     ) -> StreamBody:
         """A stream of the game's events after ``after`` (``version``: the game's now), counted
         against the limits: 503 beyond the worker's, 429 beyond the client's."""
+        channel = f"{CHANNEL_PREFIX}{game_id}"
+
+        def reader(after: int, limit: int) -> list[Envelope]:
+            records = self.games.history(game_id, after=after, limit=limit)
+            return [Envelope.from_record(record) for record in records]
+
+        return self._open(
+            lambda: Feed(self, channel, version, reader, name=f"game {game_id}"),
+            channel,
+            version,
+            after,
+            finished=finished,
+            client=client,
+        )
+
+    def account_stream(self, account: str, after: int, *, latest: int, client: str) -> StreamBody:
+        """A stream of the account's notices after number ``after`` (``latest``: its newest
+        now), counted against the same limits as a game's streams."""
+        notices = self.notices
+        assert notices is not None, "the runtime gives the hub the accounts' notices"
+        key = account.lower()
+        channel = f"{ACCOUNT_CHANNEL_PREFIX}{key}"
+
+        def reader(after: int, limit: int) -> list[Envelope]:
+            return [Envelope(n.seq, n.type, n.text) for n in notices.after(key, after, limit)]
+
+        return self._open(
+            lambda: Feed(self, channel, latest, reader, name=f"account {key}", position="id"),
+            channel,
+            latest,
+            after,
+            finished=False,
+            client=client,
+        )
+
+    def _count_in(self, client: str) -> None:
+        """Take a place in the counts for a new stream (refused beyond the limits)."""
         limit = self.config.max_per_client
         with self._lock:
             if self._closing:
@@ -135,27 +176,35 @@ class Hub:
             self._per_client[client] = self._per_client.get(client, 0) + 1
             if self._thread is None:
                 self._start()
+
+    def _open(
+        self,
+        make_feed: Callable[[], Feed],
+        channel: str,
+        version: int,
+        after: int,
+        *,
+        finished: bool,
+        client: str,
+    ) -> StreamBody:
+        self._count_in(client)
         holder: dict[str, Stream] = {}
 
         def make() -> None:
-            feed = self._feed(game_id, version)
+            feed = self._feeds.get(channel)
+            if feed is None:
+                feed = self._feeds[channel] = make_feed()
+                self._watched = frozenset(self._feeds)
+                if self._pubsub is not None:
+                    self.spawn(self._subscribe(feed))
+            else:
+                feed.last = max(feed.last, version)
             stream = Stream(self, feed, after, finished=finished, client=client)
             feed.streams.add(stream)
             holder["stream"] = stream
 
         self._run_soon(make).result(timeout=10)
         return StreamBody(self, holder["stream"])
-
-    def _feed(self, game_id: uuid.UUID, version: int) -> Feed:
-        feed = self._feeds.get(game_id)
-        if feed is None:
-            feed = self._feeds[game_id] = Feed(self, game_id, version)
-            self._watched = frozenset(self._feeds)
-            if self._pubsub is not None:
-                self.spawn(self._subscribe(feed))
-        else:
-            feed.last = max(feed.last, version)
-        return feed
 
     def release(self, stream: Stream) -> None:
         """From any thread, once per stream: its place in the counts is free."""
@@ -177,47 +226,65 @@ class Hub:
         if stream not in feed.streams:
             return
         feed.streams.discard(stream)
-        if not feed.streams and self._feeds.get(feed.game_id) is feed:
-            del self._feeds[feed.game_id]
+        if not feed.streams and self._feeds.get(feed.channel) is feed:
+            del self._feeds[feed.channel]
             self._watched = frozenset(self._feeds)
             if self._pubsub is not None:
                 self.spawn(self._unsubscribe(feed.channel))
 
-    async def history(self, game_id: uuid.UUID, after: int, limit: int) -> list[dict[str, Any]]:
-        """The stored events after ``after`` (a page), read on the store's threads."""
+    async def read(self, feed: Feed, after: int, limit: int) -> list[Envelope]:
+        """What the store holds of the feed after ``after`` (a page), read on the store's
+        threads."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self._executor, lambda: self.games.history(game_id, after=after, limit=limit)
-        )
+        return await loop.run_in_executor(self._executor, feed.reader, after, limit)
 
     # ------------------------------------------------------------------------ publishing
     def publish(self, game_id: uuid.UUID, records: list[dict[str, Any]]) -> None:
         """The ``Games.on_recorded`` hook: called after the events are stored. Never raises."""
         try:
-            local = game_id in self._watched and self._loop is not None
+            channel = f"{CHANNEL_PREFIX}{game_id}"
+            local = channel in self._watched and self._loop is not None
             to_redis = self.link is not None and self.link.available()
             if not local and not to_redis:
                 return  # nobody to tell in this process, and no Redis to tell the others
             envelopes = [Envelope.from_record(record) for record in records]
             if local:
-                self.call_soon(self._deliver, game_id, envelopes)
+                self.call_soon(self._deliver, channel, envelopes)
             if to_redis:
-                self._publish_redis(game_id, envelopes)
+                self._publish_redis({channel: envelopes})
         except Exception:  # a notification must never turn a recorded action into an error
             log.exception("could not hand on the events of game %s", game_id)
 
-    def _deliver(self, game_id: uuid.UUID, envelopes: list[Envelope]) -> None:
-        feed = self._feeds.get(game_id)
+    def publish_notices(self, notices: list[Notice]) -> None:
+        """The notices view's listener: called after a batch of notices is stored, in the
+        process that wrote it (the scheduler's, most often). Never raises."""
+        try:
+            by_channel: dict[str, list[Envelope]] = {}
+            for notice in notices:
+                by_channel.setdefault(f"{ACCOUNT_CHANNEL_PREFIX}{notice.account}", []).append(
+                    Envelope(notice.seq, notice.type, notice.text)
+                )
+            if self._loop is not None:
+                for channel, envelopes in by_channel.items():
+                    if channel in self._watched:
+                        self.call_soon(self._deliver, channel, envelopes)
+            if self.link is not None and self.link.available():
+                self._publish_redis(by_channel)
+        except Exception:
+            log.exception("could not hand on %d notices", len(notices))
+
+    def _deliver(self, channel: str, envelopes: list[Envelope]) -> None:
+        feed = self._feeds.get(channel)
         if feed is not None:
             feed.deliver(envelopes)
 
-    def _publish_redis(self, game_id: uuid.UUID, envelopes: list[Envelope]) -> None:
+    def _publish_redis(self, by_channel: dict[str, list[Envelope]]) -> None:
         assert self.link is not None
-        channel = f"{CHANNEL_PREFIX}{game_id}"
         try:
             pipe = self.link.client.pipeline(transaction=False)
-            for envelope in envelopes:
-                pipe.publish(channel, envelope.text)
+            for channel, envelopes in by_channel.items():
+                for envelope in envelopes:
+                    pipe.publish(channel, envelope.text)
             pipe.execute()
         except Exception as exc:  # logged and swallowed: the events are stored
             self.link.failed("publish", exc)
@@ -410,7 +477,7 @@ class Hub:
                         self.link.succeeded()
                         self._set_live(True)
                     else:  # published before the subscription: in the store
-                        feed = self._feeds.get(_game_of(name) or uuid.UUID(int=0))
+                        feed = self._feeds.get(name)
                         if feed is not None:
                             feed.resync()
                 elif kind == "pong":
@@ -423,11 +490,10 @@ class Hub:
                 next_ping = now + PING_EVERY
 
     def _hand_on(self, channel: str, payload: bytes | str) -> None:
-        game_id = _game_of(channel)
-        feed = self._feeds.get(game_id) if game_id is not None else None
+        feed = self._feeds.get(channel)
         if feed is None:
             return
-        envelope = Envelope.from_message(payload)
+        envelope = Envelope.from_message(payload, feed.position)
         if envelope is None:
             log.warning("live: ignored a malformed message on %s", channel)
             return
@@ -460,9 +526,35 @@ class Hub:
                 self._resync_all()
                 continue
             for game_id, version in newest.items():
-                feed = self._feeds.get(game_id)
+                feed = self._feeds.get(f"{CHANNEL_PREFIX}{game_id}")
                 if feed is not None:
                     feed.hint(version)
+            await self._poll_notices()
+
+    async def _poll_notices(self) -> None:
+        """With account streams open: move the notices view on (no scheduler may be running
+        beside this process) and hint each account's feed of its newest notice."""
+        notices = self.notices
+        if notices is None or not any(
+            channel.startswith(ACCOUNT_CHANNEL_PREFIX) for channel in self._feeds
+        ):
+            self._stamp = -1
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._executor, notices.move_on)
+            stamp, newest = await loop.run_in_executor(self._executor, notices.changed, self._stamp)
+        except Exception as exc:  # the store may be briefly unavailable: try again later
+            log.warning("live: polling the notices failed: %s: %s", type(exc).__name__, exc)
+            return
+        first = self._stamp < 0
+        self._stamp = stamp
+        if first:  # every account stream read the store when it opened
+            return
+        for account, seq in newest.items():
+            feed = self._feeds.get(f"{ACCOUNT_CHANNEL_PREFIX}{account}")
+            if feed is not None:
+                feed.hint(seq)
 
     @staticmethod
     def _scan(reader: LogReader) -> dict[uuid.UUID, int] | None:
@@ -482,15 +574,6 @@ class Hub:
             if scanned >= SCAN_MAX:
                 reader.skip_to_end()
                 return None
-
-
-def _game_of(channel: str) -> uuid.UUID | None:
-    if not channel.startswith(CHANNEL_PREFIX):
-        return None
-    try:
-        return uuid.UUID(channel[len(CHANNEL_PREFIX) :])
-    except ValueError:
-        return None
 
 
 __all__ = [

@@ -12,7 +12,6 @@ import logging
 import os
 import socket
 import time
-import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ class Hub(Protocol):
 
     config: LiveConfig
 
-    async def history(self, game_id: uuid.UUID, after: int, limit: int) -> list[dict[str, Any]]: ...
+    async def read(self, feed: Feed, after: int, limit: int) -> list[Envelope]: ...
     def left(self, stream: Stream) -> None: ...
     def release(self, stream: Stream) -> None: ...
     def spawn(self, coroutine: Any) -> None: ...
@@ -41,6 +40,7 @@ class Hub(Protocol):
 log = logging.getLogger("cantstop.live")
 
 CHANNEL_PREFIX = "cantstop:game:"
+ACCOUNT_CHANNEL_PREFIX = "cantstop:account:"
 STORE_PAGE = 500
 INBOX_LIMIT = 1000  # a stream this far behind drops its inbox and reads the store instead
 RETRY_MS = 2000  # the EventSource reconnection delay announced to clients
@@ -87,11 +87,13 @@ class Envelope:
         return cls(int(record["version"]), str(record["type"]), text)
 
     @classmethod
-    def from_message(cls, payload: bytes | str) -> Envelope | None:
+    def from_message(cls, payload: bytes | str, position: str = "version") -> Envelope | None:
+        """A message from Redis: a served event (its ``version``), or an account's notice
+        (``position`` "id": its number)."""
         text = payload.decode("utf-8") if isinstance(payload, bytes) else payload
         try:
             data = json.loads(text)
-            version, kind = data["version"], data["type"]
+            version, kind = data[position], data["type"]
         except (ValueError, TypeError, KeyError):
             return None
         if not isinstance(version, int) or not isinstance(kind, str) or "\n" in text:
@@ -154,13 +156,13 @@ class Stream:
         self._wake.set()
 
     async def _pages(self, after: int) -> AsyncIterator[list[Envelope]]:
-        """Every stored event of the game after ``after``, a page at a time as it is written."""
+        """Everything stored of the feed after ``after``, a page at a time as it is written."""
         while True:
-            page = await self.hub.history(self.feed.game_id, after, STORE_PAGE)
-            yield [Envelope.from_record(record) for record in page]
+            page = await self.hub.read(self.feed, after, STORE_PAGE)
+            yield page
             if len(page) < STORE_PAGE:
                 return
-            after = page[-1]["version"]
+            after = page[-1].version
 
     async def run(self, sink: Sink) -> None:
         self.sink = sink
@@ -169,22 +171,21 @@ class Stream:
         except ClientGone:
             pass
         except ApplicationError as exc:  # the store failed mid-stream: say why, and end
-            log.warning("live: stream of game %s ended: %s", self.feed.game_id, exc.detail)
+            log.warning("live: stream of %s ended: %s", self.feed.name, exc.detail)
             with contextlib.suppress(ClientGone):
                 sink.write(f": ended: {exc.code}\n\n".encode())
         except Exception:
-            log.exception("live: stream of game %s failed", self.feed.game_id)
+            log.exception("live: stream of %s failed", self.feed.name)
         finally:
             sink.close()
             self.hub.left(self)
 
     async def _run(self, sink: Sink) -> None:
         keepalive = self.hub.config.keepalive
-        game_id = self.feed.game_id
         if self.head:
             sink.write(self.head)
         sink.write(
-            f"retry: {RETRY_MS}\n: cantstop game {game_id} after version {self.after}\n\n".encode()
+            f"retry: {RETRY_MS}\n: cantstop {self.feed.name} after {self.after}\n\n".encode()
         )
         last, ended = await self._from_store(sink, self.after, self.finished)
         quiet_until = time.monotonic() + keepalive
@@ -247,13 +248,30 @@ class Stream:
         return last, ended
 
 
-class Feed:
-    """The streams of one game in this process, and the newest version handed to them."""
+Reader = Callable[[int, int], list[Envelope]]
+"""What a feed reads from the store: (after, limit) -> the next envelopes, in order."""
 
-    def __init__(self, hub: Hub, game_id: uuid.UUID, version: int) -> None:
+
+class Feed:
+    """The streams of one game, or of one account's notices, in this process, and the newest
+    number handed to them. Either is numbered 1, 2, 3… without gaps (a game's versions, an
+    account's notices), which is how a stream knows it missed something."""
+
+    def __init__(
+        self,
+        hub: Hub,
+        channel: str,
+        version: int,
+        reader: Reader,
+        *,
+        name: str,
+        position: str = "version",
+    ) -> None:
         self.hub = hub
-        self.game_id = game_id
-        self.channel = f"{CHANNEL_PREFIX}{game_id}"
+        self.channel = channel  # also its key in the hub
+        self.name = name  # for logs and the stream's first comment: "game <id>"
+        self.reader = reader
+        self.position = position  # the number's field in a Redis message
         self.last = version
         self.streams: set[Stream] = set()
         self._reading = False
@@ -292,12 +310,12 @@ class Feed:
         try:
             while True:
                 self._again = False
-                page = await self.hub.history(self.game_id, self.last, STORE_PAGE)
-                self.deliver([Envelope.from_record(record) for record in page])
+                page = await self.hub.read(self, self.last, STORE_PAGE)
+                self.deliver(page)
                 if len(page) < STORE_PAGE and not self._again:
                     return
         except Exception as exc:  # the streams read the store themselves at their next gap
-            log.warning("live: reading game %s for its streams failed: %s", self.game_id, exc)
+            log.warning("live: reading %s for its streams failed: %s", self.name, exc)
         finally:
             self._reading = False
 

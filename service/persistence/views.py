@@ -108,9 +108,19 @@ class View:
         rows for a ``heads_only`` view. By default, the items themselves."""
         return items
 
-    def apply(self, sql: Sql, prepared: Any) -> None:
-        """Write what ``prepare`` worked out, inside the transaction that moves the position."""
+    def apply(self, sql: Sql, prepared: Any) -> Any:
+        """Write what ``prepare`` worked out, inside the transaction that moves the position;
+        what it returns is handed to ``applied`` and ``committed``."""
         raise NotImplementedError
+
+    def applied(self, sql: Sql, written: Any) -> None:
+        """Inside the same transaction, after ``apply``, on the live view only (never while
+        a rebuild refills a new generation): work that must happen exactly once with the
+        batch, such as queueing deliveries of what it wrote."""
+
+    def committed(self, written: Any) -> None:
+        """After the transaction committed, on the live view only, in the process that moved
+        it: tell others (best effort; what was written is in the store either way)."""
 
 
 @dataclass
@@ -304,16 +314,27 @@ class Views:
 
         prepared = self._run(prepare)
 
+        live = track.name == view.name
+        written: list[Any] = [None]
+
         def write() -> bool:
             with self._writing() as cursor:
                 now = self._row(cursor, track.name, lock=True)
                 if now != track:
                     return False  # another process applied this batch: read on from there
-                view.apply(Sql(cursor, tables, self.postgres), prepared)
+                sql = Sql(cursor, tables, self.postgres)
+                written[0] = view.apply(sql, prepared)
+                if live:
+                    view.applied(sql, written[0])
                 self._put(cursor, track._replace(position=reader.position))
                 return True
 
         if self._run(write):
+            if live:
+                try:
+                    view.committed(written[0])
+                except Exception:  # what was written is stored: telling others is best effort
+                    log.exception("view %s: telling others of a batch failed", view.name)
             with self._lock:
                 self.processed += len(decoded)
             return len(decoded), len(items) < BATCH, reader.position

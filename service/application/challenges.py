@@ -1,0 +1,325 @@
+"""Direct challenges between accounts (contract 1.2): one account asks another to play; the other
+accepts (a game starts with both seats bound), declines, or lets it expire; the challenger may
+cancel it while it is pending. A built-in bot accepts every valid challenge at once.
+
+Each challenge is an aggregate in the event store, so its life is in the log like a game's (the
+account stream's notices and the listing of pending challenges are views of it), and acceptance
+is race-free across workers and hosts: accepting saves the challenge's ``Accepted`` and the new
+game (its id derived from the challenge's) in one transaction, so of two acceptances, or an
+acceptance and a cancellation, exactly one is recorded and the other is told the challenge is
+no longer pending.
+
+A pending challenge expires ``TTL`` after it was issued. Expiry is read, not recorded: the
+challenge is served as ``expired`` from then on and can no longer be accepted; nothing needs to
+run at that moment.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from eventsourcing.application import AggregateNotFoundError
+from eventsourcing.domain import Aggregate, event
+from eventsourcing.persistence import IntegrityError
+from eventsourcing.utils import get_topic
+
+from domain.commands import NewGame
+from domain.errors import InvalidRequest
+from domain.game import format_at, parse_at
+from domain.rules import normalize_rules
+from service.application.accounts import BOTS, Accounts, Principal
+from service.application.errors import ApplicationError, NotFound
+from service.application.games import Games
+from service.persistence.views import Sql, View, Views
+
+TTL = timedelta(minutes=10)
+MAX_PENDING_OUT = 20  # pending challenges one account may have issued at a time
+CHALLENGE_GAME_NAMESPACE = uuid.UUID("8b1f3c55-2d7e-4a90-9e61-5c0a7d3b2f14")
+
+
+class ChallengeNotPending(ApplicationError):
+    """Accepting, declining or cancelling a challenge that was already answered or expired."""
+
+    code = "challenge_not_pending"
+
+
+class TooManyChallenges(ApplicationError):
+    code = "too_many_challenges"
+
+
+def challenge_game_id(challenge_id: uuid.UUID) -> uuid.UUID:
+    """The game a challenge makes: one per challenge, whoever accepts it how many times."""
+    return uuid.uuid5(CHALLENGE_GAME_NAMESPACE, str(challenge_id))
+
+
+class Challenge(Aggregate):
+    """One account's challenge to another (handles as registered)."""
+
+    @event("Issued")
+    def __init__(
+        self,
+        challenger: str,
+        challenged: str,
+        rules: dict[str, Any],
+        rated: bool,
+        clock: dict[str, Any] | None,
+        expires_at: str,
+    ) -> None:
+        self.challenger = challenger
+        self.challenged = challenged
+        self.rules = rules
+        self.rated = rated
+        self.clock = clock
+        self.expires_at = expires_at
+        self.status = "pending"
+        self.game_id: str | None = None
+
+    @event("Accepted")
+    def accept(self, game_id: str) -> None:
+        self.status = "accepted"
+        self.game_id = game_id
+
+    @event("Declined")
+    def decline(self) -> None:
+        self.status = "declined"
+
+    @event("Canceled")
+    def cancel(self) -> None:
+        self.status = "canceled"
+
+    def status_at(self, now: datetime) -> str:
+        if self.status == "pending" and parse_at(self.expires_at) <= now:
+            return "expired"
+        return str(self.status)
+
+    def concerns(self, handle: str) -> bool:
+        return handle.lower() in (self.challenger.lower(), self.challenged.lower())
+
+    def as_json(self, now: datetime | None = None) -> dict[str, Any]:
+        return {
+            "id": str(self.id),
+            "status": self.status_at(now or datetime.now(UTC)),
+            "from": self.challenger,
+            "to": self.challenged,
+            "rules": self.rules,
+            "rated": self.rated,
+            "clock": self.clock,
+            "created_at": format_at(self.created_on),
+            "expires_at": self.expires_at,
+            "game_id": self.game_id,
+        }
+
+
+CHALLENGE_TOPICS = tuple(
+    get_topic(cls)
+    for cls in (
+        Challenge.Issued,  # type: ignore[attr-defined]
+        Challenge.Accepted,  # type: ignore[attr-defined]
+        Challenge.Declined,  # type: ignore[attr-defined]
+        Challenge.Canceled,  # type: ignore[attr-defined]
+    )
+)
+
+
+@dataclass(frozen=True)
+class Accepted:
+    challenge: dict[str, Any]
+    game: dict[str, Any]
+
+
+class PendingChallenges(View):
+    """The challenges still pending (not answered; perhaps expired), each account's incoming and
+    outgoing: ``GET /v1/challenges`` and the cap on pending challenges one account issues."""
+
+    name = "challenges"
+    version = 1
+    topics = CHALLENGE_TOPICS
+    tables = {  # noqa: RUF012 (the View's declaration)
+        "pending": [
+            "CREATE TABLE IF NOT EXISTS {pending} (challenge_id TEXT PRIMARY KEY, "
+            "challenger TEXT NOT NULL, challenged TEXT NOT NULL, expires_at TEXT NOT NULL, "
+            "seq BIGINT NOT NULL)",
+            "CREATE INDEX IF NOT EXISTS {pending}_from ON {pending} (challenger, seq)",
+            "CREATE INDEX IF NOT EXISTS {pending}_to ON {pending} (challenged, seq)",
+        ]
+    }
+
+    def apply(self, sql: Sql, prepared: list[tuple[int, Any]]) -> None:
+        for seq, event_ in prepared:
+            key = str(event_.originator_id)
+            if isinstance(event_, Challenge.Issued):  # type: ignore[attr-defined]
+                sql.execute(
+                    "INSERT INTO {pending} (challenge_id, challenger, challenged, expires_at, "
+                    "seq) VALUES (?, ?, ?, ?, ?) ON CONFLICT (challenge_id) DO NOTHING",
+                    [
+                        key,
+                        event_.challenger.lower(),
+                        event_.challenged.lower(),
+                        event_.expires_at,
+                        seq,
+                    ],
+                )
+            else:  # answered: no longer pending
+                sql.execute("DELETE FROM {pending} WHERE challenge_id = ?", [key])
+
+    def of(self, views: Views, handle: str) -> tuple[list[str], list[str]]:
+        """The ids of the account's pending challenges, (incoming, outgoing), oldest first."""
+        key = handle.lower()
+
+        def run(sql: Sql) -> tuple[list[str], list[str]]:
+            incoming = sql.all(
+                "SELECT challenge_id FROM {pending} WHERE challenged = ? ORDER BY seq", [key]
+            )
+            outgoing = sql.all(
+                "SELECT challenge_id FROM {pending} WHERE challenger = ? ORDER BY seq", [key]
+            )
+            return [r["challenge_id"] for r in incoming], [r["challenge_id"] for r in outgoing]
+
+        result: tuple[list[str], list[str]] = views.read(self, run)
+        return result
+
+
+class Challenges:
+    def __init__(self, games: Games, accounts: Accounts, views: Views) -> None:
+        self.games = games
+        self.accounts = accounts
+        self.views = views
+        self.pending = PendingChallenges()
+
+    def get(self, principal: Principal, challenge_id: uuid.UUID) -> Challenge:
+        """The challenge, to one of its two accounts (anyone else: 404, as for no challenge)."""
+        try:
+            found: Any = self.games.repository.get(challenge_id)
+        except AggregateNotFoundError:
+            found = None
+        if not isinstance(found, Challenge) or not found.concerns(principal.handle):
+            raise NotFound(f"no challenge {challenge_id} of yours")
+        return found
+
+    def issue(
+        self,
+        principal: Principal,
+        to: str,
+        rules: dict[str, Any] | None,
+        rated: bool,
+        clock: dict[str, Any] | None,
+    ) -> dict[str, Any]:
+        """A new challenge, judged as the game it would make (422 if that game could not start);
+        to a built-in bot, accepted at once."""
+        if to.lower() == principal.handle.lower():
+            raise InvalidRequest("an account cannot challenge itself")
+        try:
+            target = self.accounts.account(to)
+        except NotFound:
+            raise InvalidRequest(f"no account {to!r} to challenge") from None
+        if target.closed:
+            raise InvalidRequest(f"the account {to!r} is closed")
+        normalized = normalize_rules(rules, 2).to_dict()
+        setup = self._setup(principal.handle, target.handle, normalized, rated, clock)
+        self.games.judge(setup)
+        _, outgoing = self.pending.of(self.views, principal.handle)
+        if len(outgoing) >= MAX_PENDING_OUT:
+            raise TooManyChallenges(
+                f"you have {len(outgoing)} pending challenges: cancel one, or wait for answers"
+            )
+        expires = format_at(datetime.now(UTC) + TTL)
+        challenge = Challenge(principal.handle, target.handle, normalized, rated, clock, expires)
+        if target.handle.lower() in BOTS:  # a built-in bot accepts at once, in the same save
+            return self._accept(challenge).challenge
+        self.games.save(challenge)
+        return challenge.as_json()
+
+    def accept(self, principal: Principal, challenge_id: uuid.UUID) -> Accepted:
+        challenge = self.get(principal, challenge_id)
+        if challenge.challenged.lower() != principal.handle.lower():
+            raise NotFound(f"no challenge {challenge_id} to you")
+        self._pending(challenge)
+        return self._accept(challenge)
+
+    def _accept(self, challenge: Challenge) -> Accepted:
+        game_id = challenge_game_id(challenge.id)
+        challenge.accept(str(game_id))
+        setup = self._setup(
+            challenge.challenger,
+            challenge.challenged,
+            challenge.rules,
+            challenge.rated,
+            challenge.clock,
+        )
+        try:
+            state, _ = self.games.create(setup, game_id=game_id, also=[challenge])
+        except IntegrityError:  # answered (or cancelled) by another request first
+            raise ChallengeNotPending(
+                f"challenge {challenge.id} was answered meanwhile: it is no longer pending"
+            ) from None
+        return Accepted(challenge.as_json(), state)
+
+    def decline(self, principal: Principal, challenge_id: uuid.UUID) -> dict[str, Any]:
+        challenge = self.get(principal, challenge_id)
+        if challenge.challenged.lower() != principal.handle.lower():
+            raise NotFound(f"no challenge {challenge_id} to you")
+        self._pending(challenge)
+        challenge.decline()
+        return self._save(challenge)
+
+    def cancel(self, principal: Principal, challenge_id: uuid.UUID) -> dict[str, Any]:
+        challenge = self.get(principal, challenge_id)
+        if challenge.challenger.lower() != principal.handle.lower():
+            raise NotFound(f"no challenge {challenge_id} from you")
+        self._pending(challenge)
+        challenge.cancel()
+        return self._save(challenge)
+
+    def listing(self, principal: Principal) -> dict[str, list[dict[str, Any]]]:
+        """The account's challenges still pending (expired ones left out), both ways."""
+        now = datetime.now(UTC)
+        incoming, outgoing = self.pending.of(self.views, principal.handle)
+        out: dict[str, list[dict[str, Any]]] = {"incoming": [], "outgoing": []}
+        for side, ids in (("incoming", incoming), ("outgoing", outgoing)):
+            for raw in ids:
+                try:
+                    found = self.get(principal, uuid.UUID(raw))
+                except NotFound:
+                    continue
+                if found.status_at(now) == "pending":
+                    out[side].append(found.as_json(now))
+        return out
+
+    def _save(self, challenge: Challenge) -> dict[str, Any]:
+        try:
+            self.games.save(challenge)
+        except IntegrityError:
+            raise ChallengeNotPending(
+                f"challenge {challenge.id} was answered meanwhile: it is no longer pending"
+            ) from None
+        return challenge.as_json()
+
+    @staticmethod
+    def _pending(challenge: Challenge) -> None:
+        status = challenge.status_at(datetime.now(UTC))
+        if status != "pending":
+            raise ChallengeNotPending(f"challenge {challenge.id} is {status}, not pending")
+
+    @staticmethod
+    def _setup(
+        challenger: str,
+        challenged: str,
+        rules: dict[str, Any],
+        rated: bool,
+        clock: dict[str, Any] | None,
+    ) -> NewGame:
+        """The game a challenge makes: the challenger in seat 0, the challenged in seat 1 (a
+        built-in bot plays as its own account); who starts is drawn as in every game."""
+        other: str | dict[str, Any] = challenged
+        if challenged.lower() in BOTS:
+            other = {"name": challenged.lower(), "bot": challenged.lower()}
+        return NewGame(
+            players=[challenger, other],
+            rules=rules,
+            clock=clock,
+            accounts=[challenger, None if isinstance(other, dict) else challenged],
+            rated=rated,
+        )

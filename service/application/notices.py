@@ -1,0 +1,338 @@
+"""What concerns each account, in order: the notices the account stream (``GET
+/v1/account/stream``) and webhooks deliver (contract 1.2).
+
+A view (``NoticesView``) of the log: from games' events and challenges' it writes each account's
+notices, numbered 1, 2, 3… per account (the stream's ``id:``, so ``Last-Event-ID`` resumes on any
+worker or host: the numbers are in the store, not in a process). Like every view it is moved on
+exactly once per event (service/persistence/views.py); the scheduler moves it at each poll, and a
+process with account streams open moves it too, so a notice follows its event within a poll.
+
+Notices (``data`` is the JSON served; each also has ``id``, ``type`` and ``at``):
+
+* ``challenge`` (to the challenged), ``challenge_accepted``, ``challenge_declined`` (to the
+  challenger), ``challenge_canceled`` (to the challenged): ``{"challenge": {...}}``;
+* ``game_started`` (to every account seated, when the turn order is decided): ``game_id``,
+  ``version``, ``seat``, ``rated``, ``accounts`` (each seat's handle or null);
+* ``your_turn`` (to the account whose turn begins): ``game_id``, ``version``, ``seat``;
+* ``game_finished`` (to every account seated): ``game_id``, ``version``, ``seat``, ``winner``,
+  ``reason``.
+
+Built-in bots get none (the scheduler plays them). After the batch's transaction commits, the
+process that wrote it tells the live hub (``committed``), which hands the notices to its own
+streams and, through Redis, to every other process's.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from eventsourcing.utils import get_topic
+
+from domain.game import Game, format_at
+from service.application.accounts import BOTS
+from service.application.challenges import CHALLENGE_TOPICS, Challenge
+from service.application.games import Games
+from service.persistence.views import Sql, View, Views
+
+RETAIN = timedelta(days=7)  # how long notices are kept for a stream to resume from
+PRUNE_EVERY = 3600.0  # seconds
+TURN_ENDS = (Game.TurnStopped, Game.TurnBusted, Game.TurnTimedOut)
+
+
+@dataclass(frozen=True)
+class Notice:
+    account: str  # lowercase handle
+    seq: int  # the account's own numbering: 1, 2, 3…
+    type: str
+    at: str
+    data: dict[str, Any]  # the JSON served, ``id``, ``type`` and ``at`` included
+
+    @property
+    def text(self) -> str:
+        return json.dumps(self.data, separators=(",", ":"), ensure_ascii=False)
+
+
+class NoticesView(View):
+    name = "notices"
+    version = 1
+    topics = (
+        *(
+            get_topic(cls)
+            for cls in (
+                Game.GameCreated,
+                Game.SeatJoined,
+                Game.SeatLeft,
+                Game.TurnOrderDecided,
+                *TURN_ENDS,
+                Game.PlayerResigned,
+                Game.GameFinished,
+            )
+        ),
+        *CHALLENGE_TOPICS,
+    )
+    tables = {  # noqa: RUF012 (the View's declaration)
+        "notices": [
+            "CREATE TABLE IF NOT EXISTS {notices} (account TEXT NOT NULL, seq BIGINT NOT NULL, "
+            "type TEXT NOT NULL, at TEXT NOT NULL, body TEXT NOT NULL, "
+            "PRIMARY KEY (account, seq))",
+            "CREATE INDEX IF NOT EXISTS {notices}_at ON {notices} (at)",
+        ],
+        # Each account's newest notice, and the batch that wrote it (``stamp``): what a poller
+        # reads to learn which accounts have new notices.
+        "heads": [
+            "CREATE TABLE IF NOT EXISTS {heads} (account TEXT PRIMARY KEY, seq BIGINT NOT NULL, "
+            "stamp BIGINT NOT NULL)",
+            "CREATE INDEX IF NOT EXISTS {heads}_stamp ON {heads} (stamp)",
+        ],
+        "batches": [
+            "CREATE TABLE IF NOT EXISTS {batches} (id INTEGER PRIMARY KEY, n BIGINT NOT NULL)"
+        ],
+        # The games not finished: who sits where (accounts), and whose turn it is.
+        "games": [
+            "CREATE TABLE IF NOT EXISTS {games} (game_id TEXT PRIMARY KEY, "
+            "seats INTEGER NOT NULL, rated INTEGER NOT NULL, accounts TEXT NOT NULL, "
+            "current INTEGER)"
+        ],
+    }
+
+    def __init__(self, games: Games) -> None:
+        self.games = games
+        self.hooks: list[Callable[[Sql, list[Notice]], None]] = []
+        """Called inside the batch's transaction, on the live view only (webhooks' queue)."""
+        self.listeners: list[Callable[[list[Notice]], None]] = []
+        """Called after the batch committed, in the process that wrote it (the live hub)."""
+
+    # ---------------------------------------------------------------------------- writing
+    def prepare(self, items: list[Any], read: Sql) -> list[tuple[Any, dict[str, Any] | None]]:
+        """Each event, with a challenge's state as of that event (what its notice shows)."""
+        out: list[tuple[Any, dict[str, Any] | None]] = []
+        for _, event in items:
+            shown = None
+            if get_topic(type(event)) in CHALLENGE_TOPICS:
+                found: Any = self.games.repository.get(
+                    event.originator_id, version=event.originator_version
+                )
+                if isinstance(found, Challenge):
+                    shown = found.as_json(event.timestamp)
+            out.append((event, shown))
+        return out
+
+    def apply(self, sql: Sql, prepared: list[tuple[Any, dict[str, Any] | None]]) -> list[Notice]:
+        found = sql.one("SELECT n FROM {batches} WHERE id = 1")
+        stamp = (found["n"] if found else 0) + 1
+        if found:
+            sql.execute("UPDATE {batches} SET n = ? WHERE id = 1", [stamp])
+        else:
+            sql.execute("INSERT INTO {batches} (id, n) VALUES (1, ?)", [stamp])
+        written: list[Notice] = []
+        for event, shown in prepared:
+            for account, kind, fields in self._notices(sql, event, shown):
+                if account is None or account.lower() in BOTS:
+                    continue
+                written.append(self._write(sql, account.lower(), kind, event, fields, stamp))
+        return written
+
+    def applied(self, sql: Sql, written: list[Notice]) -> None:
+        if written:
+            for hook in self.hooks:
+                hook(sql, written)
+
+    def committed(self, written: list[Notice]) -> None:
+        if written:
+            for listener in self.listeners:
+                listener(written)
+
+    @staticmethod
+    def _write(
+        sql: Sql, account: str, kind: str, event: Any, fields: dict[str, Any], stamp: int
+    ) -> Notice:
+        head = sql.one("SELECT seq FROM {heads} WHERE account = ?", [account])
+        seq = (head["seq"] if head else 0) + 1
+        at = format_at(event.timestamp)
+        data = {"id": seq, "type": kind, "at": at, **fields}
+        notice = Notice(account, seq, kind, at, data)
+        sql.execute(
+            "INSERT INTO {notices} (account, seq, type, at, body) VALUES (?, ?, ?, ?, ?)",
+            [account, seq, kind, at, notice.text],
+        )
+        if head:
+            sql.execute(
+                "UPDATE {heads} SET seq = ?, stamp = ? WHERE account = ?", [seq, stamp, account]
+            )
+        else:
+            sql.execute(
+                "INSERT INTO {heads} (account, seq, stamp) VALUES (?, ?, ?)",
+                [account, seq, stamp],
+            )
+        return notice
+
+    def _notices(
+        self, sql: Sql, event: Any, shown: dict[str, Any] | None
+    ) -> list[tuple[str | None, str, dict[str, Any]]]:
+        """(account, type, fields) of each notice the event makes."""
+        if shown is not None:
+            return self._challenge_notices(event, shown)
+        key = str(event.originator_id)
+        version = event.originator_version
+        if isinstance(event, Game.GameCreated):
+            # Every game not finished has a row (an account may join a lobby later).
+            sql.execute(
+                "INSERT INTO {games} (game_id, seats, rated, accounts, current) "
+                "VALUES (?, ?, ?, ?, NULL) ON CONFLICT (game_id) DO NOTHING",
+                [
+                    key,
+                    event.seats,
+                    int(bool(event.rated)),
+                    json.dumps(list(event.accounts or [None] * event.seats)),
+                ],
+            )
+            return []
+        row = sql.one("SELECT rated, accounts, current FROM {games} WHERE game_id = ?", [key])
+        if row is None:
+            return []  # finished, or created before this view existed
+        accounts: list[str | None] = json.loads(row["accounts"])
+        if isinstance(event, Game.SeatJoined | Game.SeatLeft):
+            accounts[event.seat] = event.account if isinstance(event, Game.SeatJoined) else None
+            sql.execute(
+                "UPDATE {games} SET accounts = ? WHERE game_id = ?", [json.dumps(accounts), key]
+            )
+            return []
+        if isinstance(event, Game.GameFinished):
+            sql.execute("DELETE FROM {games} WHERE game_id = ?", [key])
+        if not any(accounts):
+            return []
+        game = {"game_id": key, "version": version}
+        seated = [(seat, handle) for seat, handle in enumerate(accounts) if handle is not None]
+        if isinstance(event, Game.TurnOrderDecided):
+            started = {**game, "rated": bool(row["rated"]), "accounts": accounts}
+            out: list[tuple[str | None, str, dict[str, Any]]] = [
+                (handle, "game_started", {**started, "seat": seat}) for seat, handle in seated
+            ]
+            return out + self._turn(sql, key, accounts, event.first_player, game)
+        if isinstance(event, TURN_ENDS):
+            return self._turn(sql, key, accounts, event.next_player, game)
+        if isinstance(event, Game.PlayerResigned):
+            if event.next_player is None or row["current"] == event.seat:
+                return self._turn(sql, key, accounts, event.next_player, game)
+            return []
+        if isinstance(event, Game.GameFinished):
+            return [
+                (
+                    handle,
+                    "game_finished",
+                    {**game, "seat": seat, "winner": event.winner, "reason": event.reason},
+                )
+                for seat, handle in seated
+            ]
+        return []
+
+    @staticmethod
+    def _turn(
+        sql: Sql, key: str, accounts: list[str | None], seat: int | None, game: dict[str, Any]
+    ) -> list[tuple[str | None, str, dict[str, Any]]]:
+        sql.execute("UPDATE {games} SET current = ? WHERE game_id = ?", [seat, key])
+        if seat is None or accounts[seat] is None:
+            return []
+        return [(accounts[seat], "your_turn", {**game, "seat": seat})]
+
+    @staticmethod
+    def _challenge_notices(
+        event: Any, shown: dict[str, Any]
+    ) -> list[tuple[str | None, str, dict[str, Any]]]:
+        body = {"challenge": shown}
+        if isinstance(event, Challenge.Issued):  # type: ignore[attr-defined]
+            return [(shown["to"], "challenge", body)]
+        if isinstance(event, Challenge.Accepted):  # type: ignore[attr-defined]
+            return [(shown["from"], "challenge_accepted", body)]
+        if isinstance(event, Challenge.Declined):  # type: ignore[attr-defined]
+            return [(shown["from"], "challenge_declined", body)]
+        return [(shown["to"], "challenge_canceled", body)]
+
+
+class Notices:
+    """Reading the notices view."""
+
+    def __init__(self, views: Views, view: NoticesView) -> None:
+        self.views = views
+        self.view = view
+        self._next_prune = 0.0
+
+    def latest(self, account: str, *, fresh: bool = True) -> int:
+        """The account's newest notice's number (0: none yet)."""
+
+        def run(sql: Sql) -> int:
+            row = sql.one("SELECT seq FROM {heads} WHERE account = ?", [account.lower()])
+            return int(row["seq"]) if row else 0
+
+        result: int = self.views.read(self.view, run, fresh=fresh)
+        return result
+
+    def first_kept(self, account: str) -> int:
+        """The number of the account's oldest notice still kept (older ones are pruned)."""
+
+        def run(sql: Sql) -> int:
+            row = sql.one("SELECT min(seq) AS s FROM {notices} WHERE account = ?", [account])
+            return int(row["s"]) if row and row["s"] is not None else 0
+
+        result: int = self.views.read(self.view, run, fresh=False)
+        return result
+
+    def after(self, account: str, after: int, limit: int) -> list[Notice]:
+        """The account's notices after number ``after``, oldest first, at most ``limit``."""
+
+        def run(sql: Sql) -> list[Any]:
+            return sql.all(
+                "SELECT * FROM {notices} WHERE account = ? AND seq > ? ORDER BY seq LIMIT ?",
+                [account.lower(), after, limit],
+            )
+
+        return [
+            Notice(r["account"], int(r["seq"]), r["type"], r["at"], json.loads(r["body"]))
+            for r in self.views.read(self.view, run, fresh=False)
+        ]
+
+    def changed(self, stamp: int) -> tuple[int, dict[str, int]]:
+        """The accounts with notices written after batch ``stamp``, each with its newest
+        number, and the newest batch's stamp (start with -1 for just the stamp)."""
+
+        def run(sql: Sql) -> tuple[int, dict[str, int]]:
+            row = sql.one("SELECT n FROM {batches} WHERE id = 1")
+            newest = int(row["n"]) if row else 0
+            if stamp < 0 or newest <= stamp:
+                return newest, {}
+            rows = sql.all("SELECT account, seq FROM {heads} WHERE stamp > ?", [stamp])
+            return newest, {r["account"]: int(r["seq"]) for r in rows}
+
+        result: tuple[int, dict[str, int]] = self.views.read(self.view, run, fresh=False)
+        return result
+
+    def prune(self, now: datetime | None = None) -> None:
+        """Forget notices older than ``RETAIN`` (each account's newest is kept: its number
+        goes on from there)."""
+        cutoff = format_at((now or datetime.now(UTC)) - RETAIN)
+
+        def run(sql: Sql) -> None:
+            sql.execute(
+                "DELETE FROM {notices} WHERE at < ? AND seq < "
+                "(SELECT h.seq FROM {heads} h WHERE h.account = {notices}.account)",
+                [cutoff],
+            )
+
+        self.views.write(self.view, run)
+
+    def prune_now_and_then(self) -> None:
+        """``prune``, at most once an hour per process (the scheduler's chore)."""
+        now = time.monotonic()
+        if now < self._next_prune:
+            return
+        self._next_prune = now + PRUNE_EVERY
+        self.prune()
+
+    def move_on(self) -> None:
+        """Catch the view up (a process with account streams and no scheduler of its own)."""
+        self.views.catch_up(self.view, deadline=time.monotonic() + 1.0)
