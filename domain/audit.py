@@ -435,38 +435,68 @@ def _start(records: Sequence[Mapping[str, Any]], draw: _RecordedDice) -> Game:
     return game
 
 
-def _replay(records: Sequence[Any], problems: Sequence[str | None]) -> tuple[Check, Game | None]:
-    readable = _readable_prefix(records, problems)
-    if not readable:
-        return Check("rules", False, "no readable GameCreated event at version 1", 1), None
-    draw = _RecordedDice(readable)
+class ReplayRefused(Exception):
+    """The rules refuse a history: ``version`` is the one the ``rules`` check blames."""
+
+    def __init__(self, version: int, detail: str) -> None:
+        super().__init__(detail)
+        self.version = version
+        self.detail = detail
+
+
+def replay_steps(
+    records: Sequence[Mapping[str, Any]],
+) -> Iterator[tuple[Game, Mapping[str, Any] | None]]:
+    """The replay of the ``rules`` check, one command at a time, for readers that follow a game
+    through its history (the analysis): before each command, the game as it stands and the
+    command's record; at the end, ``(game, None)``. The game is one object that each step
+    changes: read it before asking for the next. ``records`` must be well formed
+    (``record_problem``); a history the rules refuse raises ReplayRefused at the version the
+    ``rules`` check blames, with its detail."""
+    if not records:
+        raise ReplayRefused(1, "no readable GameCreated event at version 1")
+    draw = _RecordedDice(records)
     position = 0
     try:
-        game = _start(readable, draw)
+        game = _start(records, draw)
         position = game.version
-        while position < len(readable):
-            record = readable[position]
+        while position < len(records):
+            record = records[position]
             draw.position = position
             kind = record["type"]
             if kind not in EVENT_TYPES:
                 raise _Refused(position, f"{shown(kind)} is not an event of this game")
             if kind in DERIVED:
                 raise _Refused(position, f"{kind} does not follow from the events before it")
+            yield game, record
             before = game.version
             _perform(game, record, draw)
-            _compare(_pairs(game.collect_events()), readable, before)
+            _compare(_pairs(game.collect_events()), records, before)
             position = game.version
     except _Refused as exc:
         version = exc.position + 1
-        return Check("rules", False, f"version {version}: {exc.detail}", version), None
+        raise ReplayRefused(version, f"version {version}: {exc.detail}") from None
     except DomainError as exc:
         version = position + 1
         detail = f"version {version}: the rules refuse it ({exc.code}): {exc.detail}"
-        return Check("rules", False, detail, version), None
+        raise ReplayRefused(version, detail) from None
     except Exception as exc:  # malformed data reaching the rules: reported, never raised
         version = position + 1
         detail = f"version {version}: malformed event data ({type(exc).__name__}: {exc})"
-        return Check("rules", False, detail, version), None
+        raise ReplayRefused(version, detail) from None
+    yield game, None
+
+
+def _replay(records: Sequence[Any], problems: Sequence[str | None]) -> tuple[Check, Game | None]:
+    readable = _readable_prefix(records, problems)
+    if not readable:
+        return Check("rules", False, "no readable GameCreated event at version 1", 1), None
+    game: Game | None = None
+    try:
+        for step in replay_steps(readable):
+            game = step[0]  # one object throughout: the last step's is the game at the end
+    except ReplayRefused as exc:
+        return Check("rules", False, exc.detail, exc.version), None
     if len(readable) < len(records):
         # The replay stopped where the records stop being readable; the chain check blames it.
         version = len(readable) + 1

@@ -21,6 +21,7 @@ from gunicorn.app.base import Application  # has load_config_from_file
 from tqdm import tqdm  # type: ignore[import-untyped]
 
 from domain import jsondoc
+from domain.analysis import AnalysisRefused, analyse
 from domain.audit import MalformedExport, audit_records, parse_export, replayed, split_exports
 from domain.errors import InvalidRequest
 from domain.receipts import held_by, receipt_problem
@@ -260,6 +261,35 @@ def cmd_sheet(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_analyse(args: argparse.Namespace) -> int:
+    """The analysis of an exported game, offline: the same JSON as ``/analysis``. An export
+    that does not verify gets none (exit 1), as a sheet gets none: its events could say
+    anything."""
+    try:
+        _header, records = read_export(args.file)
+    except Unreadable as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    verdict = audit_records(records)
+    if not verdict["valid"]:
+        print(
+            f"{args.file}: the game does not verify (first bad version "
+            f"{verdict['first_bad_version']}; `cantstop audit` tells why): no analysis",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        analysis = analyse(records, args.version)
+    except ValueError as exc:  # a version the export does not reach
+        print(f"{args.file}: {exc}", file=sys.stderr)
+        return 2
+    except AnalysisRefused as exc:  # verified above: only if the audit and rules disagree
+        print(f"{args.file}: no analysis: {exc.detail}", file=sys.stderr)
+        return 1
+    print(json.dumps(analysis, indent=2, ensure_ascii=False))
+    return 0
+
+
 def cmd_migrate(args: argparse.Namespace) -> int:
     """Create the tables (if missing) once, e.g. before several API hosts start."""
     Runtime(Settings.from_env(), create_tables=True).close()
@@ -486,6 +516,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--seat", type=int, default=None, help="the player: needed in a multiplayer game"
     )
     sheet.set_defaults(func=cmd_sheet)
+
+    ana = sub.add_parser(
+        "analyse", help="luck and skill in an exported game, by the expert (as /analysis)"
+    )
+    ana.add_argument("file", metavar="FILE", help="an export (NDJSON) from /export; - for stdin")
+    ana.add_argument("--version", type=bounded(1, 100_000), default=None, help="up to this version")
+    ana.set_defaults(func=cmd_analyse)
     return parser
 
 

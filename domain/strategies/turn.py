@@ -454,6 +454,18 @@ class TurnPlanner:
         values = self.move_values(runners, moves)
         return moves[max(range(len(moves)), key=values.__getitem__)]
 
+    def roll_value(self, runners: Sequence[int]) -> float:
+        """What rolling on is worth, as ``should_roll`` weighs it: it rolls exactly when this
+        is more than ``stop_value`` (the analysis judges a roll or a stop by it). Settled
+        columns, or no look-ahead (eight-sided dice): rolling once more, then stopping; else the
+        expectation of the look-ahead, which ``estimate`` would clip at stopping."""
+        key = pack(as_state(runners))
+        if self.settled(key) or self.depth <= 0:
+            return self.look_ahead(key)
+        depth = self.depth
+        deeper = self.horizon if depth == 1 else (lambda k: self.estimate(k, depth - 1))
+        return self._expect(key, deeper)
+
     def should_roll(self, runners: Sequence[int]) -> bool:
         key = pack(as_state(runners))
         stop = self.stop_value(key)
