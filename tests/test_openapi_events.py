@@ -102,14 +102,16 @@ class Recorder:
     def tick(self, game_id: str, now: datetime) -> None:
         self.rt.timekeeper.tick(uuid.UUID(game_id), now)
 
-    def play_out(self, game_id: str, tokens: dict[int, str], entropy: bool = False) -> Json:
+    def play_out(
+        self, game_id: str, tokens: dict[int, str], entropy: bool = False, turns: int = 0
+    ) -> Json:
         """People play ``choose`` but stop only after three moves in a turn (a steep hill's
         first move in a column makes no progress), with entropy in rolls if asked; bots play
-        when ticked."""
+        when ticked. To the end, or for ``turns`` turns if given."""
         state = self.state(game_id)
         moved: dict[int, int] = {}  # turn number -> moves played in it
         for n in range(3000):
-            if state["status"] == "finished":
+            if state["status"] == "finished" or (turns and state["turn"]["number"] > turns):
                 return state
             seat = state["turn"]["player"]
             if seat in tokens:
@@ -153,9 +155,22 @@ def record_games_of_every_kind(r: Recorder) -> None:
     )
     r.play_out(created["game"]["id"], dict(enumerate(s["token"] for s in created["seats"])), True)
 
-    # Solitaire, advanced (a bust wipes markers), played to the end.
+    # Solitaire: easy, with table dice chosen to climb one column a turn, to the end (won);
+    # advanced (a bust wipes markers), with server dice, for a few turns.
+    created = r.create({"players": ["Sol"], "dice": "manual"})
+    game_id, token = created["game"]["id"], created["seats"][0]["token"]
+    for column in range(2, 13):
+        low = max(1, column - 6)
+        state = r.state(game_id)
+        height = state["columns"][column - 2]["height"]
+        while state["turn"]["runners"].get(str(column), 0) < height:
+            state = r.act(game_id, token, {"type": "roll", "dice": [low, column - low] * 2})
+            climbs = [a for a in state["legal_actions"] if set(a["sums"]) == {column}]
+            state = r.act(game_id, token, max(climbs, key=lambda a: len(a["sums"])))
+        r.act(game_id, token, {"type": "stop"})
+    assert r.state(game_id)["winner"] == 0
     created = r.create({"players": ["Sol"], "rules": {"solitaire": "advanced"}})
-    r.play_out(created["game"]["id"], {0: created["seats"][0]["token"]})
+    r.play_out(created["game"]["id"], {0: created["seats"][0]["token"]}, turns=8)
 
     # Variants: 8-sided dice, steep hill, jumping; and the forced move with manual dice.
     created = r.create(
