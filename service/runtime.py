@@ -10,6 +10,7 @@ import os
 
 from service.application.accounts import Accounts
 from service.application.advisor import Advisor
+from service.application.analyst import Analyst
 from service.application.challenges import Challenges
 from service.application.games import Games
 from service.application.lobby import Lobby
@@ -56,6 +57,7 @@ class Runtime:
         )
         self._dispatcher: Dispatcher | None = None
         self.advisor = Advisor(self.games)
+        self.analyst = Analyst(self.games, create_tables=create_tables)
         self.timekeeper = Timekeeper(
             self.games, abandon_after=settings.abandon_after, bot_pause=settings.bot_pause
         )

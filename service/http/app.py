@@ -13,6 +13,7 @@ from flask_cors import CORS
 from service.config import Settings
 from service.http import limits, meta
 from service.http.accounts import accounts_api
+from service.http.analysis import analysis_api
 from service.http.audit import audit_api
 from service.http.bots import bots_api
 from service.http.core import GameIdConverter, install_error_handlers, request_class
@@ -94,6 +95,7 @@ def create_app(settings: Settings | None = None, *, create_tables: bool = False)
     app.register_blueprint(audit_api)  # audit, export, import, board.svg
     app.register_blueprint(sheets_api)  # record sheets, leaderboard
     app.register_blueprint(bots_api)  # computer players, advice
+    app.register_blueprint(analysis_api)  # luck and skill, by the expert
     app.register_blueprint(accounts_api)  # accounts, tokens, profiles, histories, ratings
     app.register_blueprint(webhooks_api)  # an account's webhooks and their deliveries
     app.register_blueprint(matchmaking_api)  # challenges, seeks

@@ -5,7 +5,8 @@ enforced by Flask-Limiter with fixed windows.
   counted per client address; ``action`` covers ``POST /v1/games/{id}/actions``, counted per seat
   token (by its SHA-256; per address when no token is sent); ``audit`` covers what works through
   a whole history, whose cost grows with a game's length and which anyone may ask for: ``GET
-  /v1/games/{id}/audit``, ``/export`` and ``/record-sheet`` (the pages' record-sheet files too)
+  /v1/games/{id}/audit``, ``/export``, ``/analysis`` and ``/record-sheet`` (the pages'
+  record-sheet files too)
   and ``POST /v1/transcripts/verify``, counted per client address; ``signin`` covers sign-up
   (``POST /v1/accounts``) and sign-in (``POST /v1/tokens``), counted twice: per handle (in lower
   case) and per client address. ``signin`` is on by default (10 a minute), even when the others
@@ -39,6 +40,7 @@ SCOPES: dict[str, tuple[str, ...]] = {
     "audit": (
         "audit.audit_game",
         "audit.export_game",
+        "analysis.analysis",
         "sheets.sheet",
         "pages.record_sheet_file",
         "transcripts.verify_transcript",
