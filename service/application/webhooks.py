@@ -1,0 +1,416 @@
+"""Webhooks (contract 1.2): an account's URLs that are sent its notices, signed by the Standard
+Webhooks specification, for apps that are not connected to the account stream.
+
+- **Registration** (scope ``account``): ``https`` only, and only to a host whose every address is
+  public (not loopback, private, link-local, shared, multicast, reserved, documentation…): else
+  422 (``webhook_url_not_https``, ``webhook_url_not_public``, ``webhook_url_unresolvable``). The
+  host is resolved when the webhook is created and again at each delivery, which connects to the
+  address that one lookup gave (``webhook_delivery``): a name that later resolves to a private
+  address (DNS rebinding) gets no delivery. ``CANTSTOP_WEBHOOK_ALLOW_PRIVATE=true`` allows both
+  ``http`` and non-public addresses (tests, closed networks). At most
+  ``CANTSTOP_WEBHOOK_MAX_PER_ACCOUNT`` (10) webhooks per account: 409 ``too_many_webhooks``.
+- **The secret**: 32 random bytes, ``whsec_<base64>`` (the specification's form), served once at
+  creation and never again; kept in the store as issued, since signing needs it (see the README).
+- **Enqueueing**: the notices view calls ``on_notices`` inside the transaction that writes the
+  notices: one delivery per (notice, webhook of that account subscribed to its type), exactly
+  once with the notice, and never on an action's path (no HTTP there: rows only).
+- **Delivering**: ``webhook_delivery.Dispatcher``, in the scheduling process.
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import os
+import re
+import secrets
+import socket
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+import orjson
+from eventsourcing.postgres import PostgresApplicationRecorder
+
+from domain.game import format_at
+from service.application.errors import ApplicationError, NotFound
+from service.application.games import Games
+from service.config import ConfigError, env_int, env_number
+from service.persistence.webhooks import (
+    AttemptRow,
+    Cursor,
+    Enqueued,
+    WebhookRow,
+    WebhookTables,
+)
+
+EVENT_TYPES = (
+    "challenge",
+    "challenge_accepted",
+    "challenge_declined",
+    "challenge_canceled",
+    "game_started",
+    "your_turn",
+    "game_finished",
+)
+MAX_URL = 2000
+MAX_DESCRIPTION = 200
+SECRET_BYTES = 32
+RESOLVE_TIMEOUT = 5.0  # seconds a lookup may take when a webhook is created or delivered
+ID_SHAPE = re.compile(r"wh_[0-9a-f]{16}")
+TRUE = ("true", "on", "yes", "1")
+FALSE = ("false", "off", "no", "0", "")
+
+
+# ------------------------------------------------------------------------------- refusals
+class WebhookUrlNotHttps(ApplicationError):
+    code = "webhook_url_not_https"
+
+
+class WebhookUrlNotPublic(ApplicationError):
+    code = "webhook_url_not_public"
+
+
+class WebhookUrlUnresolvable(ApplicationError):
+    code = "webhook_url_unresolvable"
+
+
+class TooManyWebhooks(ApplicationError):
+    code = "too_many_webhooks"
+
+
+class InvalidWebhook(ApplicationError):
+    code = "invalid_request"
+
+
+# ---------------------------------------------------------------------------- settings
+@dataclass(frozen=True)
+class WebhookConfig:
+    allow_private: bool = False
+    """``CANTSTOP_WEBHOOK_ALLOW_PRIVATE``: allow ``http`` URLs and non-public addresses."""
+    timeout: float = 10.0
+    """``CANTSTOP_WEBHOOK_TIMEOUT``: seconds one delivery attempt may take in all (resolving,
+    connecting, TLS, sending, the answer's status and headers, up to 64 KiB of its body)."""
+    max_per_account: int = 10
+    """``CANTSTOP_WEBHOOK_MAX_PER_ACCOUNT``."""
+    concurrency: int = 8
+    """``CANTSTOP_WEBHOOK_CONCURRENCY``: deliveries in flight at once per scheduling process."""
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> WebhookConfig:
+        env = os.environ if environ is None else environ
+        name = "CANTSTOP_WEBHOOK_ALLOW_PRIVATE"
+        raw = (env.get(name) or "").strip().lower()
+        if raw not in TRUE + FALSE:
+            raise ConfigError(f"{name} must be true or false, not {raw!r}")
+        return cls(
+            allow_private=raw in TRUE,
+            timeout=env_number(env, "CANTSTOP_WEBHOOK_TIMEOUT", 10.0, low=0.5, high=60),
+            max_per_account=env_int(env, "CANTSTOP_WEBHOOK_MAX_PER_ACCOUNT", 10, low=1, high=100),
+            concurrency=env_int(env, "CANTSTOP_WEBHOOK_CONCURRENCY", 8, low=1, high=64),
+        )
+
+
+# ------------------------------------------------------------------------ the addresses
+def is_public(address: str) -> bool:
+    """Whether a delivery may connect to ``address``: a global unicast address, not one that
+    names this host, its networks or anything special (RFC 6890's registries)."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return is_public(str(ip.ipv4_mapped))
+        if ip.sixtofour is not None and not is_public(str(ip.sixtofour)):
+            return False
+        # Global unicast is 2000::/3; the rest (IPv4-compatible ::a.b.c.d, NAT64's 64:ff9b::,
+        # unique local, link-local, multicast…) is refused.
+        if ip not in ipaddress.IPv6Network("2000::/3"):
+            return False
+    return ip.is_global and not ip.is_multicast and not ip.is_reserved
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a webhook's URL points: what a delivery connects to and what it asks for."""
+
+    scheme: str
+    host: str  # as sent (IDNA, lower case; an IPv6 literal without brackets)
+    port: int
+    path: str  # the request target: path and query
+    literal: bool  # the host is an IP address
+
+    @property
+    def host_header(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        default = 443 if self.scheme == "https" else 80
+        return host if self.port == default else f"{host}:{self.port}"
+
+
+def parse_url(url: str, *, allow_private: bool) -> Target:
+    """``url`` as a target, or a refusal: malformed (422 ``invalid_request``) or plain ``http``
+    where it is not allowed (422 ``webhook_url_not_https``)."""
+    if len(url) > MAX_URL or any(c.isspace() or ord(c) < 0x20 or c == "\x7f" for c in url):
+        raise InvalidWebhook(f"the url must be at most {MAX_URL} characters, without spaces")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise InvalidWebhook(f"the url cannot be read: {exc}") from None
+    scheme = parts.scheme.lower()
+    if scheme not in ("https", "http"):
+        raise InvalidWebhook("the url must be https://…")
+    if scheme == "http" and not allow_private:
+        raise WebhookUrlNotHttps(
+            "a webhook's url must be https:// (plain http is allowed only where "
+            "CANTSTOP_WEBHOOK_ALLOW_PRIVATE=true)"
+        )
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        raise InvalidWebhook("the url must not hold a user name or password")
+    if parts.fragment or url.endswith("#"):
+        raise InvalidWebhook("the url must not have a fragment")
+    host = parts.hostname or ""
+    if not host:
+        raise InvalidWebhook("the url must name a host")
+    literal = _is_address(host)
+    if not literal:
+        if "%" in host or ":" in host:
+            raise InvalidWebhook("the url's host is not an address or a name")
+        try:
+            host = host.encode("idna").decode("ascii").lower()
+        except UnicodeError:
+            raise InvalidWebhook("the url's host is not a valid name") from None
+        labels = host.rstrip(".").split(".")
+        if not all(re.fullmatch(r"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?", x) for x in labels):
+            raise InvalidWebhook("the url's host is not a valid name")
+    if port == 0:
+        raise InvalidWebhook("the url's port must be from 1 to 65535")
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
+    return Target(scheme, host, port or (443 if scheme == "https" else 80), path, literal)
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+Resolver = Callable[[str, int], list[str]]
+
+
+def system_resolver(host: str, port: int) -> list[str]:
+    """The addresses of ``host`` (the system's resolver), in its order, each once."""
+    found: list[str] = []
+    for *_, sockaddr in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM):
+        address = str(sockaddr[0])
+        if address not in found:
+            found.append(address)
+    return found
+
+
+_LOOKUPS = ThreadPoolExecutor(4, thread_name_prefix="webhook-dns")
+
+
+def resolve(
+    target: Target,
+    *,
+    allow_private: bool,
+    timeout: float = RESOLVE_TIMEOUT,
+    resolver: Resolver = system_resolver,
+) -> list[str]:
+    """The addresses ``target`` may connect to, from one lookup bounded by ``timeout``: all of
+    them public unless private ones are allowed (a name with any non-public address is
+    refused whole), else ``WebhookUrlNotPublic``; ``WebhookUrlUnresolvable`` if none."""
+    if target.literal:
+        addresses = [target.host]
+    else:
+        lookup = _LOOKUPS.submit(resolver, target.host, target.port)
+        try:
+            addresses = lookup.result(timeout=max(0.01, timeout))
+        except FutureTimeout:
+            raise WebhookUrlUnresolvable(
+                f"{target.host} did not resolve within {timeout:g} s"
+            ) from None
+        except (OSError, UnicodeError) as exc:
+            raise WebhookUrlUnresolvable(f"{target.host} does not resolve ({exc})") from None
+        if not addresses:
+            raise WebhookUrlUnresolvable(f"{target.host} has no address")
+    if not allow_private:
+        refused = [address for address in addresses if not is_public(address)]
+        if refused:
+            # (Which address is not said: a name only this network resolves stays unknown.)
+            raise WebhookUrlNotPublic(
+                f"{target.host} is or resolves to an address that is not public (loopback, "
+                "private, link-local and other non-public addresses are refused)"
+            )
+    return addresses
+
+
+# ------------------------------------------------------------------------------ notices
+class NoticeLike(Protocol):
+    """What the notices view writes (``service.application.notices.Notice``)."""
+
+    @property
+    def account(self) -> str: ...  # the handle in lower case
+    @property
+    def seq(self) -> int: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def at(self) -> str: ...
+    @property
+    def data(self) -> dict[str, Any]: ...
+
+
+def payload(notice: NoticeLike) -> str:
+    """The Standard Webhooks payload of a notice: ``{"type", "timestamp", "data"}``, ``data``
+    being the notice exactly as the account stream serves it."""
+    body = {"type": notice.type, "timestamp": notice.at, "data": notice.data}
+    return orjson.dumps(body).decode("utf-8")
+
+
+def micros(at: datetime) -> int:
+    return int(at.timestamp() * 1_000_000)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+# ----------------------------------------------------------------------------- the service
+@dataclass(frozen=True)
+class Created:
+    webhook: WebhookRow
+    secret: str
+
+
+class Webhooks:
+    def __init__(
+        self,
+        tables: WebhookTables,
+        config: WebhookConfig,
+        *,
+        resolver: Resolver = system_resolver,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.tables = tables
+        self.config = config
+        self.resolver = resolver
+        self.clock = clock
+        self.enqueued = 0  # deliveries this process enqueued (tests read it)
+
+    @classmethod
+    def of(cls, games: Games, config: WebhookConfig, *, create: bool) -> Webhooks:
+        """The webhooks kept in ``games``' store (its tables created if ``create``)."""
+        recorder: Any = games.recorder
+        dialect = "postgres" if isinstance(recorder, PostgresApplicationRecorder) else "sqlite"
+        tables = WebhookTables(recorder.datastore, dialect)
+        if create:
+            tables.create_table()
+        return cls(tables, config)
+
+    # ---------------------------------------------------------------------------- managing
+    def create(
+        self, account: str, url: str, events: Sequence[str], description: str = ""
+    ) -> Created:
+        unknown = [kind for kind in events if kind not in EVENT_TYPES]
+        if unknown or not events:
+            raise InvalidWebhook(f"events must be one or more of {', '.join(EVENT_TYPES)}")
+        target = parse_url(url, allow_private=self.config.allow_private)
+        resolve(target, allow_private=self.config.allow_private, resolver=self.resolver)
+        key = secrets.token_bytes(SECRET_BYTES)
+        secret = "whsec_" + base64.b64encode(key).decode("ascii")
+        now = self.clock()
+        row = WebhookRow(
+            id="wh_" + secrets.token_hex(8),
+            account=account.lower(),
+            url=url,
+            events=tuple(kind for kind in EVENT_TYPES if kind in events),
+            description=description,
+            secret=secret,
+            created_at=format_at(now),
+            created_us=micros(now),
+        )
+        if not self.tables.add(row, self.config.max_per_account):
+            raise TooManyWebhooks(
+                f"an account may have {self.config.max_per_account} webhooks: delete one first",
+                limit=self.config.max_per_account,
+            )
+        return Created(row, secret)
+
+    def of_account(self, account: str) -> list[WebhookRow]:
+        return self.tables.webhooks(account.lower())
+
+    def get(self, account: str, webhook_id: str) -> WebhookRow:
+        found = (
+            self.tables.webhook(account.lower(), webhook_id)
+            if ID_SHAPE.fullmatch(webhook_id)
+            else None
+        )
+        if found is None:
+            raise NotFound(f"no webhook {webhook_id[:40]!r} of this account")
+        return found
+
+    def delete(self, account: str, webhook_id: str) -> None:
+        if not ID_SHAPE.fullmatch(webhook_id) or not self.tables.delete(
+            account.lower(), webhook_id
+        ):
+            raise NotFound(f"no webhook {webhook_id[:40]!r} of this account")
+
+    def forget(self, account: str) -> None:
+        """Delete every webhook of the account (it closed)."""
+        for row in self.of_account(account):
+            self.tables.delete(row.account, row.id)
+
+    def deliveries(
+        self, account: str, webhook_id: str, limit: int
+    ) -> list[tuple[Any, list[AttemptRow]]]:
+        self.get(account, webhook_id)
+        return self.tables.deliveries(webhook_id, limit)
+
+    # ------------------------------------------------------------------------- enqueueing
+    def on_notices(self, sql: Cursor, notices: Sequence[NoticeLike]) -> None:
+        """The notices view's hook, inside its write transaction: one delivery per (notice,
+        webhook of its account subscribed to its type, created by the notice's time)."""
+        if not notices:
+            return
+        hooks: dict[str, list[WebhookRow]] = {}
+        for row in self.tables.subscribed(sql, (notice.account for notice in notices)):
+            hooks.setdefault(row.account, []).append(row)
+        if not hooks:
+            return
+        now = micros(self.clock())
+        queued: list[Enqueued] = []
+        for notice in notices:
+            for hook in hooks.get(notice.account.lower(), ()):
+                if notice.type not in hook.events or _at_micros(notice.at, now) < hook.created_us:
+                    continue
+                queued.append(
+                    Enqueued(
+                        id="msg_" + uuid.uuid4().hex,
+                        webhook_id=hook.id,
+                        seq=notice.seq,
+                        type=notice.type,
+                        payload=payload(notice),
+                        created_us=now,
+                    )
+                )
+        self.tables.enqueue(sql, queued)
+        self.enqueued += len(queued)
+
+
+def _at_micros(at: str, default: int) -> int:
+    try:
+        return micros(datetime.fromisoformat(at))
+    except ValueError:
+        return default
