@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 REDOCLY := @redocly/cli@2.77.0
+SPECTRAL := @stoplight/spectral-cli@6.16.3
 
 .PHONY: install run test lint bench clean
 
@@ -33,6 +34,7 @@ lint: install
 	$(BIN)/mypy --strict clients/python/examples  # the reference bot (mypy_path finds the client)
 	$(BIN)/lint-imports
 	npx --yes $(REDOCLY) lint openapi.yaml
+	npx --yes $(SPECTRAL) lint openapi.yaml --ruleset .spectral.yaml --fail-severity=warn
 
 bench: install
 	$(BIN)/python -m bench.engine
