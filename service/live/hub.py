@@ -549,7 +549,10 @@ class Hub:
             return
         first = self._stamp < 0
         self._stamp = stamp
-        if first:  # every account stream read the store when it opened
+        if first:  # no baseline yet: whatever came before it, each account's feed reads once
+            for channel, feed in self._feeds.items():
+                if channel.startswith(ACCOUNT_CHANNEL_PREFIX):
+                    feed.resync()
             return
         for account, seq in newest.items():
             feed = self._feeds.get(f"{ACCOUNT_CHANNEL_PREFIX}{account}")
