@@ -316,6 +316,15 @@ def test_create_list_read_delete_scopes_and_cap(client: FlaskClient, app: Flask)
     add_webhook(client, token, "http://127.0.0.1:9/again")
 
 
+def test_closing_the_account_deletes_its_webhooks(client: FlaskClient, app: Flask) -> None:
+    token = sign_up(client, "Ann")
+    add_webhook(client, token, "http://127.0.0.1:9/hook")
+    add_webhook(client, sign_up(client, "Bob"), "http://127.0.0.1:9/hook")
+    assert client.delete("/v1/account", headers=bearer(token)).status_code == 204
+    webhooks = runtime_of(app).webhooks
+    assert webhooks.of_account("ann") == [] and len(webhooks.of_account("bob")) == 1
+
+
 def test_the_cap_holds_when_requests_race(app: Flask) -> None:
     rt = runtime_of(app)
     errors: list[str] = []

@@ -117,7 +117,7 @@ def revoke_token(token_id: str) -> Response:
 def close_account() -> Response:
     """Close the account: first its seats in unfinished games are given up (a lobby's seat is
     given back, a game in progress resigned), so that no seat token of it plays on; then its
-    credentials are erased."""
+    credentials are erased, and its webhooks deleted."""
     principal = me("account")
     rt = runtime()
     token = bearer_token()
@@ -137,6 +137,7 @@ def close_account() -> Response:
             if cursor is None:
                 break
     rt.accounts.close(principal)
+    rt.webhooks.forget(principal.handle)  # nothing more is sent anywhere for it
     return Response(status=204)
 
 
