@@ -293,7 +293,7 @@ class AccountStream:
                     event_id = int(line[4:])
                 elif line.startswith("data: "):
                     data = json.loads(line[6:])
-                    assert data["id"] == event_id
+                    assert event_id is not None and data["id"] == event_id
                     self.ids.append(event_id)
                     self.notices.append(data)
         except (OSError, ValueError):

@@ -555,9 +555,9 @@ class Hub:
                     feed.resync()
             return
         for account, seq in newest.items():
-            feed = self._feeds.get(f"{ACCOUNT_CHANNEL_PREFIX}{account}")
-            if feed is not None:
-                feed.hint(seq)
+            found = self._feeds.get(f"{ACCOUNT_CHANNEL_PREFIX}{account}")
+            if found is not None:
+                found.hint(seq)
 
     @staticmethod
     def _scan(reader: LogReader) -> dict[uuid.UUID, int] | None:
