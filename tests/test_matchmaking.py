@@ -8,7 +8,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -369,3 +369,20 @@ def test_the_account_stream_tells_each_account_what_to_react_to(server: int) -> 
     finally:
         ann_stream.close()
         bob_stream.close()
+
+
+def test_old_notices_are_pruned_but_each_accounts_numbering_goes_on(app: Flask) -> None:
+    client = app.test_client()
+    rt = app.extensions["cantstop"]
+    ann = sign_up(client, "ann")
+    for _ in range(3):
+        made = client.post("/v1/challenges", json={"to": "expert"}, headers=bearer(ann))
+        assert made.status_code == 201
+    newest = rt.notices.latest("ann")
+    assert newest >= 6  # three times challenge_accepted and game_started (your_turn if first)
+    assert [n.seq for n in rt.notices.after("ann", 0, 100)] == list(range(1, newest + 1))
+    rt.notices.prune(now=datetime.now(UTC) + timedelta(days=8))
+    assert [n.seq for n in rt.notices.after("ann", 0, 100)] == [newest]  # the newest is kept
+    assert rt.notices.first_kept("ann") == newest
+    client.post("/v1/challenges", json={"to": "expert"}, headers=bearer(ann))
+    assert rt.notices.latest("ann") >= newest + 2
