@@ -17,6 +17,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from service.application import challenges as challenges_module
+from service.application.seeks import Seeks
 from tests.support.http import HOST, bearer, call
 from tests.support.polling import wait_until
 from tests.support.servers import free_port, run_scheduler, serving
@@ -386,3 +387,17 @@ def test_old_notices_are_pruned_but_each_accounts_numbering_goes_on(app: Flask) 
     assert rt.notices.first_kept("ann") == newest
     client.post("/v1/challenges", json={"to": "expert"}, headers=bearer(ann))
     assert rt.notices.latest("ann") >= newest + 2
+
+
+def test_the_oldest_seek_is_paired_with_the_closest_rating_of_another_account() -> None:
+    def row(seek: str, account: str, mu: float, seq: int, players: int = 2) -> Json:
+        return {"seek_id": seek, "account": account, "mu": mu, "seq": seq, "players": players}
+
+    rows = [row("a", "ann", 25.0, 1), row("b", "bob", 40.0, 2), row("c", "cyd", 27.0, 3)]
+    assert [r["seek_id"] for r in Seeks._choose(rows) or []] == ["a", "c"]
+    # Never two seeks of one account in a game; a three-player game takes the two closest.
+    rows = [row("a", "ann", 25.0, 1, 3), row("a2", "ann", 25.0, 2, 3), row("b", "bob", 40.0, 3, 3)]
+    assert Seeks._choose(rows) is None
+    rows.append(row("c", "cyd", 10.0, 4, 3))
+    rows.append(row("d", "dan", 30.0, 5, 3))
+    assert [r["seek_id"] for r in Seeks._choose(rows) or []] == ["a", "b", "d"]
