@@ -21,6 +21,7 @@ import {
   startOverIfStoreWentBack,
   takeSeatFromAddress,
 } from "./api.js";
+import { showAnalysis } from "./analysis.js";
 import { colourName, drawBoard, playerItem, playerLabel } from "./board.js";
 import { $, fill, h, percent, show } from "./dom.js";
 import { describe, moveName, rulesText, solitaireText, turnText } from "./story.js";
@@ -70,6 +71,16 @@ function signInEnded() {
 
 function player(seat) {
   return state.players.find((p) => p.seat === seat);
+}
+
+// Once the game is over, the expert's view of it: luck and play (analysis.js), drawn once.
+let analysed = false;
+function renderAnalysis() {
+  if (analysed || state.status !== "finished") return;
+  analysed = true;
+  const names = state.players.map((p) => (p.name === null ? `Seat ${p.seat}` : p.name));
+  show($("#analysis-panel"), true);
+  showAnalysis($("#analysis"), gameId, names, (v) => `/games/${gameId}/replay#version=${v}`);
 }
 
 function nameOf(seat) {
@@ -133,6 +144,7 @@ function render() {
   renderSeat();
   renderBoard();
   renderPlayers();
+  renderAnalysis();
   show($("#advice"), state.status === "in_progress");
   if (adviceOpen) loadAdvice();
 }

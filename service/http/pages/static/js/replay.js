@@ -12,6 +12,7 @@ import {
   rememberReceiptKeys,
   startOverIfStoreWentBack,
 } from "./api.js";
+import { showAnalysis } from "./analysis.js";
 import { drawBoard, playerItem } from "./board.js";
 import { $, fill, h, show } from "./dom.js";
 import { describe, solitaireText, turnText } from "./story.js";
@@ -416,6 +417,7 @@ async function grown(following) {
   if (latest.status === "finished") {
     if (stream) stream.close();
     audit();
+    analysis();
   }
   if (following) go(total);
   else show_();
@@ -448,8 +450,15 @@ async function reopen() {
   follow();
 }
 
+/** The expert's view of the game so far (analysis.js); each mark steps the replay to it. */
+function analysis() {
+  const names = latest.players.map((p) => (p.name === null ? `Seat ${p.seat}` : p.name));
+  showAnalysis($("#analysis"), gameId, names, (v) => `#version=${v}`);
+}
+
 async function start() {
   sheets();
+  analysis();
   showReceipt();
   audit();
   try {
