@@ -1,9 +1,9 @@
 """``GET /v1/games/{id}/analysis``: what was luck and what was play (domain/analysis.py), kept.
 
 **Kept in a table filled on first request, not in a view.** The analysis is a pure function of a
-game's events and of the expert's version, and it is dear: a second or two of CPU for a game of
-two players, three for eight-sided dice (docs/analysis.md). A ``View`` filled by the scheduler on
-``GameFinished`` would spend that on every finished game whether anyone looks or not, and a
+game's events and of the expert's version, and it is dear: about two seconds of CPU for a game
+of two players, three to seven for eight-sided dice (docs/analysis.md). A ``View`` filled by the
+scheduler on ``GameFinished`` would spend that on every finished game whether anyone looks, and a
 ``cantstop projections rebuild`` would redo it for every game in the store: about 40 hours of
 CPU for 100,000 games, during which new games wait behind the old. Here a finished game is
 analysed when somebody first asks (its player's page asks as the game ends), and its answer
