@@ -31,6 +31,7 @@ from service.application.notices import Notice
 from service.application.webhook_delivery import SCHEDULE, Dispatcher
 from service.application.webhooks import (
     EVENT_TYPES,
+    TooManyWebhooks,
     WebhookConfig,
     Webhooks,
     is_public,
@@ -637,6 +638,31 @@ def test_a_redirect_is_not_followed(
     assert len(receiver.received) == 1 and elsewhere.received == []
 
 
+def test_a_webhook_deleted_during_an_attempt_leaves_no_log_behind(
+    client: FlaskClient, app: Flask, receivers: Callable[..., Receiver]
+) -> None:
+    receiver = receivers(hang)
+    token = sign_up(client, "Ann")
+    hook = add_webhook(client, token, receiver.url())
+    rt = runtime_of(app)
+    enqueue(rt.webhooks, notice("ann", 1))
+    dispatcher = Dispatcher(rt.webhooks)
+    try:
+        assert dispatcher.step() == 1
+        wait_until(lambda: len(receiver.received) == 1, 5, "the attempt to arrive")
+        assert (
+            client.delete(f"/v1/account/webhooks/{hook['id']}", headers=bearer(token)).status_code
+            == 204
+        )
+        wait_until(lambda: dispatcher.attempted == 1, TIMEOUT + 5, "the attempt's end")
+    finally:
+        dispatcher.close()
+    left = rt.webhooks.tables.execute(
+        "SELECT count(*) AS n FROM cantstop_webhook_attempts", fetch="one"
+    )
+    assert left["n"] == 0
+
+
 def test_one_lookup_per_attempt_and_the_connection_goes_to_its_address(
     client: FlaskClient, app: Flask, receivers: Callable[..., Receiver]
 ) -> None:
@@ -909,3 +935,59 @@ def test_a_game_s_notices_reach_the_webhook_as_the_stream_serves_them(
         assert sent["data"] == served[sent["data"]["id"]]
         assert sent["timestamp"] == sent["data"]["at"]
         assert sent["data"]["game_id"] == game_id
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_the_queue_and_its_log_on_each_store(
+    backend: str,
+    tmp_path: Path,
+    receivers: Callable[..., Receiver],
+    request: pytest.FixtureRequest,
+) -> None:
+    """Every statement of the tables on SQLite and PostgreSQL: the cap, enqueueing, claiming,
+    a failure and a delivery logged, the listing, pruning and deleting."""
+    url = (
+        request.getfixturevalue("postgres_url")
+        if backend == "postgres"
+        else f"sqlite:///{tmp_path / 'store.sqlite'}"
+    )
+    statuses = iter([500, 200, 200])
+
+    def behave(handler: http.server.BaseHTTPRequestHandler, receiver: Receiver) -> None:
+        answer(next(statuses))(handler, receiver)
+
+    receiver = receivers(behave)
+    settings = Settings(
+        database_url=url, extra_env=PRIVATE | {"CANTSTOP_WEBHOOK_MAX_PER_ACCOUNT": "2"}
+    )
+    with Runtime(settings, create_tables=True) as rt:
+        created = rt.webhooks.create("ann", receiver.url(), ["your_turn"], "mine")
+        rt.webhooks.create("ann", receiver.url(), ["challenge"])
+        with pytest.raises(TooManyWebhooks, match="2 webhooks"):
+            rt.webhooks.create("ann", receiver.url(), ["challenge"])
+        enqueue(rt.webhooks, notice("ann", 1), notice("ann", 2), notice("ann", 3, "game_started"))
+        clock = Clock()
+        dispatcher = Dispatcher(rt.webhooks, clock=clock, schedule=(1,))
+        try:
+            run_until(dispatcher, 2)
+            clock.advance(2)
+            run_until(dispatcher, 3)
+        finally:
+            dispatcher.close()
+        found = rt.webhooks.deliveries("ann", created.webhook.id, 10)
+        logs = {
+            int(row["seq"]): (row["status"], [(a.status_code, a.error) for a in log])
+            for row, log in found
+        }
+        assert [int(row["seq"]) for row, _ in found] == [2, 1]  # newest first
+        assert sorted(map(tuple, logs[1][1] + logs[2][1])) == sorted(
+            [(500, "answered 500"), (200, None), (200, None)]
+        )
+        assert {logs[1][0], logs[2][0]} == {"delivered"}
+        assert rt.webhooks.tables.prune(10**18) == 2  # settled, and older than the cut
+        assert rt.webhooks.deliveries("ann", created.webhook.id, 10) == []
+        rt.webhooks.delete("ann", created.webhook.id)
+        assert [row.id for row in rt.webhooks.of_account("ann")] != [created.webhook.id]
+        assert len(rt.webhooks.of_account("ann")) == 1

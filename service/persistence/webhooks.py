@@ -307,9 +307,12 @@ class WebhookTables(SideTable):
         and another claimed it meanwhile (its attempt is logged all the same)."""
 
         def work(sql: _Statements) -> bool:
+            # (Logged only while the delivery exists: its webhook may have been deleted.)
             sql.execute(
                 f"INSERT INTO {ATTEMPTS} (delivery_id, attempt, at, status_code, error, "
-                "duration_ms, address) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                "duration_ms, address) SELECT CAST(? AS TEXT), CAST(? AS INTEGER), "
+                "CAST(? AS TEXT), CAST(? AS INTEGER), CAST(? AS TEXT), CAST(? AS INTEGER), "
+                f"CAST(? AS TEXT) WHERE EXISTS (SELECT 1 FROM {DELIVERIES} WHERE id = ?) "
                 "ON CONFLICT (delivery_id, attempt) DO NOTHING",
                 (
                     attempt.delivery_id,
@@ -319,6 +322,7 @@ class WebhookTables(SideTable):
                     attempt.error,
                     attempt.duration_ms,
                     attempt.address,
+                    attempt.delivery_id,
                 ),
             )
             found = sql.one(
