@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from flask import Flask
 from flask.testing import FlaskClient
+from openapi_schema_validator import OAS31Validator
 
 from service.application import challenges as challenges_module
 from service.application.seeks import Seeks
@@ -23,6 +25,7 @@ from tests.support.polling import wait_until
 from tests.support.servers import free_port, run_scheduler, serving
 
 Json = dict[str, Any]
+ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "correct horse battery"
 
 
@@ -345,7 +348,7 @@ def test_the_account_stream_tells_each_account_what_to_react_to(server: int) -> 
             f"the first player ({first}) hears it is their turn",
         )
         assert ann_stream.types()[:2] == ["challenge_accepted", "game_started"]
-        assert "game_started" in bob_stream.types()
+        wait_until(lambda: "game_started" in bob_stream.types(), 10, "bob hears it started")
         # The first player rolls and stops (or busts): the other hears it is their turn.
         mover, other = (ann, bob_stream) if first == 0 else (bob, ann_stream)
         path = f"/v1/games/{game['id']}/actions"
@@ -367,6 +370,13 @@ def test_the_account_stream_tells_each_account_what_to_react_to(server: int) -> 
             resumed.close()
         status, body = call(port, "GET", "/v1/account/stream?after=999", token=ann)
         assert status == 422 and body["code"] == "invalid_request"
+        # Every notice is what openapi.yaml's Notice says, its type's own schema.
+        spec = yaml.safe_load((ROOT / "openapi.yaml").read_text())
+        notice = OAS31Validator(
+            {"$ref": "#/components/schemas/Notice", "components": spec["components"]}
+        )
+        for sent in ann_stream.notices + bob_stream.notices:
+            notice.validate(sent)
     finally:
         ann_stream.close()
         bob_stream.close()
