@@ -13,19 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from flask import Flask
 from flask.testing import FlaskClient
-from openapi_schema_validator import OAS31Validator
 
 from service.application import challenges as challenges_module
 from service.application.seeks import Seeks
 from tests.support.http import HOST, bearer, call
 from tests.support.polling import wait_until
 from tests.support.servers import free_port, run_scheduler, serving
+from tests.support.spec import load_spec, validator
 
 Json = dict[str, Any]
-ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "correct horse battery"
 
 
@@ -371,10 +369,7 @@ def test_the_account_stream_tells_each_account_what_to_react_to(server: int) -> 
         status, body = call(port, "GET", "/v1/account/stream?after=999", token=ann)
         assert status == 422 and body["code"] == "invalid_request"
         # Every notice is what openapi.yaml's Notice says, its type's own schema.
-        spec = yaml.safe_load((ROOT / "openapi.yaml").read_text())
-        notice = OAS31Validator(
-            {"$ref": "#/components/schemas/Notice", "components": spec["components"]}
-        )
+        notice = validator(load_spec(), "Notice")
         for sent in ann_stream.notices + bob_stream.notices:
             notice.validate(sent)
     finally:

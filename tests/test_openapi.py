@@ -12,23 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from flask import Flask
 from flask.testing import FlaskClient
 
 from domain.errors import InvalidRequest
 from domain.game import check_name
+from tests.support.spec import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 UNDOCUMENTED = {"/", "/docs/", "/docs/<path:path>", "/static/<path:filename>"}
 PAGES = ("/games/", "/assets/", "/account", "/players/", "/leaderboards/")  # web pages, not the API
 METHODS = {"get", "post", "put", "patch", "delete"}
-
-
-def load_spec() -> dict[str, Any]:
-    spec = yaml.safe_load((ROOT / "openapi.yaml").read_text(encoding="utf-8"))
-    assert isinstance(spec, dict)
-    return spec
 
 
 def documented() -> set[tuple[str, str]]:

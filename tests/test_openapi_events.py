@@ -19,14 +19,13 @@ from typing import Any
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
-from openapi_schema_validator import OAS31Validator
 
 from domain.game import Game, parse_at
 from service.config import Settings
 from service.http.app import create_app
 from tests.support.games import choose, history
 from tests.support.http import bearer, ok
-from tests.test_openapi import load_spec
+from tests.support.spec import load_spec, validator
 
 Json = dict[str, Any]
 SCHEMAS = "#/components/schemas/"
@@ -45,11 +44,6 @@ def domain_event_types() -> set[str]:
         and value is not Game.Event
         and "update" in vars(value)
     }
-
-
-def validator(spec: Json, name: str) -> OAS31Validator:
-    """A validator of ``components.schemas[name]`` that resolves the document's references."""
-    return OAS31Validator({"$ref": SCHEMAS + name, "components": spec["components"]})
 
 
 def test_every_domain_event_type_has_a_schema_in_the_discriminated_union() -> None:
