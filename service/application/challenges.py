@@ -233,11 +233,7 @@ class Challenges:
         return challenge.as_json()
 
     def accept(self, principal: Principal, challenge_id: uuid.UUID) -> Accepted:
-        challenge = self.get(principal, challenge_id)
-        if challenge.challenged.lower() != principal.handle.lower():
-            raise NotFound(f"no challenge {challenge_id} to you")
-        self._pending(challenge)
-        return self._accept(challenge)
+        return self._accept(self._answerable(principal, challenge_id, by_challenger=False))
 
     def _accept(self, challenge: Challenge) -> Accepted:
         game_id = challenge_game_id(challenge.id)
@@ -258,20 +254,29 @@ class Challenges:
         return Accepted(challenge.as_json(), state)
 
     def decline(self, principal: Principal, challenge_id: uuid.UUID) -> dict[str, Any]:
-        challenge = self.get(principal, challenge_id)
-        if challenge.challenged.lower() != principal.handle.lower():
-            raise NotFound(f"no challenge {challenge_id} to you")
-        self._pending(challenge)
+        challenge = self._answerable(principal, challenge_id, by_challenger=False)
         challenge.decline()
         return self._save(challenge)
 
     def cancel(self, principal: Principal, challenge_id: uuid.UUID) -> dict[str, Any]:
-        challenge = self.get(principal, challenge_id)
-        if challenge.challenger.lower() != principal.handle.lower():
-            raise NotFound(f"no challenge {challenge_id} from you")
-        self._pending(challenge)
+        challenge = self._answerable(principal, challenge_id, by_challenger=True)
         challenge.cancel()
         return self._save(challenge)
+
+    def _answerable(
+        self, principal: Principal, challenge_id: uuid.UUID, *, by_challenger: bool
+    ) -> Challenge:
+        """The pending challenge the account may answer: accept or decline one to it, cancel
+        one from it (the other party: 404, as for no challenge)."""
+        challenge = self.get(principal, challenge_id)
+        party = challenge.challenger if by_challenger else challenge.challenged
+        if party.lower() != principal.handle.lower():
+            side = "from" if by_challenger else "to"
+            raise NotFound(f"no challenge {challenge_id} {side} you")
+        status = challenge.status_at(datetime.now(UTC))
+        if status != "pending":
+            raise ChallengeNotPending(f"challenge {challenge.id} is {status}, not pending")
+        return challenge
 
     def listing(self, principal: Principal) -> dict[str, list[dict[str, Any]]]:
         """The account's challenges still pending (expired ones left out), both ways."""
@@ -296,12 +301,6 @@ class Challenges:
                 f"challenge {challenge.id} was answered meanwhile: it is no longer pending"
             ) from None
         return challenge.as_json()
-
-    @staticmethod
-    def _pending(challenge: Challenge) -> None:
-        status = challenge.status_at(datetime.now(UTC))
-        if status != "pending":
-            raise ChallengeNotPending(f"challenge {challenge.id} is {status}, not pending")
 
     @staticmethod
     def _setup(
