@@ -24,7 +24,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 import httpx
@@ -410,12 +410,17 @@ class Client:
 
     # ------------------------------------------------------------------ streams
     def account_stream(
-        self, *, after: int | None = None, max_failures: int | None = 10
+        self,
+        *,
+        after: int | None = None,
+        max_failures: int | None = 10,
+        on_open: Callable[[], None] | None = None,
     ) -> EventStream[Notice]:
         """What concerns the account, as it happens: ``for notice in client.account_stream():``.
 
         Resumes after sequence number ``after`` when given (else from now); reconnects on a drop
         with ``Last-Event-ID`` (nothing lost, nothing twice); keep-alives are skipped.
+        ``on_open`` runs at each (re)connection, before the first notice: catch up there.
         ``close()`` it (from any thread) to stop."""
         return EventStream(
             self._http,
@@ -424,6 +429,7 @@ class Client:
             headers=self._auth_headers(None),
             last_event_id=None if after is None else str(after),
             max_failures=max_failures,
+            on_open=on_open,
         )
 
     def game_stream(

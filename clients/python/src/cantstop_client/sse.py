@@ -13,7 +13,7 @@ import contextlib
 import random
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -79,7 +79,11 @@ class EventStream(Generic[T]):
     ``TransportError`` or the last ``ApiError``, after ``max_failures`` failed attempts in a row
     (None: never). A 4xx other than 429 is raised at once (a revoked token, an unknown game). It
     ends when the server answers 204 (the per-game stream of a finished game) or when ``close()``
-    is called, from any thread.
+    is called, from any thread. Close a stream you stop reading (or use it in a ``with``).
+
+    ``on_open`` is called each time the stream is (re)opened, before its first message: the
+    moment to catch up on what happened before it (a bot's games in progress, challenges
+    pending), so that nothing falls between the catch-up and the stream.
 
     A read that waits ``read_timeout`` seconds with nothing, not even a keep-alive, counts as a
     drop: the connection is presumed dead and opened again.
@@ -96,6 +100,7 @@ class EventStream(Generic[T]):
         read_timeout: float = 45.0,
         max_failures: int | None = 10,
         max_delay: float = 30.0,
+        on_open: Callable[[], None] | None = None,
     ) -> None:
         self._http = http
         self._path = path
@@ -105,6 +110,7 @@ class EventStream(Generic[T]):
         self._read_timeout = read_timeout
         self._max_failures = max_failures
         self._max_delay = max_delay
+        self._on_open = on_open
         self._closed = threading.Event()
         self._socket: socket.socket | None = None
         self._lock = threading.Lock()
@@ -131,12 +137,18 @@ class EventStream(Generic[T]):
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
+        # Close the generator here and now, so its connection goes back to the pool in this
+        # thread: left to the garbage collector, it would be closed whenever a collection
+        # runs, perhaps inside another request holding the pool's lock (a deadlock). While
+        # another thread is iterating, that thread wakes on the shut socket and closes it.
+        with contextlib.suppress(ValueError):  # "generator already executing"
+            self._iterator.close()
 
     @property
     def closed(self) -> bool:
         return self._closed.is_set()
 
-    def _messages(self) -> Iterator[T]:
+    def _messages(self) -> Generator[T, None, None]:
         failures = 0
         retry_ms = 2000  # until the server says otherwise
         while not self._closed.is_set():
@@ -157,6 +169,8 @@ class EventStream(Generic[T]):
                         raise ApiError.from_response(r)
                     self.connections += 1
                     self._remember_socket(r)
+                    if self._on_open is not None:
+                        self._on_open()
                     parser = Parser(self.last_event_id)
                     parser_received = 0
                     try:
