@@ -10,7 +10,10 @@ retrying. What is retried, and why it is safe:
   answer (even when the first attempt was recorded but its answer was lost);
 - every other POST (create a game, sign up, challenge, accept, seek…) only when it certainly
   never reached the server (the connection could not be made) or was refused by the rate limiter
-  (429): it carries no key, so sending it again after a lost answer could do it twice.
+  (429 with Retry-After): it carries no key, so sending it again after a lost answer could do it
+  twice.
+
+A 429 without ``Retry-After`` (``too_many_challenges``: a cap, not a window) is not retried.
 
 Attempts are bounded (``attempts``, 5 by default) with exponential back-off and jitter;
 ``Retry-After`` is honoured up to ``max_wait`` seconds (a longer one is raised to the caller).
@@ -512,11 +515,15 @@ class Client:
                 self._pause(self._backoff(attempt))
                 continue
             status = response.status_code
-            if status in RETRIED_STATUSES and attempt < self.attempts and (safe or status == 429):
-                wait = retry_after(response)
-                if wait is None or wait <= self.max_wait:
-                    self._pause(self._backoff(attempt) if wait is None else wait)
-                    continue
+            wait = retry_after(response)
+            # A 429 is a refusal before any work: safe to repeat, but only when it says when
+            # (a rate limit); one without Retry-After (too_many_challenges) is not transient.
+            transient = status in RETRIED_STATUSES and (status != 429 or wait is not None)
+            allowed = safe or status == 429
+            in_time = wait is None or wait <= self.max_wait
+            if transient and allowed and in_time and attempt < self.attempts:
+                self._pause(self._backoff(attempt) if wait is None else wait)
+                continue
             if response.is_error:
                 raise ApiError.from_response(response)
             return response
