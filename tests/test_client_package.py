@@ -348,3 +348,23 @@ def test_pip_installs_the_subdirectory_into_a_fresh_virtualenv(
     typed = list(venv.glob("lib/python*/site-packages/cantstop_client/py.typed"))
     assert typed, "py.typed is installed with the package"
     assert seconds < 120, f"pip install took {seconds:.0f} s"
+
+
+def test_the_readme_tour_runs_as_written(server: str, tmp_path: Path) -> None:
+    """clients/python/README.md's tour, its first Python block exactly, against the server."""
+    readme = (PACKAGE / "README.md").read_text(encoding="utf-8")
+    tour = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    env = dict(os.environ, CANTSTOP_URL=server, PYTHONPATH=str(PACKAGE / "src"))
+    ran = subprocess.run(
+        [sys.executable, "-c", tour],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    lines = ran.stdout.splitlines()
+    assert lines[0] in ("finished: won", "finished: lost"), ran.stdout
+    assert lines[1] == "valid: True ['chain', 'dice', 'receipt']"
+    assert lines[2] == "409 game_over"
