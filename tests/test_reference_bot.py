@@ -110,6 +110,23 @@ def test_two_reference_bots_play_each_other_through_the_account_stream(
     assert won != ("won" in beta_out.split(game_id)[-1])  # one winner, one loser
 
 
+def test_two_reference_bots_seeking_are_paired_and_play(server: tuple[str, Path]) -> None:
+    url, _ = server
+    first, first_token = bot_account(url)
+    second, second_token = bot_account(url)
+    bots = [
+        start_bot(url, token, "--games", "1", "--seek") for token in (first_token, second_token)
+    ]
+    outputs = [finish(bot) for bot in bots]
+    with Client(url) as client:
+        games = client.account_games(first)["games"]
+        assert len(games) == 1 and games[0]["status"] == "finished"
+        state = client.game(games[0]["game_id"])
+        assert {p.get("account") for p in state["players"]} == {first, second}
+    for output in outputs:
+        assert "seeking a game" in output and f"game {games[0]['game_id']} finished" in output
+
+
 def test_the_bot_catches_up_on_a_game_where_it_is_to_act(server: tuple[str, Path]) -> None:
     """A game against expert made with the bot account's token before the bot runs: the bot
     learns of it by its catch-up on connecting, then plays it to the end by the stream."""

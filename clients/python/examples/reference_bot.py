@@ -126,6 +126,9 @@ class Bot:
         self.again: set[str] = set()  # games told your_turn while being played
         self.finished: set[str] = set()
         self.accepting: set[str] = set()  # a challenge seen by the catch-up and by a notice
+        self.started = False
+        self.open_seek: str | None = None  # the last seek placed
+        self.challenge_on_start: str | None = None
         self.stream = client.account_stream(on_open=self.catch_up, max_failures=None)
 
     def log(self, text: str) -> None:
@@ -133,20 +136,25 @@ class Bot:
 
     # ----------------------------------------------------------------- the loop
     def run(self, challenge: str | None) -> None:
-        if challenge is not None:
-            sent = self.client.challenge(challenge)
-            self.log(f"challenged {challenge}: {sent['status']} ({sent['id']})")
-        if self.seek:
-            self.place_seek()
+        self.challenge_on_start = challenge
         try:
             for notice in self.stream:  # one connection, resumed by itself after drops
                 self.on_notice(notice)
         finally:
             self.pool.shutdown(wait=True)
+            self.withdraw_seek()  # leaving: a seek paired now would make a game nobody plays
 
     def catch_up(self) -> None:
         """At each (re)connection: the games where we may be to act, and the challenges that
-        came while we were away (the stream starts from now)."""
+        came while we were away (the stream starts from now). The first time, once the stream
+        is open (so that their game_started is heard), challenge and seek as asked."""
+        if not self.started:
+            self.started = True
+            if self.challenge_on_start is not None:
+                sent = self.client.challenge(self.challenge_on_start)
+                self.log(f"challenged {self.challenge_on_start}: {sent['status']} ({sent['id']})")
+            if self.seek:
+                self.place_seek()
         for game in self.client.all_account_games(self.handle, status="in_progress"):
             self.schedule(str(game["game_id"]))
         for pending in self.client.challenges()["incoming"]:
@@ -197,7 +205,18 @@ class Bot:
         except ApiError as exc:
             self.log(f"no seek placed: {exc.code}")
             return
+        self.open_seek = placed["id"]
         self.log(f"seeking a game ({placed['id']})")
+
+    def withdraw_seek(self) -> None:
+        if self.open_seek is None:
+            return
+        try:
+            if self.client.get_seek(self.open_seek)["status"] == "open":
+                self.client.withdraw_seek(self.open_seek)
+                self.log(f"seek {self.open_seek} withdrawn")
+        except ApiError as exc:
+            self.log(f"seek {self.open_seek} not withdrawn: {exc.code}")
 
     # ----------------------------------------------------------------- playing
     def schedule(self, game_id: str) -> None:
