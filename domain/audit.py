@@ -27,6 +27,7 @@ import uuid
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from domain import fairness, jsondoc
@@ -390,7 +391,9 @@ def _compare(
             raise _Refused(position, f"{kind} differs from the replay: " + "; ".join(diffs))
 
 
-def _start(records: Sequence[Mapping[str, Any]], draw: _RecordedDice) -> Game:
+def _start(
+    records: Sequence[Mapping[str, Any]], draw: _RecordedDice, times: deque[datetime]
+) -> Game:
     """Create the game from the GameCreated data, as the service would have."""
     created = records[0]
     if created["type"] != "GameCreated":
@@ -424,7 +427,7 @@ def _start(records: Sequence[Mapping[str, Any]], draw: _RecordedDice) -> Game:
         seed_committed_at=setup.get("seed_committed_at"),
         rematch_of=setup.get("rematch_of"),
         draw=draw if server else None,
-        times=deque(parse_at(r["at"]) for r in records),
+        times=times,
     )
     produced = _pairs(game.collect_events())
     if server:
@@ -444,47 +447,86 @@ class ReplayRefused(Exception):
         self.detail = detail
 
 
+class Replay:
+    """The ``rules`` check's replay, one command at a time, that can go on as the history grows
+    (a game in progress): ``next_record`` is the next command's record, ``perform`` replays it
+    through the rules into ``game`` (one object throughout), and ``extend`` adds the events
+    recorded since. The records must be well formed (``record_problem``); a history the rules
+    refuse raises ReplayRefused at the version the ``rules`` check blames, with its detail."""
+
+    def __init__(self, records: Sequence[Mapping[str, Any]]) -> None:
+        if not records:
+            raise ReplayRefused(1, "no readable GameCreated event at version 1")
+        self.records: list[Mapping[str, Any]] = list(records)
+        self.position = 0  # the index of the next record to replay
+        try:
+            self._draw = _RecordedDice(self.records)
+            self._times = deque(parse_at(r["at"]) for r in self.records)
+            self.game = _start(self.records, self._draw, self._times)
+        except Exception as exc:
+            raise self._refusal(exc) from None
+        self.position = self.game.version
+
+    def extend(self, records: Sequence[Mapping[str, Any]]) -> None:
+        """The events recorded after the ones the replay has."""
+        for record in records:
+            position = len(self.records)
+            self.records.append(record)
+            self._draw.queue.extend((position, entry) for entry in _draws(record["data"]))
+            self._times.append(parse_at(record["at"]))
+
+    def next_record(self) -> Mapping[str, Any] | None:
+        """The record of the next command, or None where the history (so far) ends."""
+        if self.position >= len(self.records):
+            return None
+        kind = self.records[self.position]["type"]
+        if kind not in EVENT_TYPES:
+            raise self._refusal(
+                _Refused(self.position, f"{shown(kind)} is not an event of this game")
+            )
+        if kind in DERIVED:
+            detail = f"{kind} does not follow from the events before it"
+            raise self._refusal(_Refused(self.position, detail))
+        return self.records[self.position]
+
+    def perform(self) -> None:
+        """Replays the next command (``next_record``, read first) through the rules."""
+        self._draw.position = self.position
+        try:
+            before = self.game.version
+            _perform(self.game, self.records[self.position], self._draw)
+            _compare(_pairs(self.game.collect_events()), self.records, before)
+        except Exception as exc:
+            raise self._refusal(exc) from None
+        self.position = self.game.version
+
+    def _refusal(self, exc: Exception) -> ReplayRefused:
+        if isinstance(exc, _Refused):
+            version = exc.position + 1
+            return ReplayRefused(version, f"version {version}: {exc.detail}")
+        version = self.position + 1
+        if isinstance(exc, DomainError):
+            detail = f"version {version}: the rules refuse it ({exc.code}): {exc.detail}"
+            return ReplayRefused(version, detail)
+        # malformed data reaching the rules: reported, never raised
+        detail = f"version {version}: malformed event data ({type(exc).__name__}: {exc})"
+        return ReplayRefused(version, detail)
+
+
 def replay_steps(
     records: Sequence[Mapping[str, Any]],
 ) -> Iterator[tuple[Game, Mapping[str, Any] | None]]:
     """The replay of the ``rules`` check, one command at a time, for readers that follow a game
-    through its history (the analysis): before each command, the game as it stands and the
-    command's record; at the end, ``(game, None)``. The game is one object that each step
-    changes: read it before asking for the next. ``records`` must be well formed
-    (``record_problem``); a history the rules refuse raises ReplayRefused at the version the
-    ``rules`` check blames, with its detail."""
-    if not records:
-        raise ReplayRefused(1, "no readable GameCreated event at version 1")
-    draw = _RecordedDice(records)
-    position = 0
-    try:
-        game = _start(records, draw)
-        position = game.version
-        while position < len(records):
-            record = records[position]
-            draw.position = position
-            kind = record["type"]
-            if kind not in EVENT_TYPES:
-                raise _Refused(position, f"{shown(kind)} is not an event of this game")
-            if kind in DERIVED:
-                raise _Refused(position, f"{kind} does not follow from the events before it")
-            yield game, record
-            before = game.version
-            _perform(game, record, draw)
-            _compare(_pairs(game.collect_events()), records, before)
-            position = game.version
-    except _Refused as exc:
-        version = exc.position + 1
-        raise ReplayRefused(version, f"version {version}: {exc.detail}") from None
-    except DomainError as exc:
-        version = position + 1
-        detail = f"version {version}: the rules refuse it ({exc.code}): {exc.detail}"
-        raise ReplayRefused(version, detail) from None
-    except Exception as exc:  # malformed data reaching the rules: reported, never raised
-        version = position + 1
-        detail = f"version {version}: malformed event data ({type(exc).__name__}: {exc})"
-        raise ReplayRefused(version, detail) from None
-    yield game, None
+    through its history: before each command, the game as it stands and the command's record;
+    at the end, ``(game, None)``. The game is one object that each step changes: read it before
+    asking for the next. ``records`` must be well formed (``record_problem``); a history the
+    rules refuse raises ReplayRefused at the version the ``rules`` check blames, with its
+    detail. (``Replay`` is the same, and goes on as a history grows.)"""
+    replay = Replay(records)
+    while (record := replay.next_record()) is not None:
+        yield replay.game, record
+        replay.perform()
+    yield replay.game, None
 
 
 def _replay(records: Sequence[Any], problems: Sequence[str | None]) -> tuple[Check, Game | None]:
