@@ -6,9 +6,11 @@ seat's figures add up. Games are played in memory through the ``Game`` aggregate
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import statistics
+import uuid
 from collections.abc import Callable
 from functools import cache
 from itertools import product
@@ -19,9 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from domain import strategies
-from domain.analysis import BLUNDERS, AnalysisRefused, Point, analyse
-from domain.commands import Roll
-from domain.game import Game
+from domain.analysis import BLUNDERS, Analysis, AnalysisRefused, Point, analyse
+from domain.audit import DERIVED
+from domain.commands import Move, NewGame, Roll
+from domain.game import Game, event_records
 from domain.position import Position
 from domain.strategies.expert import ExpertStrategy
 from tests.support.played import play
@@ -286,3 +289,110 @@ def test_a_history_the_rules_refuse_is_refused_at_its_version() -> None:
         analyse(records, len(records) + 1)
     with pytest.raises(ValueError):
         analyse([])
+
+
+def as_stored(records: list[dict[str, Any]]) -> list[int]:
+    """The versions a history has grown to, one command at a time (a command is stored with
+    the events it brings about: TurnBusted, GameFinished)."""
+    ends = [i for i in range(1, len(records)) if records[i]["type"] not in DERIVED]
+    return [*ends, len(records)]
+
+
+def followed(records: list[dict[str, Any]]) -> tuple[Analysis, dict[int, str]]:
+    """An ``Analysis`` fed the history as the store grows it, asked for every version as the
+    game reaches it: the analysis and its answers, as JSON text."""
+    analysis, answers, had = Analysis(), {}, 0
+    for end in as_stored(records):
+        analysis.extend(records[had:end])
+        for version in range(had + 1, end + 1):
+            analysis.advance(version)
+            answers[version] = text(analysis.result(version))
+        had = end
+    return analysis, answers
+
+
+def text(analysis: dict[str, Any]) -> str:
+    return json.dumps(analysis, separators=(",", ":"), allow_nan=False)
+
+
+def lobby_game(seed: int, resign_at: int) -> list[dict[str, Any]]:
+    """Three seats filled from the lobby, the rule of 28 in each, one resigning at its
+    ``resign_at``-th action: the points an analysis of a game in progress may stop at."""
+    rng = random.Random(seed)
+    game = Game.start(uuid.UUID(int=seed), NewGame(seats=3, dice="manual", first_player=1))
+    choose = strategies.get("rule-of-28").choose
+    for name in ("Ann", "Bob", "Cy"):
+        game.join(name)
+    for action in range(1, 2_000):
+        if game.status != "in_progress":
+            break
+        position = Position.from_game(game)
+        chosen = choose(position, rng)
+        if action == resign_at:
+            game.resign(position.seat)
+        elif isinstance(chosen, Roll):
+            game.roll(position.seat, dice=[rng.randint(1, 6) for _ in range(4)])
+        elif isinstance(chosen, Move):
+            game.move(position.seat, chosen.sums)
+        else:
+            game.stop(position.seat)
+    return event_records(game.collect_events())
+
+
+def test_a_followed_analysis_is_the_analysis_from_scratch_at_every_version() -> None:
+    """The lobby, the opening, the first turns and a resignation: each version's answer, as the
+    game reached it and again once it went on, is ``analyse`` of it from scratch, to the byte."""
+    records = lobby_game(seed=4, resign_at=9)
+    records = records[: next(v for v in as_stored(records) if v >= 40)]
+    analysis, answers = followed(records)
+    assert analysis.reached == len(records) and len(answers) == len(records)
+    assert any(r["type"] == "PlayerResigned" for r in records)
+    for version in range(1, len(records) + 1):
+        assert answers[version] == text(analyse(records, version)), version
+        assert text(analysis.result(version)) == answers[version], version
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    seed=st.integers(0, 10_000),
+    kind=st.sampled_from(
+        [
+            (["rule-of-28", "expert"], None),
+            (["random", "rule-of-28"], {"steep_hill": True, "forced_move": True}),
+            (["rule-of-28"], {"solitaire": "advanced"}),
+            (["random", "rule-of-28"], {"dice_faces": 8, "jumping": True}),
+        ]
+    ),
+    cuts=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=3),
+)
+def test_a_followed_analysis_is_the_analysis_from_scratch(
+    seed: int, kind: tuple[list[str], dict[str, Any] | None], cuts: list[float]
+) -> None:
+    """Whole games followed version by version: any version's answer (drawn; each from scratch
+    costs a replay of the game that far) is ``analyse`` of it, to the byte, and the same
+    whether read as the game reached it or once it was over."""
+    players, rules = kind
+    records = play(players, rules=rules, seed=seed)
+    analysis, answers = followed(records)
+    for cut in cuts:
+        version = max(1, math.ceil(cut * len(records)))
+        assert answers[version] == text(analyse(records, version)), version
+    assert all(text(analysis.result(v)) == answers[v] for v in range(1, len(records) + 1))
+
+
+def test_a_followed_analysis_refuses_what_analyse_refuses() -> None:
+    records = play(["expert", "expert"], seed=5)
+    analysis = Analysis(records[:20])
+    with pytest.raises(AnalysisRefused) as refused:
+        analysis.extend(records[:3])  # not the next versions
+    assert refused.value.version == 21
+    assert len(analysis.records) == 20  # nothing added
+    moved = next(r for r in records[20:] if r["type"] == "MovePlayed")
+    forged = {**moved, "data": {**moved["data"], "sums": [2, 12]}}
+    analysis.extend([*records[20 : moved["version"] - 1], forged])
+    analysis.advance(moved["version"] - 1)
+    with pytest.raises(AnalysisRefused) as refused:
+        analysis.advance(moved["version"])
+    assert refused.value.version == moved["version"]
+    with pytest.raises(ValueError):
+        analysis.result(moved["version"] + 1)
