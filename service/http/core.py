@@ -72,6 +72,7 @@ STATUS = {
     # application
     "store_unavailable": 503,
     "corrupt_game": 409,
+    "analysis_busy": 503,
     "not_found": 404,
     "unauthorized": 401,
     "version_conflict": 412,

@@ -226,15 +226,26 @@ function pointsTable(analysis, names, title) {
   );
 }
 
+const BUSY_TRIES = 4;
+const BUSY_PAUSE_MS = 5000; // the server's Retry-After
+
 /** Fill ``box`` with the analysis of the game (``link(version)``: where a mark leads). */
 export async function showAnalysis(box, gameId, names, link) {
   box.replaceChildren(h("p", { class: "muted", text: "The expert is looking at the game…" }));
   let analysis;
-  try {
-    analysis = await api(`/v1/games/${gameId}/analysis`);
-  } catch (e) {
-    box.replaceChildren(h("p", { class: "muted", text: `No analysis: ${e.detail || e.message}` }));
-    return;
+  for (let attempt = 1; ; attempt += 1) {
+    try {
+      analysis = await api(`/v1/games/${gameId}/analysis`);
+      break;
+    } catch (e) {
+      // analysis_busy: the server is working out other analyses; this one will come
+      if (e.code === "analysis_busy" && attempt < BUSY_TRIES) {
+        await new Promise((resolve) => setTimeout(resolve, BUSY_PAUSE_MS));
+        continue;
+      }
+      box.replaceChildren(h("p", { class: "muted", text: `No analysis: ${e.detail || e.message}` }));
+      return;
+    }
   }
   const { svg, found, title } = chart(analysis, names, link);
   const legend = h(
