@@ -17,6 +17,7 @@ from flask.testing import FlaskClient
 
 from domain.errors import InvalidRequest
 from domain.game import check_name
+from service.http.core import HTTP_CODES, STATUS
 from tests.support.spec import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -211,3 +212,10 @@ def test_the_pattern_and_the_domain_agree_at_every_edge_of_a_class() -> None:
         c = chr(code)
         for name in (c, f"A{c}", f"{c}A", f"A{c}B"):
             assert bool(pattern.search(name)) == _accepted(name), ascii(name)
+
+
+def test_every_problem_code_the_service_answers_is_listed() -> None:
+    """A client generated from the document, or a person reading it, sees every stable code:
+    each one the HTTP layer maps to a status is among Problem.code's examples."""
+    listed = set(load_spec()["components"]["schemas"]["Problem"]["properties"]["code"]["examples"])
+    assert set(STATUS) | set(HTTP_CODES.values()) <= listed
