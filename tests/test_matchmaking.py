@@ -17,6 +17,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from service.application import challenges as challenges_module
+from service.application import webhooks
+from service.application.notices import NOTICE_TYPES
 from service.application.seeks import Seeks
 from tests.support.http import HOST, bearer, call
 from tests.support.polling import wait_until
@@ -406,3 +408,8 @@ def test_the_oldest_seek_is_paired_with_the_closest_rating_of_another_account() 
     rows.append(row("c", "cyd", 10.0, 4, 3))
     rows.append(row("d", "dan", 30.0, 5, 3))
     assert [r["seek_id"] for r in Seeks._choose(rows) or []] == ["a", "b", "d"]
+
+
+def test_every_notice_type_is_one_webhooks_take_and_the_document_maps() -> None:
+    mapping = load_spec()["components"]["schemas"]["Notice"]["discriminator"]["mapping"]
+    assert set(NOTICE_TYPES) == set(webhooks.EVENT_TYPES) == set(mapping)

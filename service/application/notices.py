@@ -39,6 +39,16 @@ from service.application.challenges import CHALLENGE_TOPICS, Challenge
 from service.application.games import Games
 from service.persistence.views import Sql, View, Views
 
+NOTICE_TYPES = (
+    "challenge",
+    "challenge_accepted",
+    "challenge_declined",
+    "challenge_canceled",
+    "game_started",
+    "your_turn",
+    "game_finished",
+)
+"""Every type of notice (webhooks subscribe to these; openapi.yaml's ``Notice`` maps them)."""
 RETAIN = timedelta(days=7)  # how long notices are kept for a stream to resume from
 PRUNE_EVERY = 3600.0  # seconds
 TURN_ENDS = (Game.TurnStopped, Game.TurnBusted, Game.TurnTimedOut)
