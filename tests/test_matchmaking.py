@@ -413,3 +413,26 @@ def test_the_oldest_seek_is_paired_with_the_closest_rating_of_another_account() 
 def test_every_notice_type_is_one_webhooks_take_and_the_document_maps() -> None:
     mapping = load_spec()["components"]["schemas"]["Notice"]["discriminator"]["mapping"]
     assert set(NOTICE_TYPES) == set(webhooks.EVENT_TYPES) == set(mapping)
+
+
+def test_closing_an_account_answers_its_challenges_and_withdraws_its_seeks(
+    client: FlaskClient,
+) -> None:
+    ann, bob = sign_up(client, "ann"), sign_up(client, "bob")
+    out = client.post("/v1/challenges", json={"to": "bob"}, headers=bearer(ann)).get_json()
+    into = client.post("/v1/challenges", json={"to": "ann"}, headers=bearer(bob)).get_json()
+    seek = client.post("/v1/seeks", json={"players": 2}, headers=bearer(ann)).get_json()
+    assert client.delete("/v1/account", headers=bearer(ann)).status_code == 204
+    shown = {
+        c: client.get(f"/v1/challenges/{c}", headers=bearer(bob)).get_json()
+        for c in (out["id"], into["id"])
+    }
+    assert shown[out["id"]]["status"] == "canceled"
+    assert shown[into["id"]]["status"] == "declined"
+    assert client.get("/v1/challenges", headers=bearer(bob)).get_json() == {
+        "incoming": [],
+        "outgoing": [],
+    }
+    # Its seek is gone: bob's seek stays open, paired with nobody.
+    mine = client.post("/v1/seeks", json={"players": 2}, headers=bearer(bob)).get_json()
+    assert mine["status"] == "open" and seek["status"] == "open"

@@ -16,6 +16,7 @@ run at that moment.
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -236,6 +237,8 @@ class Challenges:
         return self._accept(self._answerable(principal, challenge_id, by_challenger=False))
 
     def _accept(self, challenge: Challenge) -> Accepted:
+        if self.accounts.account(challenge.challenger).closed:
+            raise ChallengeNotPending(f"challenge {challenge.id}'s challenger closed the account")
         game_id = challenge_game_id(challenge.id)
         challenge.accept(str(game_id))
         setup = self._setup(
@@ -277,6 +280,22 @@ class Challenges:
         if status != "pending":
             raise ChallengeNotPending(f"challenge {challenge.id} is {status}, not pending")
         return challenge
+
+    def withdraw_all(self, principal: Principal) -> None:
+        """An account closing: its pending challenges are answered, the incoming declined and
+        the outgoing cancelled (each best effort: one answered meanwhile is left as it is)."""
+        incoming, outgoing = self.pending.of(self.views, principal.handle)
+        for ids, by_challenger in ((incoming, False), (outgoing, True)):
+            for raw in ids:
+                with contextlib.suppress(ApplicationError):
+                    challenge = self._answerable(
+                        principal, uuid.UUID(raw), by_challenger=by_challenger
+                    )
+                    if by_challenger:
+                        challenge.cancel()
+                    else:
+                        challenge.decline()
+                    self._save(challenge)
 
     def listing(self, principal: Principal) -> dict[str, list[dict[str, Any]]]:
         """The account's challenges still pending (expired ones left out), both ways."""

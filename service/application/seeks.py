@@ -19,6 +19,7 @@ A seek not paired within ``TTL`` expires (read, not recorded, as a challenge's).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -232,6 +233,13 @@ class Seeks:
             self.games.save(seek)
         except IntegrityError:
             raise SeekNotOpen(f"seek {seek_id} was paired meanwhile: see its game") from None
+
+    def withdraw_all(self, principal: Principal) -> None:
+        """An account closing: its open seeks are withdrawn (best effort: one paired meanwhile
+        stays paired, and its game is resigned like the account's others)."""
+        for row in self._open_of(principal.handle):
+            with contextlib.suppress(ApplicationError):
+                self.withdraw(principal, uuid.UUID(row["seek_id"]))
 
     # ----------------------------------------------------------------------------- pairing
     def pair_all(self) -> int:

@@ -115,12 +115,15 @@ def revoke_token(token_id: str) -> Response:
 
 @accounts_api.delete("/v1/account")
 def close_account() -> Response:
-    """Close the account: first its seats in unfinished games are given up (a lobby's seat is
-    given back, a game in progress resigned), so that no seat token of it plays on; then its
-    credentials are erased, and its webhooks deleted."""
+    """Close the account: first its pending challenges are answered and its seeks withdrawn,
+    and its seats in unfinished games given up (a lobby's seat is given back, a game in
+    progress resigned), so that no seat token of it plays on; then its credentials are erased,
+    and its webhooks deleted."""
     principal = me("account")
     rt = runtime()
     token = bearer_token()
+    rt.challenges.withdraw_all(principal)  # no game starts for it from now on
+    rt.seeks.withdraw_all(principal)
     for status in ("waiting", "in_progress"):
         cursor = None
         while True:
