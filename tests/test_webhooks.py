@@ -254,6 +254,15 @@ def run_until(dispatcher: Dispatcher, attempts: int, seconds: float = 10) -> Non
     wait_until(done, seconds, f"{attempts} attempts")
 
 
+def dispatched(webhooks: Webhooks, attempts: int = 1, seconds: float = 10, **options: Any) -> None:
+    """A dispatcher of ``webhooks`` stepped until ``attempts`` attempts ended, then closed."""
+    dispatcher = Dispatcher(webhooks, **options)
+    try:
+        run_until(dispatcher, attempts, seconds)
+    finally:
+        dispatcher.close()
+
+
 def parse(at: str) -> dt.datetime:
     return dt.datetime.fromisoformat(at)
 
@@ -452,11 +461,7 @@ def test_a_delivery_is_signed_by_standard_webhooks(
     rt = runtime_of(app)
     sent = notice("ann", 1, "your_turn", game_id="g", version=7, seat=0)
     enqueue(rt.webhooks, sent, notice("ann", 2, "challenge"), notice("bob", 1, "your_turn"))
-    dispatcher = Dispatcher(rt.webhooks)
-    try:
-        run_until(dispatcher, 1)
-    finally:
-        dispatcher.close()
+    dispatched(rt.webhooks)
     assert len(receiver.received) == 1  # only the type it subscribed to, only its account
     got = receiver.received[0]
     assert got.path == "/in?x=1"
@@ -605,11 +610,7 @@ def test_headers_without_end_are_cut_at_64_kib(
     hook = add_webhook(client, token, receiver.url())
     rt = runtime_of(app)
     enqueue(rt.webhooks, notice("ann", 1))
-    dispatcher = Dispatcher(rt.webhooks)
-    try:
-        run_until(dispatcher, 1, seconds=TIMEOUT + 5)
-    finally:
-        dispatcher.close()
+    dispatched(rt.webhooks, seconds=TIMEOUT + 5)
     (logged,) = deliveries(client, token, hook["id"])
     assert logged["status"] == "pending"
     assert logged["attempts"][0]["error"] == (
@@ -626,11 +627,7 @@ def test_a_redirect_is_not_followed(
     hook = add_webhook(client, token, receiver.url())
     rt = runtime_of(app)
     enqueue(rt.webhooks, notice("ann", 1))
-    dispatcher = Dispatcher(rt.webhooks)
-    try:
-        run_until(dispatcher, 1)
-    finally:
-        dispatcher.close()
+    dispatched(rt.webhooks)
     (logged,) = deliveries(client, token, hook["id"])
     attempt = logged["attempts"][0]
     assert (attempt["status_code"], logged["status"]) == (307, "pending")
@@ -682,11 +679,7 @@ def test_one_lookup_per_attempt_and_the_connection_goes_to_its_address(
     add_webhook(client, token, receiver.url(host="hooks.example"))
     enqueue(rt.webhooks, notice("ann", 1))
     lookups.clear()
-    dispatcher = Dispatcher(rt.webhooks)
-    try:
-        run_until(dispatcher, 1)
-    finally:
-        dispatcher.close()
+    dispatched(rt.webhooks)
     assert lookups == ["hooks.example"]
     assert receiver.received[0].headers["Host"] == f"hooks.example:{receiver.port}"
 
@@ -696,11 +689,7 @@ def test_one_lookup_per_attempt_and_the_connection_goes_to_its_address(
     public.resolver = lambda host, port: next(answers)
     created = public.create("ann", f"https://rebind.example:{receiver.port}/", ["challenge"])
     enqueue(public, notice("ann", 2, "challenge"))
-    dispatcher = Dispatcher(public)
-    try:
-        run_until(dispatcher, 1)
-    finally:
-        dispatcher.close()
+    dispatched(public)
     (logged,) = deliveries(client, token, created.webhook.id)
     assert "not public" in logged["attempts"][0]["error"]
     assert logged["attempts"][0]["status_code"] is None
@@ -765,11 +754,7 @@ def test_tls_names_the_host_and_checks_its_certificate_on_the_address_resolved(
     rt.webhooks.resolver = lambda host, port: ["127.0.0.1"]
     hook = add_webhook(client, token, receiver.url(host="hooks.example", scheme="https"))
     enqueue(rt.webhooks, notice("ann", 1))
-    dispatcher = Dispatcher(rt.webhooks, ssl_context=ssl.create_default_context(cafile=ca))
-    try:
-        run_until(dispatcher, 1)
-    finally:
-        dispatcher.close()
+    dispatched(rt.webhooks, ssl_context=ssl.create_default_context(cafile=ca))
     (logged,) = deliveries(client, token, hook["id"])
     attempt = logged["attempts"][0]
     assert attempt["address"] == "127.0.0.1"
