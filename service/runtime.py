@@ -73,6 +73,16 @@ class Runtime:
         self.notices = Notices(self.views, self.notices_view)
         self.challenges = Challenges(self.games, self.accounts, self.views)
         self.seeks = Seeks(self.games, self.views, self.ratings)
+        # Every view but the due-index (the scheduler keeps its own): what its loop moves on.
+        self.moved_views: tuple[View, ...] = (
+            self.game_list,
+            self.leaderboard,
+            self.account_games,
+            self.ratings,
+            self.notices_view,
+            self.challenges.pending,
+            self.seeks.pool,
+        )
         if create_tables:
             self.views.setup(self.all_views())
         self.link = RedisLink(settings.redis_url) if settings.redis_url else None
@@ -89,30 +99,13 @@ class Runtime:
             self.games,
             self.timekeeper,
             self.views,
-            others=(
-                self.game_list,
-                self.leaderboard,
-                self.account_games,
-                self.ratings,
-                self.notices_view,
-                self.challenges.pending,
-                self.seeks.pool,
-            ),
+            others=self.moved_views,
             chores=(self.seeks.pair_all, self.notices.prune_now_and_then, self.dispatcher().step),
         )
 
     def all_views(self) -> list[View]:
         """Every view in the store, by name (``cantstop projections``)."""
-        return [
-            self.game_list,
-            self.leaderboard,
-            DueIndex(self.games, self.timekeeper),
-            self.account_games,
-            self.ratings,
-            self.notices_view,
-            self.challenges.pending,
-            self.seeks.pool,
-        ]
+        return [*self.moved_views, DueIndex(self.games, self.timekeeper)]
 
     def redis_status(self) -> str:
         """For /healthz: ``ok``, ``down: <reason>`` or ``not configured``."""

@@ -48,7 +48,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import redis
@@ -146,7 +146,7 @@ class Hub:
         channel = f"{ACCOUNT_CHANNEL_PREFIX}{key}"
 
         def reader(after: int, limit: int) -> list[Envelope]:
-            return [Envelope(n.seq, n.type, n.text) for n in notices.after(key, after, limit)]
+            return [Envelope.from_notice(n) for n in notices.after(key, after, limit)]
 
         return self._open(
             lambda: Feed(self, channel, latest, reader, name=f"account {key}", position="id"),
@@ -262,7 +262,7 @@ class Hub:
             by_channel: dict[str, list[Envelope]] = {}
             for notice in notices:
                 by_channel.setdefault(f"{ACCOUNT_CHANNEL_PREFIX}{notice.account}", []).append(
-                    Envelope(notice.seq, notice.type, notice.text)
+                    Envelope.from_notice(notice)
                 )
             if self._loop is not None:
                 for channel, envelopes in by_channel.items():
@@ -525,10 +525,7 @@ class Hub:
             if newest is None:  # far behind: every feed simply re-reads
                 self._resync_all()
                 continue
-            for game_id, version in newest.items():
-                feed = self._feeds.get(f"{CHANNEL_PREFIX}{game_id}")
-                if feed is not None:
-                    feed.hint(version)
+            self._hint(CHANNEL_PREFIX, newest)
             await self._poll_notices()
 
     async def _poll_notices(self) -> None:
@@ -554,10 +551,15 @@ class Hub:
                 if channel.startswith(ACCOUNT_CHANNEL_PREFIX):
                     feed.resync()
             return
-        for account, seq in newest.items():
-            found = self._feeds.get(f"{ACCOUNT_CHANNEL_PREFIX}{account}")
-            if found is not None:
-                found.hint(seq)
+        self._hint(ACCOUNT_CHANNEL_PREFIX, newest)
+
+    def _hint(self, prefix: str, newest: Mapping[Any, int]) -> None:
+        """Tell each feed here of the newest number the store holds of it (by the key after
+        the channel's ``prefix``: a game's id, an account's handle)."""
+        for key, number in newest.items():
+            feed = self._feeds.get(f"{prefix}{key}")
+            if feed is not None:
+                feed.hint(number)
 
     @staticmethod
     def _scan(reader: LogReader) -> dict[uuid.UUID, int] | None:

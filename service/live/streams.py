@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import orjson
 
 from service.application.errors import ApplicationError
+from service.application.notices import Notice
 from service.config import env_int, env_number
 from service.live.sinks import DRAIN_ABOVE, ClientGone, QueueSink, Sink, SocketSink
 
@@ -85,6 +86,11 @@ class Envelope:
     def from_record(cls, record: Mapping[str, Any]) -> Envelope:
         text = orjson.dumps(record).decode("utf-8")
         return cls(int(record["version"]), str(record["type"]), text)
+
+    @classmethod
+    def from_notice(cls, notice: Notice) -> Envelope:
+        """An account's notice, numbered by the account's own count."""
+        return cls(notice.seq, notice.type, notice.text)
 
     @classmethod
     def from_message(cls, payload: bytes | str, position: str = "version") -> Envelope | None:
