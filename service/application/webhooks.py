@@ -40,6 +40,7 @@ from eventsourcing.postgres import PostgresApplicationRecorder
 from domain.game import format_at
 from service.application.errors import ApplicationError, NotFound
 from service.application.games import Games
+from service.application.notices import NOTICE_TYPES
 from service.config import ConfigError, env_int, env_number
 from service.persistence.webhooks import (
     AttemptRow,
@@ -49,15 +50,7 @@ from service.persistence.webhooks import (
     WebhookTables,
 )
 
-EVENT_TYPES = (
-    "challenge",
-    "challenge_accepted",
-    "challenge_declined",
-    "challenge_canceled",
-    "game_started",
-    "your_turn",
-    "game_finished",
-)
+EVENT_TYPES = NOTICE_TYPES  # a webhook subscribes to notices by their types
 MAX_URL = 2000
 MAX_DESCRIPTION = 200
 SECRET_BYTES = 32
