@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.http import free_port, processes, tree
+from bench.http import Client, free_port, processes, tree
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -392,22 +392,6 @@ def cpu_seconds(pids: list[int]) -> float:
 
 
 # ================================================================================= players
-class Api:
-    def __init__(self, port: int) -> None:
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-
-    def call(self, method: str, path: str, body: Any = None, token: str | None = None) -> Any:
-        headers = {"Content-Type": "application/json"}
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        self.conn.request(method, path, json.dumps(body) if body is not None else None, headers)
-        response = self.conn.getresponse()
-        payload = json.loads(response.read() or b"null")
-        if response.status >= 400:
-            raise RuntimeError(f"{method} {path}: {response.status} {payload}")
-        return payload
-
-
 @dataclass
 class Game:
     id: str
@@ -455,7 +439,7 @@ def play(port: int, games: list[Game], plan: list[list[int]], rate: float, secon
     deadline = start + seconds
 
     def run(mine: list[int]) -> None:
-        api = Api(port)
+        api = Client(port)
         i = 0
         while True:
             due = start + i / each
@@ -480,7 +464,7 @@ def play(port: int, games: list[Game], plan: list[list[int]], rate: float, secon
                 with lock:
                     result.errors.append(str(exc))
                 api.conn.close()
-                api = Api(port)
+                api = Client(port)
                 game.state = api.call("GET", f"/v1/games/{game.id}")
                 continue
             answered = time.monotonic()
@@ -579,7 +563,7 @@ def measure(store: str, redis_on: bool, n: int, args: argparse.Namespace, folder
 def run(server: Server, row: Row, args: argparse.Namespace, folder: Path) -> None:
     n = row.streams
     count, streams = mix(n)
-    api = Api(server.port)
+    api = Client(server.port)
     games = []
     for _ in range(count):
         created = api.call("POST", "/v1/games", {"players": ["Ann", "Bob"]})
