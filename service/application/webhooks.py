@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
@@ -40,11 +40,11 @@ from eventsourcing.postgres import PostgresApplicationRecorder
 from domain.game import format_at
 from service.application.errors import ApplicationError, NotFound
 from service.application.games import Games
-from service.application.notices import NOTICE_TYPES
+from service.application.notices import NOTICE_TYPES, Notice
 from service.config import ConfigError, env_int, env_number
+from service.persistence.tables import Sql
 from service.persistence.webhooks import (
     AttemptRow,
-    Cursor,
     Enqueued,
     WebhookRow,
     WebhookTables,
@@ -250,22 +250,7 @@ def resolve(
 
 
 # ------------------------------------------------------------------------------ notices
-class NoticeLike(Protocol):
-    """What the notices view writes (``service.application.notices.Notice``)."""
-
-    @property
-    def account(self) -> str: ...  # the handle in lower case
-    @property
-    def seq(self) -> int: ...
-    @property
-    def type(self) -> str: ...
-    @property
-    def at(self) -> str: ...
-    @property
-    def data(self) -> dict[str, Any]: ...
-
-
-def payload(notice: NoticeLike) -> str:
+def payload(notice: Notice) -> str:
     """The Standard Webhooks payload of a notice: ``{"type", "timestamp", "data"}``, ``data``
     being the notice exactly as the account stream serves it."""
     body = {"type": notice.type, "timestamp": notice.at, "data": notice.data}
@@ -372,7 +357,7 @@ class Webhooks:
         return self.tables.deliveries(webhook_id, limit)
 
     # ------------------------------------------------------------------------- enqueueing
-    def on_notices(self, sql: Cursor, notices: Sequence[NoticeLike]) -> None:
+    def on_notices(self, sql: Sql, notices: Sequence[Notice]) -> None:
         """The notices view's hook, inside its write transaction: one delivery per (notice,
         webhook of its account subscribed to its type, created by the notice's time)."""
         if not notices:

@@ -1,38 +1,76 @@
 """Tables of the service's own beside the events: rows that are taken, changed or erased (seed
-commitments, accounts' secrets), which events cannot be. Through the library's datastore, with
-the store's bounded waits and its errors (``guarded``)."""
+commitments, accounts' secrets, webhooks' queue), which events cannot be. Through the library's
+datastore, with the store's bounded waits and its errors (``guarded``). ``Sql`` is the cursor
+these and the views (service/persistence/views.py) write SQL through, the same on both stores.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from eventsourcing.persistence import IntegrityError, OperationalError, PersistenceError
 
 from service.persistence.guard import BREAKER, SQLITE_BREAKER, guarded
 
+T = TypeVar("T")
+
+
+class Sql:
+    """A cursor that takes ``?`` placeholders and ``{table}`` names on both stores."""
+
+    def __init__(self, cursor: Any, tables: dict[str, str], postgres: bool) -> None:
+        self.cursor = cursor
+        self.tables = tables
+        self.postgres = postgres
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        statement = sql.format(**self.tables)
+        if self.postgres:
+            statement = statement.replace("?", "%s")
+        self.cursor.execute(statement, list(params))
+
+    def all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        self.execute(sql, params)
+        return list(self.cursor.fetchall())
+
+    def one(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        self.execute(sql, params)
+        return self.cursor.fetchone()
+
 
 class SideTable:
-    """SQL with ``?`` placeholders on either store, each statement its own transaction."""
+    """SQL with ``?`` placeholders on either store: a statement, or a unit of work, in its own
+    transaction."""
 
     def __init__(self, datastore: Any, dialect: str) -> None:
         self.datastore = datastore
-        self.mark = "?" if dialect == "sqlite" else "%s"
+        self.postgres = dialect != "sqlite"
 
-    def execute(self, sql: str, params: tuple[Any, ...] = (), *, fetch: str = "") -> Any:
-        """Run ``sql``; with ``fetch`` "one" or "all", its rows (by column name)."""
+    def transaction(self, work: Callable[[Sql], T]) -> T:
+        """``work`` in one transaction (with the store's bounded waits and its errors)."""
 
-        def run() -> Any:
+        def run() -> T:
             try:
                 with self.datastore.transaction(commit=True) as cursor:
-                    cursor.execute(sql.replace("?", self.mark), params)
-                    if fetch == "one":
-                        return cursor.fetchone()
-                    if fetch == "all":
-                        return cursor.fetchall()
-                    return None
+                    return work(Sql(cursor, {}, self.postgres))
             except (PersistenceError, IntegrityError):
                 raise
             except Exception as exc:  # sqlite3 / psycopg errors, as the recorders map them
                 raise OperationalError(str(exc)) from exc
 
-        return guarded(run, breaker=SQLITE_BREAKER if self.mark == "?" else BREAKER)
+        result: T = guarded(run, breaker=BREAKER if self.postgres else SQLITE_BREAKER)
+        return result
+
+    def execute(self, sql: str, params: Sequence[Any] = (), *, fetch: str = "") -> Any:
+        """Run ``sql``; with ``fetch`` "one" or "all", its rows (by column name)."""
+
+        def work(statements: Sql) -> Any:
+            if fetch == "one":
+                return statements.one(sql, params)
+            if fetch == "all":
+                return statements.all(sql, params)
+            statements.execute(sql, params)
+            return None
+
+        return self.transaction(work)

@@ -48,6 +48,7 @@ from service.errors import describe
 from service.persistence.guard import guarded
 from service.persistence.log import START, Head, LogReader, Position
 from service.persistence.sqlite import _library_sqlite_error
+from service.persistence.tables import Sql
 
 log = logging.getLogger("cantstop.views")
 
@@ -62,29 +63,6 @@ class Tracking(NamedTuple):
     version: int
     generation: int
     position: Position
-
-
-class Sql:
-    """A cursor that takes ``?`` placeholders and ``{table}`` names on both stores."""
-
-    def __init__(self, cursor: Any, tables: dict[str, str], postgres: bool) -> None:
-        self.cursor = cursor
-        self.tables = tables
-        self.postgres = postgres
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
-        statement = sql.format(**self.tables)
-        if self.postgres:
-            statement = statement.replace("?", "%s")
-        self.cursor.execute(statement, list(params))
-
-    def all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        self.execute(sql, params)
-        return list(self.cursor.fetchall())
-
-    def one(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        self.execute(sql, params)
-        return self.cursor.fetchone()
 
 
 class View:

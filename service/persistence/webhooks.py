@@ -21,29 +21,15 @@ Anyone who can read this table can sign deliveries as the service: the README sa
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
-from eventsourcing.persistence import IntegrityError, OperationalError, PersistenceError
-
-from service.persistence.guard import BREAKER, SQLITE_BREAKER, guarded
-from service.persistence.tables import SideTable
+from service.persistence.tables import SideTable, Sql
 
 WEBHOOKS = "cantstop_webhooks"
 DELIVERIES = "cantstop_webhook_deliveries"
 ATTEMPTS = "cantstop_webhook_attempts"
-
-T = TypeVar("T")
-
-
-class Cursor(Protocol):
-    """What the notices view hands its hooks (``service.persistence.views.Sql``): statements
-    with ``?`` placeholders on either store. (Table names here are plain: no ``{name}``.)"""
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> None: ...
-
-    def all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]: ...
 
 
 @dataclass(frozen=True)
@@ -92,25 +78,6 @@ class AttemptRow:
     address: str | None
 
 
-class _Statements:
-    """A cursor of one transaction, with ``?`` placeholders on either store."""
-
-    def __init__(self, cursor: Any, mark: str) -> None:
-        self.cursor = cursor
-        self.mark = mark
-
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
-        self.cursor.execute(sql.replace("?", self.mark), tuple(params))
-
-    def all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        self.execute(sql, params)
-        return list(self.cursor.fetchall())
-
-    def one(self, sql: str, params: Sequence[Any] = ()) -> Any:
-        self.execute(sql, params)
-        return self.cursor.fetchone()
-
-
 class WebhookTables(SideTable):
     def create_table(self) -> None:
         self.execute(
@@ -137,25 +104,6 @@ class WebhookTables(SideTable):
             "attempt INTEGER NOT NULL, at TEXT NOT NULL, status_code INTEGER, error TEXT, "
             "duration_ms INTEGER NOT NULL, address TEXT, PRIMARY KEY (delivery_id, attempt))"
         )
-
-    @property
-    def postgres(self) -> bool:
-        return self.mark != "?"
-
-    def transaction(self, work: Callable[[_Statements], T]) -> T:
-        """``work`` in one transaction (with the store's bounded waits and its errors)."""
-
-        def run() -> T:
-            try:
-                with self.datastore.transaction(commit=True) as cursor:
-                    return work(_Statements(cursor, self.mark))
-            except (PersistenceError, IntegrityError):
-                raise
-            except Exception as exc:  # sqlite3 / psycopg errors, as the recorders map them
-                raise OperationalError(str(exc)) from exc
-
-        result: T = guarded(run, breaker=BREAKER if self.postgres else SQLITE_BREAKER)
-        return result
 
     # ----------------------------------------------------------------------------- webhooks
     def add(self, row: WebhookRow, cap: int) -> bool:
@@ -211,7 +159,7 @@ class WebhookTables(SideTable):
     def delete(self, account: str, webhook_id: str) -> bool:
         """Delete the webhook, its deliveries still to make and its log, in one transaction."""
 
-        def work(sql: _Statements) -> bool:
+        def work(sql: Sql) -> bool:
             found = sql.one(
                 f"DELETE FROM {WEBHOOKS} WHERE account = ? AND id = ? RETURNING id",
                 (account, webhook_id),
@@ -230,7 +178,7 @@ class WebhookTables(SideTable):
 
     # ------------------------------------------------------------------- the notices' hook
     @staticmethod
-    def subscribed(sql: Cursor, accounts: Iterable[str]) -> list[WebhookRow]:
+    def subscribed(sql: Sql, accounts: Iterable[str]) -> list[WebhookRow]:
         """The webhooks of these accounts, read inside the caller's transaction."""
         keys = sorted(set(accounts))
         found: list[WebhookRow] = []
@@ -242,7 +190,7 @@ class WebhookTables(SideTable):
         return found
 
     @staticmethod
-    def enqueue(sql: Cursor, deliveries: Sequence[Enqueued]) -> None:
+    def enqueue(sql: Sql, deliveries: Sequence[Enqueued]) -> None:
         """Enqueue inside the caller's transaction (the notices view's): due at once. A
         delivery of a notice enqueued before (a rebuilt view) is not enqueued again."""
         for item in deliveries:
@@ -267,7 +215,7 @@ class WebhookTables(SideTable):
         row is claimed by one claimer only, whatever the others do at the same moment."""
         lock = " FOR UPDATE SKIP LOCKED" if self.postgres else ""
 
-        def work(sql: _Statements) -> list[Claimed]:
+        def work(sql: Sql) -> list[Claimed]:
             rows = sql.all(
                 f"UPDATE {DELIVERIES} SET next_at = ?, claim = ?, attempts = attempts + 1 "
                 f"WHERE id IN (SELECT id FROM {DELIVERIES} WHERE status = 'pending' "
@@ -306,7 +254,7 @@ class WebhookTables(SideTable):
         ``delivered`` or ``failed``) if it is still this claimer's: False if its lease ran out
         and another claimed it meanwhile (its attempt is logged all the same)."""
 
-        def work(sql: _Statements) -> bool:
+        def work(sql: Sql) -> bool:
             # (Logged only while the delivery exists: its webhook may have been deleted.)
             sql.execute(
                 f"INSERT INTO {ATTEMPTS} (delivery_id, attempt, at, status_code, error, "
@@ -338,7 +286,7 @@ class WebhookTables(SideTable):
     def deliveries(self, webhook_id: str, limit: int) -> list[tuple[Any, list[AttemptRow]]]:
         """The webhook's latest ``limit`` deliveries, newest first, each with its attempts."""
 
-        def work(sql: _Statements) -> list[tuple[Any, list[AttemptRow]]]:
+        def work(sql: Sql) -> list[tuple[Any, list[AttemptRow]]]:
             rows = sql.all(
                 f"SELECT id, seq, type, status, attempts, next_at, created_us FROM {DELIVERIES} "
                 "WHERE webhook_id = ? ORDER BY created_us DESC, seq DESC LIMIT ?",
@@ -361,7 +309,7 @@ class WebhookTables(SideTable):
         """Forget deliveries made or given up that were enqueued before ``before_us``, and
         their attempts: how many."""
 
-        def work(sql: _Statements) -> int:
+        def work(sql: Sql) -> int:
             old = f"SELECT id FROM {DELIVERIES} WHERE status <> 'pending' AND created_us < ?"
             sql.execute(f"DELETE FROM {ATTEMPTS} WHERE delivery_id IN ({old})", (before_us,))
             rows = sql.all(
