@@ -223,23 +223,33 @@ def cmd_ratings(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_sheet(args: argparse.Namespace) -> int:
-    """A record sheet from an exported game, offline."""
+def _verified_export(path: str, what: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | int:
+    """An export's header and events, if it verifies; else the exit status, its reason
+    printed. What is made from the events as the rules wrote them (a sheet, an analysis) is
+    not made from one that does not verify (forged or damaged): its rows could say anything,
+    or nothing readable."""
     try:
-        header, records = read_export(args.file)
+        header, records = read_export(path)
     except Unreadable as exc:
         print(exc, file=sys.stderr)
         return 2
-    # The sheet reads the events as the rules wrote them: an export that does not verify (a
-    # forged or damaged one) gets no sheet, as its rows could say anything (or nothing readable).
     verdict = audit_records(records)
     if not verdict["valid"]:
         print(
-            f"{args.file}: the game does not verify (first bad version "
-            f"{verdict['first_bad_version']}; `cantstop audit` tells why): no sheet",
+            f"{path}: the game does not verify (first bad version "
+            f"{verdict['first_bad_version']}; `cantstop audit` tells why): no {what}",
             file=sys.stderr,
         )
         return 1
+    return header, records
+
+
+def cmd_sheet(args: argparse.Namespace) -> int:
+    """A record sheet from an exported game, offline."""
+    verified = _verified_export(args.file, "sheet")
+    if isinstance(verified, int):
+        return verified
+    header, records = verified
     seats = records[0]["data"]["seats"]  # GameCreated: the audit has read it
     if args.seat is None and seats > 1:
         print(
@@ -265,19 +275,10 @@ def cmd_analyse(args: argparse.Namespace) -> int:
     """The analysis of an exported game, offline: the same JSON as ``/analysis``. An export
     that does not verify gets none (exit 1), as a sheet gets none: its events could say
     anything."""
-    try:
-        _header, records = read_export(args.file)
-    except Unreadable as exc:
-        print(exc, file=sys.stderr)
-        return 2
-    verdict = audit_records(records)
-    if not verdict["valid"]:
-        print(
-            f"{args.file}: the game does not verify (first bad version "
-            f"{verdict['first_bad_version']}; `cantstop audit` tells why): no analysis",
-            file=sys.stderr,
-        )
-        return 1
+    verified = _verified_export(args.file, "analysis")
+    if isinstance(verified, int):
+        return verified
+    _header, records = verified
     try:
         analysis = analyse(records, args.version)
     except ValueError as exc:  # a version the export does not reach
