@@ -357,13 +357,7 @@ class Client:
     ) -> Challenge:
         """Challenge an account. A built-in bot (``expert``…) accepts at once: the answer is
         then ``accepted`` with its ``game_id``."""
-        body: dict[str, Any] = {"to": to}
-        if rules is not None:
-            body["rules"] = dict(rules)
-        if rated is not None:
-            body["rated"] = rated
-        if clock is not None:
-            body["clock"] = dict(clock)
+        body = {"to": to, **_terms(rules, rated, clock)}
         return cast(Challenge, self._json("POST", "/v1/challenges", json=body))
 
     def challenges(self) -> ChallengeLists:
@@ -396,13 +390,7 @@ class Client:
     ) -> Seek:
         """Ask to be paired with someone of the same pool; the game is announced on the
         account stream (``game_started``)."""
-        body: dict[str, Any] = {"players": players}
-        if rules is not None:
-            body["rules"] = dict(rules)
-        if rated is not None:
-            body["rated"] = rated
-        if clock is not None:
-            body["clock"] = dict(clock)
+        body = {"players": players, **_terms(rules, rated, clock)}
         return cast(Seek, self._json("POST", "/v1/seeks", json=body))
 
     def get_seek(self, seek_id: str) -> Seek:
@@ -571,3 +559,12 @@ def _event_of(message: ServerSentEvent) -> Event | None:
     except ValueError:
         return None
     return cast(Event, value) if isinstance(value, dict) else None
+
+
+def _terms(
+    rules: Mapping[str, Any] | None, rated: bool | None, clock: Mapping[str, int] | None
+) -> dict[str, Any]:
+    """The terms of a game a challenge or a seek asks for: only those given (the server's
+    defaults stand for the rest)."""
+    given = {"rules": rules, "rated": rated, "clock": clock}
+    return {k: dict(v) if isinstance(v, Mapping) else v for k, v in given.items() if v is not None}
