@@ -206,6 +206,7 @@ class Analysis:
         value_chosen: float,
         best: dict[str, Any],
         value_best: float,
+        second: float | None = None,
     ) -> None:
         if value_chosen >= value_best:  # the choice was the expert's, or as good
             best, value_best = chosen, value_chosen
@@ -218,6 +219,8 @@ class Analysis:
                 "value_chosen": value_chosen + self.offset,
                 "value_best": value_best + self.offset,
                 "loss": value_best - value_chosen,
+                # the runner-up's worth: how contested the choice was (None: a timeout)
+                "value_second": None if second is None else second + self.offset,
             }
         )
 
@@ -235,7 +238,7 @@ class Analysis:
             stop = point.stop()
             if stop is not None:
                 roll = point.roll()
-                self.decide(version, seat, ROLL, roll, STOP, stop)
+                self.decide(version, seat, ROLL, roll, STOP, stop, min(roll, stop))
             moves = tuple(tuple(m) for m in data["moves"])
             before, after = point.expected(), point.after(moves)
             self.rolls.append(
@@ -257,11 +260,15 @@ class Analysis:
                 values = point.move_values(moves)
                 best, value_best = point.best()
                 move = {"type": "move", "sums": list(chosen)}
-                self.decide(version, seat, move, values[moves.index(chosen)], best, value_best)
+                second = sorted(values)[-2]
+                self.decide(
+                    version, seat, move, values[moves.index(chosen)], best, value_best, second
+                )
         elif kind == "TurnStopped":
             stop = point.stop()
             if stop is not None:
-                self.decide(version, seat, STOP, stop, ROLL, point.roll())
+                roll = point.roll()
+                self.decide(version, seat, STOP, stop, ROLL, roll, min(roll, stop))
             else:  # not weighed by the expert (see the module): what the turn leaves
                 stop = point.planner.utility(point.state)
             self.mark(version, seat, stop)
