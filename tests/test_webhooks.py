@@ -424,7 +424,7 @@ def test_plain_http_and_names_that_resolve_badly_are_refused(public_client: Flas
     # The real resolver: a name that does not resolve.
     rt.webhooks.resolver = system_resolver
     nowhere = create("https://nowhere.invalid/hook")
-    assert (nowhere.status_code, nowhere.get_json()["code"]) == (422, "webhook_url_unresolvable")
+    assert (nowhere.status_code, nowhere.get_json()["code"]) == (422, "webhook_url_not_public")
 
 
 def test_the_flag_allows_http_and_private_addresses(client: FlaskClient) -> None:

@@ -58,6 +58,21 @@ class InsufficientScope(ApplicationError):
     code = "insufficient_scope"
 
 
+class HandleReserved(ApplicationError):
+    code = "handle_reserved"
+
+
+RESERVED = frozenset(
+    {
+        *("admin", "administrator", "root", "system", "sysadmin", "superuser", "operator"),
+        *("moderator", "mod", "support", "help", "helpdesk", "staff", "official", "security"),
+        *("cantstop", "server", "service", "api", "bot", "bots", "builtin", "abuse"),
+        *("postmaster", "webmaster", "hostmaster", "anonymous", "guest", "null", "none"),
+    }
+)
+"""Handles nobody may register (422 ``handle_reserved``), nor their variants (``reserved``)."""
+
+
 @dataclass(frozen=True)
 class Principal:
     """Who a personal token speaks for: the account's handle as registered, and the scopes."""
@@ -128,6 +143,10 @@ class Accounts:
         check_handle(handle)
         if handle.lower() in BOTS:
             raise HandleTaken(f"the handle {handle!r} is a built-in bot's")
+        if reserved(handle):
+            raise HandleReserved(
+                f"the handle {handle!r} is reserved: it reads as the server's or a built-in bot's"
+            )
         if bot:
             if password is not None:
                 raise InvalidRequest("a bot account has no password: its token is its credential")
@@ -229,6 +248,28 @@ class Accounts:
             account.close()
             self.games.save(account)
         self.credentials.erase(principal.handle.lower())
+
+
+def _skeleton(handle: str) -> str:
+    return handle.lower().replace("-", "").replace("_", "")
+
+
+RESERVED_SKELETONS = frozenset(_skeleton(name) for name in RESERVED | BOTS)
+
+
+def reserved(handle: str) -> bool:
+    """Whether ``handle`` reads as the server's or a built-in bot's: a reserved name or a bot's
+    handle whatever its case, ``-`` and ``_``, trailing digits and a ``bot`` before or after it
+    (``Admin``, ``root_2``, ``expert-bot``, ``Bot_Rule_of_28``, ``ruleof28``)."""
+    skeleton = _skeleton(handle)
+    bare = skeleton.rstrip("0123456789") or skeleton
+    forms = {skeleton, bare}
+    for form in (skeleton, bare):
+        forms.add(form.removeprefix("bot"))
+        forms.add(form.removesuffix("bot"))
+        forms.add(form.removeprefix("bot").removesuffix("bot"))
+    forms |= {form.rstrip("0123456789") for form in forms}
+    return bool(forms & RESERVED_SKELETONS)
 
 
 def check_password(password: Any) -> str:

@@ -118,8 +118,26 @@ def load_keys(path: Path) -> list[Key]:
         raise ConfigError(f"CANTSTOP_RECEIPT_KEYS: cannot read {path}: {exc}") from None
 
 
+def misnamed_key(published: dict[str, Any]) -> str | None:
+    """Why a published key's stated ``key_id`` is not the one its public key gives, or None:
+    a key's id is derived from the key, never taken on a file's word."""
+    for key in published.get("keys", []):
+        if not isinstance(key, dict) or key.get("alg") != "Ed25519":
+            continue
+        try:
+            derived = key_id_of(Ed25519PublicKey.from_public_bytes(unb64url(key["public_key"])))
+        except (ValueError, KeyError, TypeError):
+            return f"the key stated as {key.get('key_id')!r} is not an Ed25519 public key"
+        if key.get("key_id") != derived:
+            return f"the keys state {key.get('key_id')!r} for the key whose id is {derived!r}"
+    return None
+
+
 def verify(receipt: dict[str, Any], published: dict[str, Any]) -> str | None:
     """Why the receipt's signature does not verify with the published keys, or None."""
+    problem = misnamed_key(published)
+    if problem is not None:
+        return problem
     keys = {k.get("key_id"): k for k in published.get("keys", []) if isinstance(k, dict)}
     key = keys.get(receipt.get("key_id"))
     if key is None:

@@ -3,7 +3,8 @@ Webhooks specification, for apps that are not connected to the account stream.
 
 - **Registration** (scope ``account``): ``https`` only, and only to a host whose every address is
   public (not loopback, private, link-local, shared, multicast, reserved, documentation…): else
-  422 (``webhook_url_not_https``, ``webhook_url_not_public``, ``webhook_url_unresolvable``). The
+  422 ``webhook_url_not_https``, or ``webhook_url_not_public`` with one detail whether the host
+  is not public or does not resolve (so a caller cannot probe which internal names exist). The
   host is resolved when the webhook is created and again at each delivery, which connects to the
   address that one lookup gave (``webhook_delivery``): a name that later resolves to a private
   address (DNS rebinding) gets no delivery. ``CANTSTOP_WEBHOOK_ALLOW_PRIVATE=true`` allows both
@@ -71,6 +72,12 @@ class WebhookUrlNotPublic(ApplicationError):
 
 class WebhookUrlUnresolvable(ApplicationError):
     code = "webhook_url_unresolvable"
+
+
+HOST_REFUSED = (
+    "the url's host must resolve, within 5 s, to public addresses only (loopback, private, "
+    "link-local and other non-public addresses are refused)"
+)
 
 
 class TooManyWebhooks(ApplicationError):
@@ -305,7 +312,11 @@ class Webhooks:
         if unknown or not events:
             raise InvalidWebhook(f"events must be one or more of {', '.join(EVENT_TYPES)}")
         target = parse_url(url, allow_private=self.config.allow_private)
-        resolve(target, allow_private=self.config.allow_private, resolver=self.resolver)
+        try:
+            resolve(target, allow_private=self.config.allow_private, resolver=self.resolver)
+        except (WebhookUrlNotPublic, WebhookUrlUnresolvable):
+            # One answer either way: which names resolve inside this network is not told.
+            raise WebhookUrlNotPublic(HOST_REFUSED) from None
         key = secrets.token_bytes(SECRET_BYTES)
         secret = "whsec_" + base64.b64encode(key).decode("ascii")
         now = self.clock()

@@ -11,7 +11,7 @@ from flask import Blueprint, Response, request
 
 from domain.commands import Resign
 from domain.errors import DomainError
-from service.application.accounts import Issued
+from service.application.accounts import BOTS, Issued
 from service.application.auditing import export_lines
 from service.application.errors import ApplicationError, NotFound
 from service.http import schemas
@@ -40,6 +40,7 @@ def account_json(handle: str) -> dict[str, Any]:
     return {
         "handle": account.handle,
         "bot": account.bot,
+        "builtin": account.handle.lower() in BOTS,  # the server's own bot, not a registered one
         "created_at": account.created_on.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
         "closed": account.closed,
     }

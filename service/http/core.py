@@ -86,6 +86,7 @@ STATUS = {
     "not_your_seat": 403,
     "already_seated": 409,
     "handle_taken": 409,
+    "handle_reserved": 422,
     "insufficient_scope": 403,
     "webhook_url_not_https": 422,
     "webhook_url_not_public": 422,

@@ -166,6 +166,7 @@ class Advice(TypedDict):
 class Account(TypedDict):
     handle: str
     bot: bool
+    builtin: NotRequired[bool]  # the server's own computer player, not a registered account
     created_at: str
     closed: NotRequired[bool]
     ratings: NotRequired[list[dict[str, Any]]]

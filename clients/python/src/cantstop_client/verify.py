@@ -3,7 +3,9 @@
 Nothing here talks to a server. Given what you saved — an action's ``receipt``, the answer of
 ``GET /v1/keys`` and the game's export — it checks:
 
-- ``receipt``: the receipt's Ed25519 signature verifies with the key it names, over exactly
+- ``receipt``: the receipt's Ed25519 signature verifies with the key it names (every saved
+  key's id derived from its public key, as the server derives it: a stated id that differs
+  fails the check), over exactly
   ``cantstop-receipt:v1:{game_id}:{version}:{hash}:{at}``, and the export holds that version
   with that hash and time (an export cut before it, or different at it, fails);
 - ``chain``: every event's hash is SHA-256 of the previous hash and the event's canonical JSON,
@@ -137,6 +139,25 @@ def receipt_shape_problem(receipt: Any) -> str | None:
     return None
 
 
+def key_id_of(public_key: bytes) -> str:
+    """A key's id as the server derives it from the raw 32-byte Ed25519 public key."""
+    return "ed25519-" + hashlib.sha256(public_key).hexdigest()[:16]
+
+
+def _misnamed(key: Any) -> str | None:
+    """Why a saved key's stated ``key_id`` is not the one its public key gives (a keys file
+    is not taken on its word), or None."""
+    if not isinstance(key, Mapping) or key.get("alg") != "Ed25519":
+        return None
+    try:
+        derived = key_id_of(_unb64url(key.get("public_key")))
+    except ValueError:
+        return f"the key stated as {key.get('key_id')!r} is not an Ed25519 public key"
+    if key.get("key_id") != derived:
+        return f"the keys state {key.get('key_id')!r} for the key whose id is {derived!r}"
+    return None
+
+
 def signature_problem(receipt: Any, keys: Any) -> str | None:
     """Why the receipt's signature does not verify with the saved keys (the answer of
     ``GET /v1/keys``), or None when it does."""
@@ -145,6 +166,10 @@ def signature_problem(receipt: Any, keys: Any) -> str | None:
         return problem
     if not isinstance(keys, Mapping) or not isinstance(keys.get("keys"), list):
         return 'the keys are not an answer of GET /v1/keys ({"keys": [...]})'
+    for stated in keys["keys"]:
+        problem = _misnamed(stated)
+        if problem is not None:
+            return problem
     known = {k.get("key_id"): k for k in keys["keys"] if isinstance(k, Mapping)}
     key = known.get(receipt["key_id"])
     if key is None:

@@ -1,0 +1,174 @@
+"""The smaller holes of #41, each shut and kept shut: closing an account gives up every seat
+whatever its token's scopes and its seat tokens stop playing; only live challenges count, and
+caps hold with requests racing on two hosts; expired challenges and seeks are announced once;
+the offline receipt check derives key ids; reserved handles; built-in bots told apart; one
+answer for every refused webhook host."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cantstop_client.verify import signature_problem
+from flask import Flask
+from flask.testing import FlaskClient
+
+from service.application.webhooks import system_resolver
+from service.config import Settings
+from service.http.app import create_app
+from service.runtime import Runtime
+from tests.support.http import bearer
+
+Json = dict[str, Any]
+PASSWORD = "correct horse battery"
+PUBLIC_ADDRESS = "93.184.215.14"  # a public address (never connected to here)
+
+
+def runtime_of(app: Flask) -> Runtime:
+    rt: Runtime = app.extensions["cantstop"]
+    return rt
+
+
+def sign_up(client: FlaskClient, handle: str, *, bot: bool = False) -> str:
+    body: Json = {"handle": handle, **({"bot": True} if bot else {"password": PASSWORD})}
+    response = client.post("/v1/accounts", json=body)
+    assert response.status_code == 201, response.get_json()
+    token: str = response.get_json()["token"]
+    return token
+
+
+# ------------------------------------------------------------------------ reserved handles
+@pytest.mark.parametrize(
+    "handle",
+    [
+        *("admin", "ADMIN", "Admin_2", "root", "System", "moderator", "support", "cantstop"),
+        *("Cant_Stop", "expert-bot", "Expert_Bot", "expertbot", "bot-expert", "expert2"),
+        *("RuleOf28", "random_bot"),
+    ],
+)
+def test_a_reserved_handle_or_a_variant_of_one_cannot_be_registered(
+    client: FlaskClient, handle: str
+) -> None:
+    refused = client.post("/v1/accounts", json={"handle": handle, "password": PASSWORD})
+    assert (refused.status_code, refused.get_json()["code"]) == (422, "handle_reserved")
+    assert refused.mimetype == "application/problem+json"
+    # Nothing was recorded: the handle is no account, and a bot account is refused the same.
+    assert client.get(f"/v1/accounts/{handle}").status_code == 404
+    as_bot = client.post("/v1/accounts", json={"handle": handle, "bot": True})
+    assert as_bot.get_json()["code"] == "handle_reserved"
+
+
+def test_handles_near_a_reserved_one_are_free(client: FlaskClient) -> None:
+    for handle in ("botany", "modest", "experts-club", "Randall", "rooted"):
+        sign_up(client, handle)
+    # A built-in bot's own handle is taken (by the bot), as before.
+    taken = client.post("/v1/accounts", json={"handle": "Expert", "password": PASSWORD})
+    assert (taken.status_code, taken.get_json()["code"]) == (409, "handle_taken")
+
+
+# ------------------------------------------------------------------- built-in bots told apart
+def test_a_profile_tells_a_built_in_bot_from_a_registered_bot_account(client: FlaskClient) -> None:
+    token = sign_up(client, "robo", bot=True)
+    registered = client.get("/v1/accounts/robo").get_json()
+    builtin = client.get("/v1/accounts/expert").get_json()
+    assert (registered["bot"], registered["builtin"]) == (True, False)
+    assert (builtin["bot"], builtin["builtin"]) == (True, True)
+    mine = client.get("/v1/account", headers=bearer(token)).get_json()
+    assert (mine["bot"], mine["builtin"]) == (True, False)
+    sign_up(client, "ann")
+    person = client.get("/v1/accounts/ann").get_json()
+    assert (person["bot"], person["builtin"]) == (False, False)
+
+
+# ------------------------------------------------------------------ refused webhook hosts
+@pytest.fixture
+def public_client(client: FlaskClient, tmp_path: Path) -> Any:
+    """A server without CANTSTOP_WEBHOOK_ALLOW_PRIVATE, checked against openapi.yaml."""
+    app = create_app(
+        Settings(database_url=f"sqlite:///{tmp_path / 'public.sqlite'}"), create_tables=True
+    )
+    app.test_client_class = type(client)
+    checked = app.test_client()
+    checked.spec = client.spec  # type: ignore[attr-defined]
+    yield checked
+    runtime_of(app).close()
+
+
+def test_an_internal_name_and_a_name_that_does_not_resolve_get_one_answer(
+    public_client: FlaskClient,
+) -> None:
+    token = sign_up(public_client, "ann")
+    rt = runtime_of(public_client.application)
+    table = {"db.internal": ["10.0.0.5"], "intranet.corp": ["192.168.1.20"]}
+
+    def resolver(host: str, port: int) -> list[str]:
+        if host in table:
+            return table[host]
+        return system_resolver(host, port)  # the real resolver: *.invalid never resolves
+
+    rt.webhooks.resolver = resolver
+    answers = []
+    for host in ("db.internal", "nowhere.invalid", "intranet.corp", "absent.invalid"):
+        reply = public_client.post(
+            "/v1/account/webhooks",
+            json={"url": f"https://{host}/hook", "events": ["your_turn"]},
+            headers=bearer(token),
+        )
+        body = reply.get_json()
+        answers.append((reply.status_code, body["code"], body["title"], body["detail"]))
+    assert len(set(answers)) == 1, answers
+    assert answers[0][:2] == (422, "webhook_url_not_public")
+    assert public_client.get("/v1/account/webhooks", headers=bearer(token)).get_json() == {
+        "webhooks": []
+    }
+
+
+# ------------------------------------------------------------------ receipts' key ids
+def test_a_keys_file_that_misnames_a_key_fails_the_receipt_check(
+    client: FlaskClient, tmp_path: Path
+) -> None:
+    created = client.post("/v1/games", json={"players": ["Ann", "Bob"]}).get_json()
+    game_id = created["game"]["id"]
+    state = created["game"]
+    token = created["seats"][state["turn"]["player"]]["token"]
+    answer = client.post(
+        f"/v1/games/{game_id}/actions", json={"type": "roll"}, headers=bearer(token)
+    ).get_json()
+    receipt, keys = answer["receipt"], client.get("/v1/keys").get_json()
+    export = client.get(f"/v1/games/{game_id}/export").get_data()
+    assert signature_problem(receipt, keys) is None
+    # The same key under another id, and the receipt naming that id: the signature still
+    # verifies, but the id is not the key's, so the check fails offline and in the CLI.
+    forged_id = "ed25519-" + "0" * 16
+    renamed = {"keys": [dict(k, key_id=forged_id) for k in keys["keys"]]}
+    claimed = dict(receipt, key_id=forged_id)
+    problem = signature_problem(claimed, renamed)
+    assert problem is not None and receipt["key_id"] in problem
+    (tmp_path / "game.ndjson").write_bytes(export)
+    for name, (the_receipt, the_keys, ok) in {
+        "honest": (receipt, keys, True),
+        "renamed": (claimed, renamed, False),
+        "renamed-other": (receipt, {"keys": [*keys["keys"], *renamed["keys"]]}, False),
+    }.items():
+        (tmp_path / f"{name}-receipt.json").write_text(json.dumps(the_receipt))
+        (tmp_path / f"{name}-keys.json").write_text(json.dumps(the_keys))
+        done = subprocess.run(
+            [
+                *(sys.executable, "-m", "service.cli", "audit"),
+                *("--receipt", str(tmp_path / f"{name}-receipt.json")),
+                *("--keys", str(tmp_path / f"{name}-keys.json")),
+                str(tmp_path / "game.ndjson"),
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.stdout, done.stderr
+        check = next(c for c in json.loads(done.stdout)["checks"] if c["name"] == "receipt")
+        assert (done.returncode == 0, check["ok"]) == (ok, ok), (name, check)
+        if not ok:
+            assert "whose id is" in check["detail"]
