@@ -28,6 +28,7 @@ from domain.receipts import held_by, receipt_problem
 from domain.record_sheet import record_sheet
 from domain.transcript import MalformedTranscript, verify
 from service import arena_cli
+from service.application.analysis_jobs import Supervisor, arm_cpu_limit
 from service.application.ratings import Ratings
 from service.application.receipts import verify as verify_receipt
 from service.application.standings import rated_game
@@ -355,10 +356,42 @@ def cmd_worker(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
+    # The analyses run in child processes of this one (never in its threads: it is never
+    # starved), each replaced when it passes its memory budget (analysis_jobs.Supervisor).
+    analysts = Supervisor(
+        lambda: ProcessGroup._start(ANALYST_COMMAND),
+        runtime.analyst.config.workers,
+        runtime.analyst.jobs,
+    )
+    scheduler = runtime.scheduler()
+    scheduler.chores = (*scheduler.chores, analysts.step)
     try:
-        runtime.scheduler().run(stop)
+        scheduler.run(stop)
+    finally:
+        analysts.close()
+        runtime.close()
+    return 0
+
+
+ANALYST_COMMAND = [sys.executable, "-m", "service.cli", "analyst"]
+ANALYST_NICENESS = 5  # on top of the worker's: the scheduler's loop comes first
+
+
+def cmd_analyst(args: argparse.Namespace) -> int:
+    """One analysis worker process (``cantstop worker`` starts them): jobs from the queue
+    until SIGTERM, or until it passes its memory budget (then its parent starts another)."""
+    os.nice(ANALYST_NICENESS)
+    runtime = Runtime(Settings.from_env(), create_tables=False)
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    worker = runtime.analyst.worker()
+    try:
+        arm_cpu_limit(runtime.analyst.config)
+        why = worker.run(stop, between=lambda: arm_cpu_limit(runtime.analyst.config))
     finally:
         runtime.close()
+    print(f"cantstop analyst {worker.name}: {why} after {worker.done} jobs", file=sys.stderr)
     return 0
 
 
@@ -480,9 +513,15 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.set_defaults(func=cmd_migrate)
 
     worker = sub.add_parser(
-        "worker", help="record timeouts, computer players' turns and abandoned games"
+        "worker",
+        help="record timeouts, computer players' turns and abandoned games; run the analyses",
     )
     worker.set_defaults(func=cmd_worker)
+    analyst = sub.add_parser(
+        "analyst", help="one analysis worker process (cantstop worker starts them)"
+    )
+    analyst.set_defaults(func=cmd_analyst)
+
 
     proj = sub.add_parser(
         "projections", help="the views kept in the store: their status, or rebuild them"

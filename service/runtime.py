@@ -10,6 +10,7 @@ import os
 
 from service.application.accounts import Accounts
 from service.application.advisor import Advisor
+from service.application.analysis_jobs import AnalysisFeed, JobConfig
 from service.application.analyst import Analyst
 from service.application.challenges import Challenges
 from service.application.games import Games
@@ -57,7 +58,11 @@ class Runtime:
         )
         self._dispatcher: Dispatcher | None = None
         self.advisor = Advisor(self.games)
-        self.analyst = Analyst(self.games, create_tables=create_tables)
+        self.analyst = Analyst(
+            self.games,
+            create_tables=create_tables,
+            config=JobConfig.from_env({**os.environ, **settings.extra_env}),
+        )
         self.timekeeper = Timekeeper(
             self.games, abandon_after=settings.abandon_after, bot_pause=settings.bot_pause
         )
@@ -82,6 +87,7 @@ class Runtime:
             self.notices_view,
             self.challenges.pending,
             self.seeks.pool,
+            AnalysisFeed(self.games),  # finished rated games' analyses queued
         )
         if create_tables:
             self.views.setup(self.all_views())

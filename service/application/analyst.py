@@ -1,32 +1,23 @@
-"""``GET /v1/games/{id}/analysis``: what was luck and what was play (domain/analysis.py), kept.
+"""``GET /v1/games/{id}/analysis``: what was luck and what was play (domain/analysis.py), kept,
+and worked out as a job (service/application/analysis_jobs.py, contract 1.3).
 
-**Kept in a table filled on first request, not in a view.** The analysis is a pure function of a
-game's events and of the expert's version, and it is dear: about two seconds of CPU for a game
-of two players, three to seven for eight-sided dice (docs/analysis.md). A ``View`` filled by the
-scheduler on ``GameFinished`` would spend that on every finished game whether anyone looks, and a
-``cantstop projections rebuild`` would redo it for every game in the store: about 40 hours of
-CPU for 100,000 games, during which new games wait behind the old. Here a finished game is
-analysed when somebody first asks (its player's page asks as the game ends), and its answer
-is kept in ``cantstop_analyses``, keyed by game and by the expert's ``strategy_version``: a new
-expert makes old rows unread (they are recomputed on demand, as asked for), and nothing ever
-needs a rebuild. The row is written with ``ON CONFLICT DO NOTHING``: two workers that analyse
-the same game at once write the same answer, and the first one stays.
+**Never in a request's thread.** A request answers what is kept (this process's memory, a
+finished game's row in ``cantstop_analyses``, a version's answer in its job's row), or queues
+the job and answers how it stands (202 with its progress); the workers of ``cantstop worker``
+work it out. The analysis is dear (two to seven seconds of CPU for a whole game, docs/
+analysis.md) and anyone may ask for it: in a request thread it tied up the threads that serve
+the games' actions, and its caches grew a worker by hundreds of megabytes.
 
-**A game in progress**, or a finished game's past version (``?version=N``), is analysed up to
-that version and the answer kept in this process's memory per (game, version), a few thousand
-answers: an old version never changes. The analysis itself is kept running per game
-(``domain.analysis.Analysis``, the last ``RUNNING`` games asked about): the next version costs
-only the steps since the last one asked (0.4 ms at the median, 20 to 50 ms at a roll, where
-the whole game again cost a second or more), and any earlier version costs nothing more.
+**Kept in a table, not a view.** The analysis is a pure function of a game's events and of the
+expert's version: a View filled on every ``GameFinished`` would spend it on every finished game,
+and a rebuild would redo them all. A finished game is analysed when somebody first asks (its
+player's page asks as the game ends), or as it finishes when it was rated (the fair-play
+figures read them); its answer is kept in ``cantstop_analyses``, keyed by game and by the
+expert's ``strategy_version``: a new expert makes old rows unread (they are worked out again on
+demand), and nothing ever needs a rebuild.
 
-**Bounded.** Answers in memory and rows in the table are read at once, never behind a
-computation. At most ``COMPUTING`` analyses are worked out at once in a process (they are pure
-Python: the GIL would serialise them anyway), each in the thread of the request that asked
-first; requests for the same (game, version) share its one computation. At most ``WAITING``
-requests wait for a computation, each at most ``WAIT`` seconds: beyond either bound the answer
-is 503 ``analysis_busy`` with Retry-After, so analyses never tie up more than a few of a
-worker's threads (the ones that also serve the games' actions). A request that gives up
-leaves the computation it waited for to finish and keep its answer for the retry.
+**Bounded in bytes.** This process keeps the answers it served, as JSON text, up to
+``CACHE_BYTES`` (least recently served dropped first); nothing of the analysis itself.
 
 **What it reveals**: only the events up to the version, which ``/events`` serves already; never
 the seed, and nothing about dice to come (the values are expectations over every roll). A
@@ -38,15 +29,27 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 import uuid
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
-from domain.analysis import Analysis, AnalysisRefused
 from domain.strategies.expert import ExpertStrategy
-from service.application.errors import ApplicationError
+from service.application.analysis_jobs import (
+    COOL_DOWN,
+    FINAL,
+    MAX_VERSIONS,
+    RETRY_AFTER,
+    AnalysisFailed,
+    AnalysisJobs,
+    GameTooLong,
+    Job,
+    JobConfig,
+    Worker,
+)
 from service.application.games import Games
 from service.persistence.errors import CorruptGame
 from service.persistence.sqlite import SQLiteStore
@@ -54,36 +57,26 @@ from service.persistence.tables import SideTable
 
 log = logging.getLogger("cantstop.analysis")
 
-CACHE = 2_000
-"""Answers kept in memory, by (game, version)."""
-RUNNING = 32
-"""Games whose analysis is kept running (least recently asked about dropped first): about
-1.5 MB each, mostly the expert's planner of the turn under way."""
-COMPUTING = 1
-"""Analyses worked out at once in a process."""
-WAITING = 8
-"""Requests that may wait at once for an analysis to be worked out; more are analysis_busy."""
-WAIT = 3.0
-"""Seconds a request waits for its analysis to be worked out before it is analysis_busy: about
-a whole game of two players analysed from scratch (1.3 to 2.6 s, docs/analysis.md)."""
-RETRY_AFTER = 5
-"""The Retry-After of analysis_busy, in seconds: by then the analysis asked for is usually kept."""
+CACHE_BYTES = 32 * 1024 * 1024
+"""Answers kept in this process's memory, as JSON text, in bytes (a whole game of two is 50 to
+150 kB: a few hundred answers)."""
 
 
-class AnalysisBusy(ApplicationError):
-    """Too many analyses are being worked out or waited for in this process: retry later."""
+@dataclass(frozen=True)
+class Kept:
+    """An analysis as it is answered: its version and its JSON text."""
 
-    code = "analysis_busy"
-    retry_after = RETRY_AFTER
+    version: int
+    text: str
 
 
-class _Flight:
-    """One analysis being worked out, which the requests for the same (game, version) share."""
+@dataclass(frozen=True)
+class Pending:
+    """An analysis being worked out: 202 with how its job stands."""
 
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.answer: dict[str, Any] | None = None
-        self.error: Exception | None = None
+    status: str
+    progress: float
+    retry_after: int = RETRY_AFTER
 
 
 class StoredAnalyses(SideTable):
@@ -116,165 +109,109 @@ class StoredAnalyses(SideTable):
 
 
 class Analyst:
-    def __init__(self, games: Games, *, create_tables: bool) -> None:
+    def __init__(
+        self, games: Games, *, create_tables: bool, config: JobConfig | None = None
+    ) -> None:
         self.games = games
+        self.config = config or JobConfig()
         datastore = getattr(games.recorder, "datastore", None)
         dialect = "sqlite" if isinstance(games.factory, SQLiteStore) else "postgres"
-        self.stored = StoredAnalyses(datastore, dialect) if datastore is not None else None
-        if self.stored is not None and create_tables:
+        if datastore is None:  # an in-memory store (a few tests): nowhere to queue
+            raise RuntimeError("the analysis needs a stored event store")
+        self.stored = StoredAnalyses(datastore, dialect)
+        self.jobs = AnalysisJobs(datastore, dialect)
+        if create_tables:
             self.stored.create_table()
-        self._answers: OrderedDict[tuple[uuid.UUID, int], dict[str, Any]] = OrderedDict()
-        self._running: OrderedDict[uuid.UUID, Analysis] = OrderedDict()
-        self._flights: dict[tuple[uuid.UUID, int], _Flight] = {}
-        self._waiting = 0
-        self._lock = threading.Lock()  # held only to read and change the above, never to work
-        self._computing = threading.BoundedSemaphore(COMPUTING)
-        self.computed = 0  # analyses this process worked out (tests read it)
-        self.stepped = 0  # the game steps they replayed and valued (tests read it)
+            self.jobs.create_table()
+        self._answers: OrderedDict[tuple[uuid.UUID, int], Kept] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
 
-    def analysis(self, game_id: uuid.UUID, version: int | None = None) -> dict[str, Any]:
-        """The analysis of the game up to ``version`` (default: the latest). AnalysisBusy when
-        it would wait too long, or behind too many others, for it to be worked out."""
+    def analysis(
+        self, game_id: uuid.UUID, version: int | None = None, client: str = "anonymous"
+    ) -> Kept | Pending:
+        """The analysis of the game up to ``version`` (default: the latest) when it is kept,
+        else how its job stands (queued for ``client`` if there was none)."""
         state = self.games.state(game_id, version)  # NotFound for an unknown game or version
         at = int(state["version"])
         latest = version is None or at == int(self.games.state(game_id)["version"])
-        kept = self.stored is not None and state["status"] == "finished" and latest
+        final = state["status"] == "finished" and latest
         key = (game_id, at)
         with self._lock:
-            known = self._known(key)
-        if known is None and kept:
-            known = self._from_store(game_id, at)
+            known = self._answers.get(key)
             if known is not None:
-                self._keep(key, known)
-        if known is not None:
-            return known
-        deadline = time.monotonic() + WAIT
-        with self._lock:
-            known = self._known(key)  # worked out meanwhile
-            if known is not None:
+                self._answers.move_to_end(key)
                 return known
-            flight = self._flights.get(key)
-            if flight is None:
-                flight = self._flights[key] = _Flight()
-                leader = True
-            else:  # being worked out: wait for that answer
-                if self._waiting >= WAITING:
-                    raise self._busy(game_id, at)
-                self._waiting += 1
-                leader = False
-        if leader:
-            return self._lead(flight, key, kept, deadline)
-        try:
-            done = flight.done.wait(max(0.0, deadline - time.monotonic()))
-        finally:
-            with self._lock:
-                self._waiting -= 1
-        if not done or isinstance(flight.error, AnalysisBusy):
-            raise self._busy(game_id, at)
-        if flight.error is not None:
-            raise flight.error
-        assert flight.answer is not None
-        return flight.answer
+        if at > MAX_VERSIONS:
+            raise GameTooLong(
+                f"game {game_id} has {at} versions; the analysis takes games of at most "
+                f"{MAX_VERSIONS}"
+            )
+        if final:
+            stored = self._from_store(game_id, at)
+            if stored is not None:
+                return self._keep(key, stored)
+        job = self.jobs.get(game_id, FINAL if final else at)
+        if job is None:
+            job = self.jobs.enqueue(game_id, FINAL if final else at, client)
+        if job.status == "done":
+            text = self._from_store(game_id, at) if final else job.answer
+            if text is not None:
+                return self._keep(key, text)
+            job = self.jobs.requeue(job, client)  # its answer is gone: worked out again
+        if job.status == "failed":
+            job = self._failed(job, client)
+        return Pending(job.status, job.progress)
 
-    def _lead(
-        self, flight: _Flight, key: tuple[uuid.UUID, int], kept: bool, deadline: float
-    ) -> dict[str, Any]:
-        """Works the analysis out in this thread, once a computation's place is free."""
-        game_id, at = key
-        try:
-            if not self._computing.acquire(blocking=False):
-                with self._lock:
-                    if self._waiting >= WAITING:
-                        raise self._busy(game_id, at)
-                    self._waiting += 1
-                try:
-                    free = self._computing.acquire(timeout=max(0.0, deadline - time.monotonic()))
-                finally:
-                    with self._lock:
-                        self._waiting -= 1
-                if not free:
-                    raise self._busy(game_id, at)
-            try:
-                answer = self._work_out(game_id, at)
-            finally:
-                self._computing.release()
-            if kept:
-                assert self.stored is not None
-                text = json.dumps(answer, separators=(",", ":"), allow_nan=False)
-                self.stored.put(game_id, ExpertStrategy.version, at, text)
-            self._keep(key, answer)
-            flight.answer = answer
-            return answer
-        except Exception as exc:
-            flight.error = exc
-            raise
-        finally:
-            with self._lock:
-                del self._flights[key]
-            flight.done.set()
-
-    def _known(self, key: tuple[uuid.UUID, int]) -> dict[str, Any] | None:
-        """The answer kept in memory (the caller holds the lock)."""
-        known = self._answers.get(key)
-        if known is not None:
-            self._answers.move_to_end(key)
-        return known
-
-    def _keep(self, key: tuple[uuid.UUID, int], answer: dict[str, Any]) -> None:
-        with self._lock:
-            self._answers[key] = answer
-            self._answers.move_to_end(key)
-            if len(self._answers) > CACHE:
-                self._answers.popitem(last=False)
-
-    @staticmethod
-    def _busy(game_id: uuid.UUID, version: int) -> AnalysisBusy:
-        return AnalysisBusy(
-            f"the analysis of game {game_id} to version {version} would wait behind others "
-            f"being worked out; retry in {RETRY_AFTER} s"
-        )
-
-    def _from_store(self, game_id: uuid.UUID, version: int) -> dict[str, Any] | None:
-        assert self.stored is not None
+    def kept(self, game_id: uuid.UUID) -> dict[str, Any] | None:
+        """A finished game's analysis as kept, without working anything out (None when it is
+        not kept yet: a rated game's is queued as it finishes)."""
         row = self.stored.get(game_id, ExpertStrategy.version)
-        if row is None or row[0] != version:
+        if row is None:
             return None
         found: dict[str, Any] = json.loads(row[1])
         return found
 
-    def _work_out(self, game_id: uuid.UUID, version: int) -> dict[str, Any]:
-        records = self.games.history(game_id)  # CorruptGame where a stored event is damaged
-        started = time.perf_counter()
-        with self._lock:  # taken out while it is worked on: no other computation touches it
-            running = self._running.pop(game_id, None)
-        if running is None or running.records != records[: len(running.records)]:
-            running = Analysis()  # new, or its history is not the one it followed: afresh
-        steps = len(running.steps)
-        try:
-            running.extend(records[len(running.records) :])
-            running.advance(version)
-            answer = running.result(version)
-        except AnalysisRefused as exc:
-            log.error("game %s: no analysis: %s", game_id, exc.detail)
+    def worker(self, name: str | None = None) -> Worker:
+        """A worker of this process's queue (the analysis processes run one each; tests step
+        one in process)."""
+        return Worker(self.games, self.jobs, self.config, name)
+
+    def _failed(self, job: Job, client: str) -> Job:
+        """A failed job: answered as failed while it cools down, then queued again."""
+        assert job.finished_at is not None
+        left = job.finished_at + COOL_DOWN - time.time()
+        if left <= 0:
+            return self.jobs.requeue(job, client)
+        error = job.error or {}
+        if error.get("reason") == "corrupt_game":
             raise CorruptGame(
-                f"game {game_id} is damaged: the rules refuse its history at version "
-                f"{exc.version} (see its /audit)",
-                version=exc.version,
-            ) from None
-        with self._lock:
-            self.computed += 1
-            self.stepped += len(running.steps) - steps
-            other = self._running.get(game_id)
-            if other is None or other.reached < running.reached:
-                self._running[game_id] = running
-            self._running.move_to_end(game_id)
-            if len(self._running) > RUNNING:
-                self._running.popitem(last=False)
-        log.info(
-            "game %s: analysed to version %s in %.3f s (%d new steps)",
-            game_id,
-            version,
-            time.perf_counter() - started,
-            len(running.steps) - steps,
+                str(error.get("detail", f"game {job.game_id} is damaged")),
+                version=error.get("version"),
+            )
+        detail = {
+            "cpu deadline": f"it ran past its CPU deadline ({self.config.cpu_seconds:g} s)",
+            "memory": "it ran past its worker's memory budget",
+        }.get(str(error.get("reason")), "its workers stopped before it was done")
+        raise AnalysisFailed(
+            f"the analysis of game {job.game_id} failed: {detail}; it may be asked for again "
+            f"in {math.ceil(left)} s",
+            retry_after=math.ceil(left),
         )
+
+    def _keep(self, key: tuple[uuid.UUID, int], text: str) -> Kept:
+        answer = Kept(key[1], text)
+        with self._lock:
+            if key not in self._answers and len(text) <= CACHE_BYTES // 4:
+                self._answers[key] = answer
+                self._bytes += len(text)
+                while self._bytes > CACHE_BYTES:
+                    _, dropped = self._answers.popitem(last=False)
+                    self._bytes -= len(dropped.text)
         return answer
+
+    def _from_store(self, game_id: uuid.UUID, version: int) -> str | None:
+        row = self.stored.get(game_id, ExpertStrategy.version)
+        if row is None or row[0] != version:
+            return None
+        return row[1]

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from flask import Flask, Response, request
+from flask import Flask, Response, g, request
 from flask_limiter import Limiter
 
 from service.application.aggregates import token_hash
@@ -100,9 +100,13 @@ def init_app(app: Flask, settings: Settings) -> Limiter | None:
     # Registered before the limiter's own hook, so it runs after it: Flask-Limiter puts
     # Retry-After on every answer of a limited endpoint, where it tells a client to wait; it
     # belongs only to a refusal that asks for a retry later (429, 503).
+    # A view's own Retry-After (``g.retry_after``: a 202's, when to ask again) stands as set.
     @app.after_request
     def _retry_after_only_when_refused(response: Response) -> Response:
-        if response.status_code not in (429, 503):
+        own = g.get("retry_after")
+        if own is not None:
+            response.headers["Retry-After"] = str(own)
+        elif response.status_code not in (429, 503):
             response.headers.pop("Retry-After", None)
         return response
 
