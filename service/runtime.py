@@ -13,6 +13,7 @@ from service.application.advisor import Advisor
 from service.application.analysis_jobs import AnalysisFeed, JobConfig
 from service.application.analyst import Analyst
 from service.application.challenges import Challenges
+from service.application.fairplay import FairPlay
 from service.application.games import Games
 from service.application.lobby import Lobby
 from service.application.notices import Notices, NoticesView
@@ -78,6 +79,14 @@ class Runtime:
         self.notices = Notices(self.views, self.notices_view)
         self.challenges = Challenges(self.games, self.accounts, self.views)
         self.seeks = Seeks(self.games, self.views, self.ratings)
+        self.fair_play = FairPlay(
+            self.games,
+            self.views,
+            self.ratings,
+            self.accounts,
+            self.analyst,
+            create_tables=create_tables,
+        )
         # Every view but the due-index (the scheduler keeps its own): what its loop moves on.
         self.moved_views: tuple[View, ...] = (
             self.game_list,
@@ -106,7 +115,12 @@ class Runtime:
             self.timekeeper,
             self.views,
             others=self.moved_views,
-            chores=(self.seeks.pair_all, self.notices.prune_now_and_then, self.dispatcher().step),
+            chores=(
+                self.seeks.pair_all,
+                self.notices.prune_now_and_then,
+                self.dispatcher().step,
+                self.fair_play.poll,  # finished rated games' analyses summed up
+            ),
         )
 
     def all_views(self) -> list[View]:

@@ -17,6 +17,7 @@ from service.http.analysis import analysis_api
 from service.http.audit import audit_api
 from service.http.bots import bots_api
 from service.http.core import GameIdConverter, install_error_handlers, request_class
+from service.http.fairplay import fair_play_api
 from service.http.games import games_api
 from service.http.matchmaking import matchmaking_api
 from service.http.pages import pages
@@ -97,6 +98,7 @@ def create_app(settings: Settings | None = None, *, create_tables: bool = False)
     app.register_blueprint(bots_api)  # computer players, advice
     app.register_blueprint(analysis_api)  # luck and skill, by the expert
     app.register_blueprint(accounts_api)  # accounts, tokens, profiles, histories, ratings
+    app.register_blueprint(fair_play_api)  # an account's fair-play figures
     app.register_blueprint(webhooks_api)  # an account's webhooks and their deliveries
     app.register_blueprint(matchmaking_api)  # challenges, seeks
     limits.init_app(app, settings)  # CANTSTOP_RATE_LIMITS, on the routes registered above
