@@ -13,6 +13,7 @@ from service.application.advisor import Advisor
 from service.application.analysis_jobs import AnalysisFeed, JobConfig
 from service.application.analyst import Analyst
 from service.application.challenges import Challenges
+from service.application.closing import Closing
 from service.application.fairplay import FairPlay
 from service.application.games import Games
 from service.application.lobby import Lobby
@@ -79,6 +80,15 @@ class Runtime:
         self.notices = Notices(self.views, self.notices_view)
         self.challenges = Challenges(self.games, self.accounts, self.views)
         self.seeks = Seeks(self.games, self.views, self.ratings)
+        self.closing = Closing(
+            self.accounts,
+            self.games,
+            self.lobby,
+            self.challenges,
+            self.seeks,
+            self.account_games,
+            self.views,
+        )
         self.fair_play = FairPlay(
             self.games,
             self.views,

@@ -172,3 +172,77 @@ def test_a_keys_file_that_misnames_a_key_fails_the_receipt_check(
         assert (done.returncode == 0, check["ok"]) == (ok, ok), (name, check)
         if not ok:
             assert "whose id is" in check["detail"]
+
+
+# ------------------------------------------------------------------------ closing an account
+def test_closing_with_an_account_only_token_gives_up_every_seat_and_kills_seat_tokens(
+    client: FlaskClient,
+) -> None:
+    ann, bob, cy = sign_up(client, "ann"), sign_up(client, "bob"), sign_up(client, "cy")
+    account_only = client.post(
+        "/v1/tokens", json={"handle": "ann", "password": PASSWORD, "scopes": ["account"]}
+    ).get_json()["token"]
+
+    def create(body: Json, *others: str) -> Json:
+        """A game ann creates, the others join (each seat's token in ``tokens``)."""
+        created: Json = client.post("/v1/games", json=body, headers=bearer(ann)).get_json()
+        created["tokens"] = [created["seats"][0]["token"]]
+        for token in others:
+            joined = client.post(
+                f"/v1/games/{created['game']['id']}/players", json={}, headers=bearer(token)
+            )
+            assert joined.status_code == 201, joined.get_json()
+            created["tokens"].append(joined.get_json()["token"])
+        return created
+
+    lobby = create({"seats": 3}, bob)  # waiting: ann's seat is given back
+    duel = create({"seats": 2}, bob)  # under way: resigned, the game ends
+    trio = create({"seats": 3}, bob, cy)  # under way: resigned, the others play on
+    rated = create({"seats": 2, "rated": True, "clock": {"turn_seconds": 60}}, bob)
+    finished = create({"seats": 2}, bob)
+    client.post(
+        f"/v1/games/{finished['game']['id']}/actions",
+        json={"type": "resign"},
+        headers=bearer(bob),
+    )
+    assert client.delete("/v1/account", headers=bearer(account_only)).status_code == 204
+
+    def game(created: Json) -> Json:
+        body: Json = client.get(f"/v1/games/{created['game']['id']}").get_json()
+        return body
+
+    def seat_token(created: Json) -> str:
+        token: str = created["tokens"][0]
+        return token
+
+    waiting = game(lobby)
+    assert waiting["status"] == "waiting"
+    assert waiting["players"][0]["name"] is None and waiting["players"][0]["account"] is None
+    left = client.delete(
+        f"/v1/games/{lobby['game']['id']}/players/0", headers=bearer(seat_token(lobby))
+    )
+    assert left.status_code in (401, 409)  # the seat is no longer the token's
+    for created in (duel, rated):
+        assert game(created)["status"] == "finished", game(created)
+    on = game(trio)
+    assert on["status"] == "in_progress" and on["players"][0]["resigned"] is True
+    for created in (duel, trio, rated):
+        before = game(created)["version"]
+        refused = client.post(
+            f"/v1/games/{created['game']['id']}/actions",
+            json={"type": "roll"},
+            headers=bearer(seat_token(created)),
+        )
+        assert refused.status_code in (401, 403, 409), refused.get_json()
+        assert game(created)["version"] == before  # nothing recorded
+    rematch = client.post(
+        f"/v1/games/{finished['game']['id']}/rematch", headers=bearer(seat_token(finished))
+    )
+    assert rematch.status_code == 401, rematch.get_json()
+    # Bob's seat of the same game still claims the rematch.
+    claimed = client.post(
+        f"/v1/games/{finished['game']['id']}/rematch", headers=bearer(finished["tokens"][1])
+    )
+    assert claimed.status_code in (200, 201), claimed.get_json()
+    assert client.get("/v1/accounts/ann").get_json()["closed"] is True
+    assert client.get("/v1/account", headers=bearer(ann)).status_code == 401

@@ -37,8 +37,10 @@ from domain.errors import DomainError, InvalidRequest, TimedOut
 from domain.game import Draw, Game, event_record, event_records, format_at
 from domain.view import game_state
 from service.application.aggregates import (
+    Account,
     ImportedGame,
     Vault,
+    account_id,
     imported_marker_id,
     match_token,
     new_token,
@@ -821,6 +823,16 @@ class Games(Application[uuid.UUID]):
         if seat is None:  # as a seat token of another game is: the token holds no seat here
             raise Unauthorized(f"the account {handle} holds no seat of this game")
         return seat
+
+    def account_closed(self, handle: str | None) -> bool:
+        """Whether the account ``handle`` (None: an anonymous seat) was closed."""
+        if handle is None:
+            return False
+        try:
+            found: Any = self.repository.get(account_id(handle))
+        except AggregateNotFoundError:
+            return False
+        return isinstance(found, Account) and bool(found.closed)
 
     def authenticate(self, game_id: uuid.UUID, token: str | None) -> int:
         """The seat that ``token`` holds in the game (imported games refuse first, then an

@@ -145,6 +145,26 @@ class Lobby:
             self._save(game, vault)
             return games.views.of(game)
 
+    def release(self, game_id: uuid.UUID, handle: str) -> bool:
+        """Give back the lobby seat the account ``handle`` holds, with no token (the account is
+        closing, whatever its token's scopes); its seat token is revoked with it. False when it
+        holds no seat there or the game has started (then it resigns instead)."""
+
+        def attempt() -> bool:
+            games = self.games
+            with games.owned(game_id) as game:
+                seat = game.seat_of_account(handle)
+                if seat is None or game.status != "waiting":
+                    return False
+                vault = games.vault(game_id)
+                game.leave(seat)
+                if str(seat) in vault.token_hashes:
+                    vault.revoke(seat)
+                self._save(game, vault)
+                return True
+
+        return self._again(attempt)
+
     def rematch(
         self,
         game_id: uuid.UUID,
@@ -178,6 +198,8 @@ class Lobby:
         seat = match_token(games.vault(game_id).token_hashes, token)
         if seat is None:
             raise Unauthorized("unknown token for this game")
+        if games.account_closed(old.accounts[seat]):  # its seat tokens died with it
+            raise Unauthorized("this seat's account is closed: its tokens no longer play")
         new_id = rematch_id(game_id)
         if seeded:
             if old.dice_mode != "server":

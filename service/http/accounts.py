@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import re
-import uuid
 from typing import Any
 
 from flask import Blueprint, Response, request
 
-from domain.commands import Resign
-from domain.errors import DomainError
 from service.application.accounts import BOTS, Issued
 from service.application.auditing import export_lines
-from service.application.errors import ApplicationError, NotFound
+from service.application.errors import NotFound
 from service.http import schemas
 from service.http.core import (
     BadRequest,
-    bearer_token,
     download_type,
     int_arg,
     json_body,
@@ -116,31 +111,13 @@ def revoke_token(token_id: str) -> Response:
 
 @accounts_api.delete("/v1/account")
 def close_account() -> Response:
-    """Close the account: first its pending challenges are answered and its seeks withdrawn,
-    and its seats in unfinished games given up (a lobby's seat is given back, a game in
-    progress resigned), so that no seat token of it plays on; then its credentials are erased,
-    and its webhooks deleted."""
+    """Close the account (service/application/closing.py): its challenges answered, seeks
+    withdrawn, lobby seats given back and games under way resigned, whatever the token's other
+    scopes, so that no seat token of it plays on; its credentials erased; its webhooks
+    deleted."""
     principal = me("account")
     rt = runtime()
-    token = bearer_token()
-    rt.challenges.withdraw_all(principal)  # no game starts for it from now on
-    rt.seeks.withdraw_all(principal)
-    for status in ("waiting", "in_progress"):
-        cursor = None
-        while True:
-            page, cursor = rt.account_games.page(
-                rt.views, principal.handle, status=status, rated=None, limit=200, cursor=cursor
-            )
-            for entry in page:
-                game_id = uuid.UUID(entry["game_id"])
-                with contextlib.suppress(ApplicationError, DomainError):
-                    if status == "waiting":
-                        rt.lobby.leave(game_id, entry["seat"], token)
-                    else:
-                        rt.games.act(game_id, entry["seat"], Resign())
-            if cursor is None:
-                break
-    rt.accounts.close(principal)
+    rt.closing.close(principal)
     rt.webhooks.forget(principal.handle)  # nothing more is sent anywhere for it
     return Response(status=204)
 
