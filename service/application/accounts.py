@@ -48,6 +48,7 @@ PASSWORD_LENGTH = (8, 1024)
 TOKEN_PREFIX = "cst_"
 TOKEN_SHAPE = re.compile(r"cst_([0-9a-f]{16})_([A-Za-z0-9_-]{43})")
 MAX_DESCRIPTION = 200
+MAX_REASON = 500
 
 
 class HandleTaken(ApplicationError):
@@ -56,6 +57,13 @@ class HandleTaken(ApplicationError):
 
 class InsufficientScope(ApplicationError):
     code = "insufficient_scope"
+
+
+class ModerationRefused(ApplicationError):
+    """An exclusion of an account already excluded, or a reinstatement of one that is not (the
+    operator's command line; nothing is recorded)."""
+
+    code = "moderation_refused"
 
 
 class HandleReserved(ApplicationError):
@@ -271,6 +279,33 @@ def reserved(handle: str) -> bool:
     forms |= {form.rstrip("0123456789") for form in forms}
     return bool(forms & RESERVED_SKELETONS)
 
+    # ---------------------------------------------------------------------------- moderation
+    def moderate(self, handle: str, *, exclude: bool, reason: str) -> Account:
+        """Exclude the account from the ratings (or reinstate it), as an event on it with the
+        operator's reason. Two operators racing: the store takes one, the other is refused."""
+        reason = check_reason(reason)
+        account = self.account(handle)
+        if account.excluded == exclude:
+            state = "already excluded" if exclude else "not excluded"
+            raise ModerationRefused(f"{account.handle} is {state}: nothing recorded")
+        if exclude:
+            account.exclude(reason)
+        else:
+            account.reinstate(reason)
+        try:
+            self.games.save(account)
+        except IntegrityError:
+            raise ModerationRefused(
+                f"{account.handle} changed meanwhile: nothing recorded, try again"
+            ) from None
+        return account
+
+
+def check_reason(reason: Any) -> str:
+    if not isinstance(reason, str) or not 1 <= len(reason.strip()) <= MAX_REASON:
+        raise InvalidRequest(f"a moderation's reason is text of 1 to {MAX_REASON} characters")
+    return reason.strip()
+
 
 def check_password(password: Any) -> str:
     low, high = PASSWORD_LENGTH
@@ -291,4 +326,11 @@ def check_description(description: Any) -> str:
     return description
 
 
-__all__ = ["Accounts", "HandleTaken", "InsufficientScope", "Principal", "is_personal"]
+__all__ = [
+    "Accounts",
+    "HandleTaken",
+    "InsufficientScope",
+    "ModerationRefused",
+    "Principal",
+    "is_personal",
+]

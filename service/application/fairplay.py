@@ -38,7 +38,6 @@ from service.application.analyst import Analyst, StoredAnalyses
 from service.application.errors import ApplicationError, NotFound
 from service.application.games import Games
 from service.application.standings import RatingsView
-from service.persistence.sqlite import SQLiteStore
 from service.persistence.tables import SideTable
 from service.persistence.views import Sql, Views
 
@@ -96,8 +95,8 @@ class FairPlay:
         self.accounts = accounts
         self.analyst = analyst
         self.games = games
-        dialect = "sqlite" if isinstance(games.factory, SQLiteStore) else "postgres"
-        self.table = FairPlayTable(games.recorder.datastore, dialect)
+        stored = analyst.stored  # the analyses' store is this table's
+        self.table = FairPlayTable(stored.datastore, "postgres" if stored.postgres else "sqlite")
         if create_tables:
             self.table.create_table()
         self._lock = threading.Lock()  # held only for the fields below, never for work
@@ -209,12 +208,7 @@ class FairPlay:
 
     def _kept(self, game_id: uuid.UUID) -> dict[str, Any] | None:
         """The finished game's kept analysis, or None; never computed here."""
-        kept = getattr(self.analyst, "kept", None)  # Analyst.kept, once the jobs land (#41)
-        if kept is not None:
-            found: dict[str, Any] | None = kept(game_id)
-        else:
-            row = self.analyst.stored.get(game_id, ExpertStrategy.version)
-            found = None if row is None else json.loads(row[1])
+        found = self.analyst.kept(game_id)
         return found if found is not None and found.get("finished") else None
 
     # ------------------------------------------------------------------------------ reading
