@@ -23,13 +23,15 @@ from tqdm import tqdm  # type: ignore[import-untyped]
 from domain import jsondoc
 from domain.analysis import AnalysisRefused, analyse
 from domain.audit import MalformedExport, audit_records, parse_export, replayed, split_exports
-from domain.errors import InvalidRequest
+from domain.errors import DomainError, InvalidRequest
+from domain.game import format_at
 from domain.receipts import held_by, receipt_problem
 from domain.record_sheet import record_sheet
 from domain.transcript import MalformedTranscript, verify
 from service import arena_cli
 from service.application.analysis_jobs import Supervisor, arm_cpu_limit
-from service.application.ratings import Ratings
+from service.application.errors import ApplicationError
+from service.application.ratings import LedgerFold, Ratings
 from service.application.receipts import verify as verify_receipt
 from service.application.standings import rated_game
 from service.config import ConfigError, ServerSettings, Settings
@@ -97,10 +99,12 @@ def read_export(name: str) -> tuple[dict[str, Any], list[Any]]:
         raise Unreadable(f"{name}: not a game export: {exc}") from None
 
 
-def read_exports(name: str) -> list[tuple[dict[str, Any], list[Any]]]:
-    """A file of one export or several one after another (an account's bulk export)."""
+def read_exports(name: str, data: bytes | None = None) -> list[tuple[dict[str, Any], list[Any]]]:
+    """A file of one export or several one after another (an account's bulk export); ``data``:
+    its bytes, already read."""
     try:
-        data = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
+        if data is None:
+            data = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
     except OSError as exc:
         raise Unreadable(f"{name}: cannot read: {exc.strerror or exc}") from None
     try:
@@ -174,11 +178,18 @@ def receipt_check(
 
 
 def cmd_ratings(args: argparse.Namespace) -> int:
-    """Recompute, offline, the ratings of the rated games in a bulk export (contract 1.2): the
-    games that verify, folded in the order they finished; prints every account's ratings as
-    JSON, as the server serves them."""
+    """Recompute, offline, every account's ratings from a saved ratings ledger (contract 1.3:
+    equal to the server's), or those of the rated games in exports (contract 1.2: equal only
+    when the file holds every rated game those games' accounts and their opponents played)."""
     try:
-        exports = read_exports(args.file)
+        data = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+    except OSError as exc:
+        print(f"{args.file}: cannot read: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    if _is_ledger(data):
+        return _ratings_of_ledger(args.file, data)
+    try:
+        exports = read_exports(args.file, data)
     except Unreadable as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -222,6 +233,90 @@ def cmd_ratings(args: argparse.Namespace) -> int:
         accounts.append({"handle": handles[key], "ratings": entries})
     print(json.dumps({"games": len(finished), "accounts": accounts}, indent=2))
     return 0
+
+
+def _is_ledger(data: bytes) -> bool:
+    """A ledger's lines carry a ``seq``; an export's first line is its header."""
+    first = next((line for line in data.splitlines() if line.strip()), b"")
+    try:
+        parsed = json.loads(first)
+    except ValueError:
+        return False
+    return isinstance(parsed, dict) and "seq" in parsed and "type" in parsed
+
+
+def _ratings_of_ledger(name: str, data: bytes) -> int:
+    """The ledger folded in seq order (``LedgerFold``, as the server folds it)."""
+    fold = LedgerFold()
+    lines = [line for line in data.splitlines() if line.strip()]
+    for number, line in enumerate(lines, start=1):
+        try:
+            fold.apply(json.loads(line))
+        except ValueError as exc:  # JSONDecodeError is one
+            print(f"{name}: entry {number}: not a ratings ledger's line: {exc}", file=sys.stderr)
+            return 2
+    accounts = []
+    for key in sorted(fold.handles):
+        entries = []
+        for pool, table in sorted(fold.ratings.by_pool.items()):
+            if key in table:
+                r = table[key]
+                entries.append(
+                    {
+                        "pool": pool,
+                        "players": int(pool.split("p-", 1)[0]),
+                        "mu": r.mu,
+                        "sigma": r.sigma,
+                        "rating": r.rating,
+                        "games": r.games,
+                        "provisional": r.provisional,
+                    }
+                )
+        accounts.append(
+            {"handle": fold.handles[key], "excluded": key in fold.excluded, "ratings": entries}
+        )
+    print(
+        json.dumps(
+            {
+                "entries": len(lines),
+                "games": fold.results,
+                "skipped": fold.skips,
+                "excluded": sorted(fold.excluded),
+                "accounts": accounts,
+            },
+            indent=2,
+        )
+    )
+    return 0
+
+
+def cmd_accounts(args: argparse.Namespace) -> int:
+    """``exclude`` / ``reinstate`` HANDLE --reason TEXT: an operator's moderation, recorded as an
+    event on the account in the configured store (docs/ratings.md, "Moderation")."""
+    runtime = Runtime(Settings.from_env(), create_tables=True)
+    try:
+        try:
+            account = runtime.accounts.moderate(
+                args.handle, exclude=args.action == "exclude", reason=args.reason
+            )
+        except (ApplicationError, DomainError) as exc:
+            print(f"cantstop: {exc}", file=sys.stderr)
+            return 1
+        with contextlib.suppress(Exception):  # the ledger shows it now; else at the next poll
+            runtime.views.catch_up(runtime.ratings)
+        print(
+            json.dumps(
+                {
+                    "handle": account.handle,
+                    "excluded": account.excluded,
+                    "at": format_at(account.modified_on),
+                    "reason": account.moderation_reason,
+                }
+            )
+        )
+        return 0
+    finally:
+        runtime.close()
 
 
 def _verified_export(path: str, what: str) -> tuple[dict[str, Any], list[dict[str, Any]]] | int:
@@ -522,7 +617,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     analyst.set_defaults(func=cmd_analyst)
 
-
     proj = sub.add_parser(
         "projections", help="the views kept in the store: their status, or rebuild them"
     )
@@ -538,10 +632,28 @@ def build_parser() -> argparse.ArgumentParser:
     ver.set_defaults(func=cmd_verify)
 
     rat = sub.add_parser(
-        "ratings", help="recompute the ratings of a bulk export's rated games, offline"
+        "ratings", help="recompute every account's ratings from a saved ratings ledger, offline"
     )
-    rat.add_argument("file", help="an account's export (GET /v1/accounts/{handle}/games/export)")
+    rat.add_argument(
+        "file",
+        help="a saved GET /v1/ratings/ledger (every page); or exports, which agree with the "
+        "server only if they hold every rated game of every account in them and of their "
+        "opponents",
+    )
     rat.set_defaults(func=cmd_ratings)
+
+    acc = sub.add_parser(
+        "accounts", help="exclude an account from the ratings, or reinstate it (operator)"
+    )
+    acc_actions = acc.add_subparsers(dest="action", required=True)
+    for action, what in (
+        ("exclude", "its rated results stop counting from now on"),
+        ("reinstate", "its rated results count again from now on"),
+    ):
+        moderation = acc_actions.add_parser(action, help=what)
+        moderation.add_argument("handle")
+        moderation.add_argument("--reason", required=True, help="shown in the ratings ledger")
+        moderation.set_defaults(func=cmd_accounts)
 
     aud = sub.add_parser("audit", help="check a game export offline (chain, rules, dice)")
     aud.add_argument("--receipt", help="a saved receipt (or a saved action answer) to check too")

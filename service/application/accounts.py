@@ -59,13 +59,6 @@ class InsufficientScope(ApplicationError):
     code = "insufficient_scope"
 
 
-class ModerationRefused(ApplicationError):
-    """An exclusion of an account already excluded, or a reinstatement of one that is not (the
-    operator's command line; nothing is recorded)."""
-
-    code = "moderation_refused"
-
-
 class HandleReserved(ApplicationError):
     code = "handle_reserved"
 
@@ -79,6 +72,13 @@ RESERVED = frozenset(
     }
 )
 """Handles nobody may register (422 ``handle_reserved``), nor their variants (``reserved``)."""
+
+
+class ModerationRefused(ApplicationError):
+    """An exclusion of an account already excluded, or a reinstatement of one that is not (the
+    operator's command line; nothing is recorded)."""
+
+    code = "moderation_refused"
 
 
 @dataclass(frozen=True)
@@ -257,28 +257,6 @@ class Accounts:
             self.games.save(account)
         self.credentials.erase(principal.handle.lower())
 
-
-def _skeleton(handle: str) -> str:
-    return handle.lower().replace("-", "").replace("_", "")
-
-
-RESERVED_SKELETONS = frozenset(_skeleton(name) for name in RESERVED | BOTS)
-
-
-def reserved(handle: str) -> bool:
-    """Whether ``handle`` reads as the server's or a built-in bot's: a reserved name or a bot's
-    handle whatever its case, ``-`` and ``_``, trailing digits and a ``bot`` before or after it
-    (``Admin``, ``root_2``, ``expert-bot``, ``Bot_Rule_of_28``, ``ruleof28``)."""
-    skeleton = _skeleton(handle)
-    bare = skeleton.rstrip("0123456789") or skeleton
-    forms = {skeleton, bare}
-    for form in (skeleton, bare):
-        forms.add(form.removeprefix("bot"))
-        forms.add(form.removesuffix("bot"))
-        forms.add(form.removeprefix("bot").removesuffix("bot"))
-    forms |= {form.rstrip("0123456789") for form in forms}
-    return bool(forms & RESERVED_SKELETONS)
-
     # ---------------------------------------------------------------------------- moderation
     def moderate(self, handle: str, *, exclude: bool, reason: str) -> Account:
         """Exclude the account from the ratings (or reinstate it), as an event on it with the
@@ -307,6 +285,28 @@ def check_reason(reason: Any) -> str:
     return reason.strip()
 
 
+def _skeleton(handle: str) -> str:
+    return handle.lower().replace("-", "").replace("_", "")
+
+
+RESERVED_SKELETONS = frozenset(_skeleton(name) for name in RESERVED | BOTS)
+
+
+def reserved(handle: str) -> bool:
+    """Whether ``handle`` reads as the server's or a built-in bot's: a reserved name or a bot's
+    handle whatever its case, ``-`` and ``_``, trailing digits and a ``bot`` before or after it
+    (``Admin``, ``root_2``, ``expert-bot``, ``Bot_Rule_of_28``, ``ruleof28``)."""
+    skeleton = _skeleton(handle)
+    bare = skeleton.rstrip("0123456789") or skeleton
+    forms = {skeleton, bare}
+    for form in (skeleton, bare):
+        forms.add(form.removeprefix("bot"))
+        forms.add(form.removesuffix("bot"))
+        forms.add(form.removeprefix("bot").removesuffix("bot"))
+    forms |= {form.rstrip("0123456789") for form in forms}
+    return bool(forms & RESERVED_SKELETONS)
+
+
 def check_password(password: Any) -> str:
     low, high = PASSWORD_LENGTH
     if not isinstance(password, str) or not low <= len(password) <= high:
@@ -328,6 +328,7 @@ def check_description(description: Any) -> str:
 
 __all__ = [
     "Accounts",
+    "HandleReserved",
     "HandleTaken",
     "InsufficientScope",
     "ModerationRefused",

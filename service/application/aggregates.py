@@ -146,7 +146,21 @@ class Account(Aggregate):
         self.handle = handle
         self.bot = bot
         self.closed = False
+        self.excluded = False
+        self.moderation_reason = ""
 
     @event("Closed")
     def close(self) -> None:
         self.closed = True
+
+    # An operator's moderation (``cantstop accounts exclude``): the ratings view follows these
+    # events, so the ledger shows them and the ratings skip the account's results meanwhile.
+    @event("Excluded")
+    def exclude(self, reason: str) -> None:
+        self.excluded = True
+        self.moderation_reason = reason
+
+    @event("Reinstated")
+    def reinstate(self, reason: str) -> None:
+        self.excluded = False
+        self.moderation_reason = reason

@@ -2,12 +2,14 @@
 
 Both are ``View``s kept in the store (service/persistence/views.py), moved on once per event.
 
-The ratings are a pure function of the rated games in the order they finished: by their
-``GameFinished`` time, then their id (``ORDER``), which anyone can read from the games' exports
-(``cantstop ratings``). A game that arrives in the log after one that finished later (another
-host's clock a little behind) makes its pool be folded again from its games in that order, so the
-figures never depend on the order the events reached the store; rebuilding the view gives the same
-numbers to the last bit.
+The ratings are a pure function of the ratings ledger (``GET /v1/ratings/ledger``): the rated
+results and the operators' exclusions, numbered (``seq``) in the order this view meets them in
+the log, which is fixed once they are recorded. The ratings fold the ledger in that order, so a
+``seq`` never changes and nothing is ever inserted before it: a game that arrives late (another
+host's clock a little behind) simply comes next, and an exclusion counts from its own place on.
+``cantstop ratings LEDGER`` folds a saved ledger through the same functions
+(``service.application.ratings``); rebuilding the view gives the same ledger and numbers to the
+last bit.
 """
 
 from __future__ import annotations
@@ -18,16 +20,32 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.utils import get_topic
 
 from domain import ratings as order
 from domain.game import Game, format_at
+from service.application.aggregates import Account
 from service.application.errors import ApplicationError
 from service.application.games import Games
-from service.application.ratings import RatedGame, Rating, Ratings, initial, rate
+from service.application.projections import IMPORT_TOPICS, IMPORTED
+from service.application.ratings import (
+    RatedGame,
+    Rating,
+    Ratings,
+    initial,
+    places_of,
+    ranking_of,
+    rate,
+    skipped,
+)
 from service.persistence.views import Sql, View, Views
 
-ORDER = "finished_at, game_id"  # the order games finished, as the ratings fold them
+MODERATION = {
+    get_topic(Account.Excluded): "exclude",  # type: ignore[attr-defined]
+    get_topic(Account.Reinstated): "reinstate",  # type: ignore[attr-defined]
+}
+LEDGER_LIMIT = (1000, 10_000)  # lines a page of the ledger holds: by default, at most
 
 
 def resignations(records: Sequence[dict[str, Any]]) -> list[int]:
@@ -47,10 +65,20 @@ def rated_game(
     if finished is None:
         return None
     accounts = [a or "" for a in game.accounts]
-    places = order.ranks(order.finish_of(game, resignations(records)))
+    places = (  # an aborted game (contract 1.3) rates nobody, as an abandoned one
+        None
+        if game.finish_reason == "aborted"
+        else order.ranks(order.finish_of(game, resignations(records)))
+    )
     pool = order.pool(game.rules, game.seats)
     key = game_id if game_id is not None else str(game.id)
     return RatedGame(key, pool, accounts, places), str(finished["at"])
+
+
+def finished_hash(records: Sequence[dict[str, Any]]) -> str:
+    """The hash of a finished game's last event (``GameFinished``, or the ``SeedRevealed``
+    saved with it), where its ledger line is checked against its export."""
+    return str(records[-1]["hash"])
 
 
 @dataclass(frozen=True)
@@ -59,14 +87,26 @@ class Finished:
     finished_at: str
     rules: dict[str, Any]
     players: int
+    last_hash: str = ""
+
+
+@dataclass(frozen=True)
+class Moderated:
+    """An operator's exclusion of an account, or its reinstatement, as the ledger shows it."""
+
+    kind: str  # "exclude" | "reinstate"
+    handle: str
+    at: str
+    reason: str
 
 
 class RatingsView(View):
-    """Every account's rating per pool, its history, and the rated games they come from."""
+    """Every account's rating per pool, its history, the rated games they come from, and the
+    ledger they are folded from."""
 
     name = "ratings"
-    version = 1
-    topics = (get_topic(Game.GameFinished),)
+    version = 2  # 2: the ledger, and exclusions
+    topics = (get_topic(Game.GameFinished), *MODERATION)
     heads_only = True
     tables = {  # noqa: RUF012 (the View's declaration)
         "games": [
@@ -89,44 +129,103 @@ class RatingsView(View):
             "game_id TEXT NOT NULL, finished_at TEXT NOT NULL, mu DOUBLE PRECISION NOT NULL, "
             "sigma DOUBLE PRECISION NOT NULL, PRIMARY KEY (account, pool, game_id))"
         ],
+        # One row per ledger line (``entry``: the line without its seq); pool NULL: moderation.
+        "ledger": [
+            "CREATE TABLE IF NOT EXISTS {ledger} (seq BIGINT PRIMARY KEY, pool TEXT, "
+            "entry TEXT NOT NULL)",
+            "CREATE INDEX IF NOT EXISTS {ledger}_pool ON {ledger} (pool, seq)",
+        ],
+        "excluded": [
+            "CREATE TABLE IF NOT EXISTS {excluded} (account TEXT PRIMARY KEY, seq BIGINT NOT NULL)"
+        ],
     }
 
     def __init__(self, games: Games) -> None:
         self.games = games
 
-    def prepare(self, items: list[Any], read: Sql) -> list[Finished]:
-        """Each finished rated game of the batch, read from the store (its last version)."""
-        found = []
+    def prepare(self, items: list[Any], read: Sql) -> list[Finished | Moderated]:
+        """Each finished rated game of the batch, read from the store (its last version), and
+        each moderation, in the log's order."""
+        found: list[Finished | Moderated] = []
         for head in items:
+            if head.topic in MODERATION:
+                moderated = self._moderated(head)
+                if moderated is not None:
+                    found.append(moderated)
+                continue
             try:
                 if not self.games.at_creation(head.originator_id).rated:
                     continue  # one event read: most games are not rated
+                if self.games.is_imported(head.originator_id):
+                    continue  # not played here, and importable again and again (1.3)
                 game = self.games.game(head.originator_id)
                 records = self.games.history(head.originator_id)
             except ApplicationError:  # a damaged game: passed over, as views do
                 continue
             rated = rated_game(game, records)
             if rated is not None:
-                found.append(Finished(rated[0], rated[1], dict(game.rules), game.seats))
+                found.append(
+                    Finished(
+                        rated[0],
+                        rated[1],
+                        dict(game.rules),
+                        game.seats,
+                        finished_hash(records),
+                    )
+                )
         return found
 
-    def apply(self, sql: Sql, prepared: list[Finished]) -> None:
-        for finished in prepared:
-            self._apply(sql, finished)
+    def _moderated(self, head: Any) -> Moderated | None:
+        """The account as that event left it: its handle, the event's time and reason."""
+        try:
+            account: Any = self.games.repository.get(
+                head.originator_id, version=head.originator_version
+            )
+        except AggregateNotFoundError:
+            return None
+        if not isinstance(account, Account):
+            return None
+        return Moderated(
+            MODERATION[head.topic],
+            account.handle,
+            format_at(account.modified_on),
+            account.moderation_reason,
+        )
 
-    def _apply(self, sql: Sql, finished: Finished) -> None:
+    def apply(self, sql: Sql, prepared: list[Finished | Moderated]) -> None:
+        row = sql.one("SELECT coalesce(max(seq), 0) AS seq FROM {ledger}", [])
+        seq = int(row["seq"]) if row is not None else 0
+        for entry in prepared:
+            if isinstance(entry, Moderated):
+                seq += 1
+                self._moderate(sql, seq, entry)
+            else:
+                seq = self._apply(sql, entry, seq)
+
+    def _moderate(self, sql: Sql, seq: int, entry: Moderated) -> None:
+        line = {"type": entry.kind, "handle": entry.handle, "at": entry.at, "reason": entry.reason}
+        sql.execute(
+            "INSERT INTO {ledger} (seq, pool, entry) VALUES (?, NULL, ?)", [seq, json.dumps(line)]
+        )
+        if entry.kind == "exclude":
+            sql.execute(
+                "INSERT INTO {excluded} (account, seq) VALUES (?, ?) "
+                "ON CONFLICT (account) DO NOTHING",
+                [entry.handle.lower(), seq],
+            )
+        else:
+            sql.execute("DELETE FROM {excluded} WHERE account = ?", [entry.handle.lower()])
+
+    def _apply(self, sql: Sql, finished: Finished, seq: int) -> int:
+        """The game's row, its ledger line (a game that rates nobody has none) and, unless it
+        names an excluded account, its ratings: the seq it leaves the ledger at."""
         game = finished.game
         if sql.one("SELECT 1 FROM {games} WHERE game_id = ?", [game.game_id]) is not None:
-            return  # rated once
+            return seq  # rated once
         sql.execute(
             "INSERT INTO {pools} (pool, rules, players) VALUES (?, ?, ?) "
             "ON CONFLICT (pool) DO NOTHING",
             [game.pool, json.dumps(finished.rules, sort_keys=True), finished.players],
-        )
-        last = sql.one(
-            f"SELECT finished_at, game_id FROM {{games}} WHERE pool = ? "
-            f"ORDER BY {ORDER.replace(',', ' DESC,')} DESC LIMIT 1",
-            [game.pool],
         )
         sql.execute(
             "INSERT INTO {games} (game_id, pool, finished_at, accounts, places) "
@@ -139,28 +238,48 @@ class RatingsView(View):
                 None if game.places is None else json.dumps(list(game.places)),
             ],
         )
-        if last is None or (last["finished_at"], last["game_id"]) < (
-            finished.finished_at,
-            game.game_id,
-        ):
-            self._rate(sql, game, finished.finished_at)
-        else:  # finished before a game already rated: the pool is folded again, in order
-            self._refold(sql, game.pool)
-
-    def _rate(self, sql: Sql, game: RatedGame, finished_at: str) -> None:
         if game.places is None:
-            return
+            return seq
+        seq += 1
+        ranking = ranking_of(game.accounts, game.places)
+        line = {
+            "type": "result",
+            "game_id": game.game_id,
+            "finished_at": finished.finished_at,
+            "pool": game.pool,
+            "ranking": ranking,
+            "last_hash": finished.last_hash,
+        }
+        sql.execute(
+            "INSERT INTO {ledger} (seq, pool, entry) VALUES (?, ?, ?)",
+            [seq, game.pool, json.dumps(line)],
+        )
+        accounts, places = places_of(ranking)  # the order ``cantstop ratings`` folds them in
+        excluded = [row["account"] for row in sql.all("SELECT account FROM {excluded}", [])]
+        if not skipped(accounts, excluded):
+            self._rate(sql, game.pool, accounts, places, game.game_id, finished.finished_at)
+        return seq
+
+    def _rate(
+        self,
+        sql: Sql,
+        pool: str,
+        accounts: Sequence[str],
+        places: Sequence[int],
+        game_id: str,
+        finished_at: str,
+    ) -> None:
         before = []
-        for handle in game.accounts:
+        for handle in accounts:
             row = sql.one(
                 "SELECT mu, sigma, games FROM {ratings} WHERE pool = ? AND account = ?",
-                [game.pool, handle.lower()],
+                [pool, handle.lower()],
             )
             before.append(
                 initial() if row is None else Rating(row["mu"], row["sigma"], row["games"])
             )
-        for handle, after in zip(game.accounts, rate(before, game.places), strict=True):
-            self._put(sql, game.pool, handle, after, game.game_id, finished_at)
+        for handle, after in zip(accounts, rate(before, places), strict=True):
+            self._put(sql, pool, handle, after, game_id, finished_at)
 
     def _put(
         self, sql: Sql, pool: str, handle: str, rating: Rating, game_id: str, finished_at: str
@@ -177,15 +296,6 @@ class RatingsView(View):
             "mu = excluded.mu, sigma = excluded.sigma",
             [handle.lower(), pool, game_id, finished_at, rating.mu, rating.sigma],
         )
-
-    def _refold(self, sql: Sql, pool: str) -> None:
-        rows = sql.all(f"SELECT * FROM {{games}} WHERE pool = ? ORDER BY {ORDER}", [pool])
-        sql.execute("DELETE FROM {ratings} WHERE pool = ?", [pool])
-        sql.execute("DELETE FROM {history} WHERE pool = ?", [pool])
-        for row in rows:
-            places = None if row["places"] is None else json.loads(row["places"])
-            game = RatedGame(row["game_id"], pool, json.loads(row["accounts"]), places)
-            self._rate(sql, game, row["finished_at"])
 
     # ------------------------------------------------------------------------------ reads
     def of_account(self, views: Views, handle: str) -> list[dict[str, Any]]:
@@ -205,7 +315,11 @@ class RatingsView(View):
 
         def run(sql: Sql) -> tuple[Any, list[Any]]:
             found = sql.one("SELECT * FROM {pools} WHERE pool = ?", [pool])
-            rows = sql.all("SELECT * FROM {ratings} WHERE pool = ? AND games >= ?", [pool, 10])
+            rows = sql.all(  # excluded accounts drop off while excluded
+                "SELECT * FROM {ratings} WHERE pool = ? AND games >= ? "
+                "AND account NOT IN (SELECT account FROM {excluded})",
+                [pool, 10],
+            )
             return found, rows
 
         found, rows = views.read(self, run)
@@ -248,6 +362,24 @@ class RatingsView(View):
             for row in views.read(self, run)
         ]
 
+    def ledger(
+        self, views: Views, *, pool: str | None, after: int, limit: int
+    ) -> list[dict[str, Any]]:
+        """Ledger lines after ``after``, in seq order; a pool's results with every moderation
+        (an exclusion holds in every pool)."""
+
+        def run(sql: Sql) -> list[Any]:
+            where = "seq > ?" + ("" if pool is None else " AND (pool = ? OR pool IS NULL)")
+            params: list[Any] = [after] if pool is None else [after, pool]
+            return sql.all(
+                f"SELECT seq, entry FROM {{ledger}} WHERE {where} ORDER BY seq LIMIT ?",
+                [*params, limit],
+            )
+
+        return [
+            {"seq": int(row["seq"]), **json.loads(row["entry"])} for row in views.read(self, run)
+        ]
+
 
 def _rating(row: Any) -> dict[str, Any]:
     rating = Rating(row["mu"], row["sigma"], row["games"])
@@ -266,19 +398,23 @@ def _rating(row: Any) -> dict[str, Any]:
 
 
 class AccountGames(View):
-    """Each account's games (a seat it holds), newest first."""
+    """Each account's games (a seat it holds), newest first. Never an imported game (contract
+    1.3): its marker comes before its events in the log, and removes it if it came after."""
 
     name = "account_games"
-    version = 1
-    topics = tuple(
-        get_topic(c)
-        for c in (
-            Game.GameCreated,
-            Game.SeatJoined,
-            Game.SeatLeft,
-            Game.TurnOrderDecided,
-            Game.GameFinished,
-        )
+    version = 2  # 2: imported games left out
+    topics = (
+        *(
+            get_topic(c)
+            for c in (
+                Game.GameCreated,
+                Game.SeatJoined,
+                Game.SeatLeft,
+                Game.TurnOrderDecided,
+                Game.GameFinished,
+            )
+        ),
+        *IMPORT_TOPICS,
     )
     tables = {  # noqa: RUF012 (the View's declaration)
         "seats": [
@@ -293,12 +429,24 @@ class AccountGames(View):
             "CREATE TABLE IF NOT EXISTS {games} (game_id TEXT PRIMARY KEY, seq BIGINT NOT NULL, "
             "rated INTEGER NOT NULL, created_at TEXT NOT NULL)"
         ],
+        "imports": ["CREATE TABLE IF NOT EXISTS {imports} (game_id TEXT PRIMARY KEY)"],
     }
 
     def apply(self, sql: Sql, prepared: list[tuple[int, Any]]) -> None:
         for seq, event in prepared:
+            if isinstance(event, IMPORTED):
+                key = str(event.game_id)
+                sql.execute(
+                    "INSERT INTO {imports} (game_id) VALUES (?) ON CONFLICT (game_id) DO NOTHING",
+                    [key],
+                )
+                sql.execute("DELETE FROM {seats} WHERE game_id = ?", [key])
+                sql.execute("DELETE FROM {games} WHERE game_id = ?", [key])
+                continue
             key = str(event.originator_id)
             if isinstance(event, Game.GameCreated):
+                if sql.one("SELECT 1 FROM {imports} WHERE game_id = ?", [key]) is not None:
+                    continue
                 created = format_at(event.timestamp)
                 sql.execute(
                     "INSERT INTO {games} (game_id, seq, rated, created_at) VALUES (?, ?, ?, ?) "

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
+from urllib.parse import urlencode
 
 from flask import Blueprint, Response, request
 
 from service.application.accounts import BOTS, Issued
 from service.application.auditing import export_lines
 from service.application.errors import NotFound
+from service.application.standings import LEDGER_LIMIT
 from service.http import schemas
 from service.http.core import (
     BadRequest,
@@ -38,6 +41,7 @@ def account_json(handle: str) -> dict[str, Any]:
         "builtin": account.handle.lower() in BOTS,  # the server's own bot, not a registered one
         "created_at": account.created_on.strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
         "closed": account.closed,
+        "excluded": account.excluded,  # from the ratings, by an operator (docs/ratings.md)
     }
 
 
@@ -179,6 +183,26 @@ def export_account_games(handle: str) -> Response:
         mimetype=download_type("application/x-ndjson"),
         headers={"Content-Disposition": f'attachment; filename="{handle}-games.ndjson"'},
     )
+
+
+@accounts_api.get("/v1/ratings/ledger")
+def ratings_ledger() -> Response:
+    """The ratings ledger (contract 1.3), one JSON line per entry in the order the ratings fold
+    them; public, as ratings are. A full page links the next (``after`` its last seq)."""
+    rt = runtime()
+    pool = request.args.get("pool")
+    if pool is not None and not POOL.fullmatch(pool):
+        raise BadRequest("pool must be a pool's id, such as 2p-0123456789")
+    after = int_arg("after", 0, 0)
+    default, most = LEDGER_LIMIT
+    limit = int_arg("limit", default, 1, most)
+    lines = rt.ratings.ledger(rt.views, pool=pool, after=after, limit=limit)
+    headers = {}
+    if len(lines) == limit:
+        query = {"after": lines[-1]["seq"], "limit": limit} | ({"pool": pool} if pool else {})
+        headers["Link"] = f'</v1/ratings/ledger?{urlencode(query)}>; rel="next"'
+    body = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
+    return Response(body, mimetype=download_type("application/x-ndjson"), headers=headers)
 
 
 @accounts_api.get("/v1/leaderboards/<pool>")
