@@ -325,6 +325,28 @@ def test_operators_exclude_and_reinstate_through_the_cli_and_the_offline_fold_ag
     assert report["excluded"] == []
 
 
+def test_a_store_built_before_the_ledger_serves_its_ratings_until_rebuilt(
+    client: FlaskClient, app: Flask, players: dict[str, str]
+) -> None:
+    """An upgraded host over a version-1 ratings view (no ledger, no exclusions yet): its
+    leaderboards answer as before, its ledger is 503 until ``projections rebuild ratings``."""
+    rt = app.extensions["cantstop"]
+    rated_game(client, players, ["ann", "bob"])
+    lines = ledger(client)
+    generation = rt.views.tracking(rt.ratings).generation
+    with rt.games.recorder.datastore.transaction(commit=True) as cursor:
+        cursor.execute("UPDATE cantstop_views SET version = 1 WHERE name = 'ratings'")
+        for table in ("ledger", "excluded"):
+            cursor.execute(f"DROP TABLE cantstop_view_ratings_{table}_g{generation}")
+    board = client.get(f"/v1/leaderboards/{lines[0]['pool']}")
+    assert board.status_code == 200 and board.get_json()["ranking"] == []
+    refused = client.get("/v1/ratings/ledger")
+    assert (refused.status_code, refused.get_json()["code"]) == (503, "store_unavailable")
+    assert "projections rebuild ratings" in refused.get_json()["detail"]
+    rt.views.rebuild(rt.ratings)
+    assert ledger(client) == lines
+
+
 def test_a_saved_ledger_that_is_not_one_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "bad.ndjson"
     line = {"seq": 2, "type": "result", "pool": "2p-0123456789", "ranking": [["a"], ["b"]]}
