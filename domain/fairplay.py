@@ -20,7 +20,7 @@ from typing import Any
 CONTESTED = 0.02
 """The margin, in the analysis's values (a chance to win in games of two or more), by which the
 best choice must beat the runner-up for a decision to be contested: two points of winning
-chance. About a third of an expert's decisions in games of two (docs/ratings.md)."""
+chance: about two in five of a player's decisions in games of two (docs/ratings.md)."""
 
 
 @dataclass(frozen=True)

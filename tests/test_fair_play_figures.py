@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import uuid
 from typing import Any
 
@@ -14,15 +15,20 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from domain import strategies
+from domain.analysis import analyse
 from domain.commands import Move, Roll, Stop
 from domain.fairplay import CONTESTED, percentile, seat_figures
 from domain.position import Position
 from domain.strategies.expert import ExpertStrategy
 from service.application.fairplay import POOL_MINIMUM
+from service.config import Settings
+from service.http.app import create_app
 from service.runtime import Runtime
 from tests.support.games import UNKNOWN, export_text
 from tests.support.http import Json, bearer
 from tests.support.played import play
+from tests.support.polling import wait_until
+from tests.support.servers import run_scheduler
 
 PASSWORD = "correct horse battery staple"
 CLOCK = {"turn_seconds": 3600}  # a rated game needs a clock (contract 1.3)
@@ -159,7 +165,6 @@ def figures(client: FlaskClient, handle: str) -> Json:
 # ------------------------------------------------------------------------------ the domain
 def test_the_expert_matches_itself_and_the_runner_up_is_never_above_the_best() -> None:
     records = play(["expert", "random"], seed=3)
-    from domain.analysis import analyse
 
     analysis = analyse(records)
     for decision in analysis["decisions"]:
@@ -289,11 +294,6 @@ def test_two_processes_summarising_at_once_write_each_game_once(
     app: Flask, database_url: str
 ) -> None:
     """Two workers catch up at the same moment: every (game, seat) has one row."""
-    import threading
-
-    from service.config import Settings
-    from service.http.app import create_app
-
     client = app.test_client()
     ann, bob = sign_up(client, "ann"), sign_up(client, "bob")
     for _ in range(3):
@@ -316,3 +316,25 @@ def test_two_processes_summarising_at_once_write_each_game_once(
         assert (pool["games"], pool["contested"]) == (3, 12)
     finally:
         other.extensions["cantstop"].close()
+
+
+def test_the_schedulers_loop_summarises_without_anyone_asking(client: FlaskClient) -> None:
+
+    ann, bob = sign_up(client, "ann"), sign_up(client, "bob")
+    game_id = rated_game(client, ann, bob)
+    one_turn_each_then_resign(client, game_id, {"ann": ann, "bob": bob})
+    keep(client, game_id, decisions(0, 6, 6) + decisions(1, 6, 2))
+    rt = runtime_of(client)
+
+    def rows() -> int:
+        found = rt.fair_play.table.execute(
+            "SELECT count(*) AS n FROM cantstop_fair_play WHERE game_id = ?", [game_id], fetch="one"
+        )
+        return int(found["n"])
+
+    assert rows() == 0
+    halt = run_scheduler(client.application)
+    try:
+        wait_until(lambda: rows() == 2, 10, "the scheduler's loop to summarise the game")
+    finally:
+        halt()

@@ -43,9 +43,10 @@ from service.persistence.views import Sql, Views
 
 log = logging.getLogger("cantstop.fairplay")
 
-POOL_MINIMUM = 40
-"""Contested decisions an account needs to count in its pool's distribution: about two games
-of two (an expert's seat has about 19 a game). Fewer make a match rate mostly noise."""
+POOL_MINIMUM = 100
+"""Contested decisions an account needs to count in its pool's distribution: about five games of
+two (a seat has about 22 a game). The rule of 28's match rate is 0.70 to 1.00 over one game,
+0.76 to 0.85 over five (docs/ratings.md)."""
 POOL_TTL = 60.0
 """Seconds a process keeps a pool's distribution."""
 SCAN_EVERY = 1.0
