@@ -120,7 +120,8 @@ def openskill_fold(lines: list[Json]) -> dict[tuple[str, str], tuple[float, floa
         if line["type"] == "reinstate":
             excluded.discard(line["handle"].lower())
             continue
-        handles, ranks = [], []
+        handles: list[str] = []
+        ranks: list[int] = []
         for group in line["ranking"]:
             place = len(handles)
             handles += group
