@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -20,7 +21,7 @@ from domain.commands import Move, Roll, Stop
 from domain.fairplay import CONTESTED, percentile, seat_figures
 from domain.position import Position
 from domain.strategies.expert import ExpertStrategy
-from service.application.fairplay import POOL_MINIMUM
+from service.application.fairplay import POOL_MINIMUM, SCAN_EVERY
 from service.config import Settings
 from service.http.app import create_app
 from service.runtime import Runtime
@@ -338,3 +339,26 @@ def test_the_schedulers_loop_summarises_without_anyone_asking(client: FlaskClien
         wait_until(lambda: rows() == 2, 10, "the scheduler's loop to summarise the game")
     finally:
         halt()
+
+
+def test_a_thousand_requests_search_once_a_second_and_read_the_pool_once(
+    client: FlaskClient,
+) -> None:
+    """The figures are read often (a profile page, a moderator's list): each request is one
+    indexed sum over the account's rows; the search for new games and the pool's distribution
+    are not redone for each."""
+    ann, bob = sign_up(client, "ann"), sign_up(client, "bob")
+    game_id = rated_game(client, ann, bob)
+    one_turn_each_then_resign(client, game_id, {"ann": ann, "bob": bob})
+    keep(client, game_id, decisions(0, 6, 6) + decisions(1, 6, 2))
+    fair_play = runtime_of(client).fair_play
+    first = figures(client, "ann")  # checked against openapi.yaml; the rest are the same
+    assert first["pools"][0]["games"] == 1
+    plain = client.application.test_client()
+    started = time.monotonic()
+    answers = [plain.get("/v1/accounts/ann/fair-play") for _ in range(1000)]
+    elapsed = time.monotonic() - started
+    assert {a.status_code for a in answers} == {200}
+    assert all(a.get_json() == first for a in answers)
+    assert fair_play.summarised == 1 and fair_play.pool_reads == 1
+    assert fair_play.searches <= 1 + elapsed / SCAN_EVERY

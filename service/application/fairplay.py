@@ -104,7 +104,9 @@ class FairPlay:
         self._next_scan = 0.0
         self._pools: dict[str, tuple[float, dict[str, Any]]] = {}
         self._passed: set[str] = set()  # games this process cannot summarise (logged once)
-        self.summarised = 0  # games this process summarised (tests read it)
+        self.summarised = 0  # games this process summarised (tests read these three)
+        self.searches = 0  # searches for games to summarise
+        self.pool_reads = 0  # pools' distributions read from the table
 
     # ------------------------------------------------------------------------------ writing
     def step(self, limit: int = REQUEST_LIMIT) -> int:
@@ -140,6 +142,8 @@ class FairPlay:
                 [version, limit + len(self._passed)],
             )
 
+        with self._lock:
+            self.searches += 1
         rows = [r for r in self.views.read(self.ratings, find) if r["game_id"] not in self._passed]
         done = 0
         for row in rows[:limit]:
@@ -257,6 +261,8 @@ class FairPlay:
             fetch="all",
         )
         rates = sorted(int(r["matched"]) / int(r["contested"]) for r in rows)
+        with self._lock:
+            self.pool_reads += 1
         found = {
             "pool_match_rate": {k: percentile(rates, q) for k, q in QUANTILES.items()},
             "pool_accounts": len(rates),
