@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from flask.testing import FlaskClient
 from openskill.models import PlackettLuce
 
 from domain.audit import audit_records, parse_export
+from service.application.scheduler import Scheduler
 from service.config import Settings
 from service.http.app import create_app
 from tests.support.http import bearer
@@ -236,6 +238,28 @@ def test_aborted_games_rate_nobody_and_are_not_in_the_ledger(
     played = rated_game(client, players, ["ann", "bob"])
     assert [line["game_id"] for line in ledger(client)] == [played["id"]]
     assert [r["games"] for r in client.get("/v1/accounts/ann").get_json()["ratings"]] == [1]
+
+
+def test_an_abandoned_rated_game_rates_nobody_and_is_not_in_the_ledger(database_url: str) -> None:
+    """Both seats played a turn, then nobody acted for ``abandon_after`` (shorter here than the
+    turn clock): the scheduler ends it, abandoned, and it rates nobody."""
+    app = create_app(Settings(database_url=database_url, abandon_after=60), create_tables=True)
+    rt = app.extensions["cantstop"]
+    try:
+        client = app.test_client()
+        tokens = {handle: sign_up(client, handle) for handle in ("ann", "bob")}
+        idle, _ = to_last_resignation(client, tokens, ["ann", "bob"])
+        played = rated_game(client, tokens, ["ann", "bob"])
+        now = [datetime.now(UTC) + timedelta(seconds=61)]
+        scheduler = Scheduler(rt.games, rt.timekeeper, rt.views, clock=lambda: now[0])
+        scheduler.refresh()
+        scheduler.run_due()
+        state = client.get(f"/v1/games/{idle}").get_json()
+        assert (state["status"], state["finish_reason"]) == ("finished", "abandoned")
+        assert [line["game_id"] for line in ledger(client)] == [played["id"]]
+        assert [r["games"] for r in client.get("/v1/accounts/bob").get_json()["ratings"]] == [1]
+    finally:
+        rt.close()
 
 
 def test_the_ledger_pages_by_seq_and_filters_by_pool(
