@@ -422,6 +422,7 @@ def _start(
             clock=setup.get("clock"),
             accounts=setup.get("accounts"),
             rated=setup.get("rated", False),
+            abortable=setup.get("abortable", False),
         ),
         server_seed=_STAND_IN_SEED if server else None,
         seed_committed_at=setup.get("seed_committed_at"),

@@ -122,3 +122,7 @@ class NewGame:
     seat 0 only (its creator)."""
     rated: bool = False
     """A rated game (contract 1.2): server dice, two or more seats, every seat an account."""
+    abortable: bool | None = None
+    """Whether a rated game is aborted when it ends before every seat has played a turn
+    (contract 1.3). None: as the rules are now (so, for a rated game); a replay gives what
+    its history recorded, so that games recorded before the rule replay as they were."""

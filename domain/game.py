@@ -58,6 +58,7 @@ OPTIONAL_FIELDS = frozenset(
         "accounts",
         "rated",
         "account",
+        "abortable",
     }
 )
 """Event fields added after 1.0: absent from an event's data (and its hash) when unset, so events
@@ -242,6 +243,7 @@ class Game(Aggregate):
         rematch_of: str | None = None  # 1.1: the finished game this one replays
         accounts: list[str | None] | None = None  # 1.2: each seat's account handle, if any
         rated: bool | None = None  # 1.2: True for a rated game (absent otherwise)
+        abortable: bool | None = None  # 1.3: True for a rated game that aborts (_finish)
 
         def update(self, game: Game) -> None:
             faces = self.rules["dice_faces"]
@@ -274,6 +276,8 @@ class Game(Aggregate):
             game._rematch_of = self.rematch_of
             game._accounts = list(self.accounts) if self.accounts else [None] * self.seats
             game._rated = bool(self.rated)
+            game._abortable = bool(self.abortable)
+            game._played = [False] * self.seats
             game._timeouts = [0] * self.seats
             game._turn_started_at = None
 
@@ -466,6 +470,8 @@ class Game(Aggregate):
         self._rematch_of: str | None
         self._accounts: list[str | None]
         self._rated: bool
+        self._abortable: bool
+        self._played: list[bool]
         self._timeouts: list[int]
         self._turn_started_at: datetime | None
         self._replay_times: deque[datetime] | None
@@ -497,6 +503,19 @@ class Game(Aggregate):
     @property
     def rated(self) -> bool:
         return bool(self.__dict__.get("_rated"))
+
+    @property
+    def abortable(self) -> bool:
+        """A rated game created under contract 1.3: it is aborted if it ends before every seat
+        has played a turn (``aborts``). Older rated games replay as they were recorded."""
+        return bool(self.__dict__.get("_abortable"))
+
+    @property
+    def played(self) -> list[bool]:
+        """Each seat: whether it has ended a turn of its own (stop or bust). Replaced, never
+        changed."""
+        found: list[bool] | None = self.__dict__.get("_played")
+        return found if found is not None else [False] * self.seats
 
     def seat_of_account(self, handle: str) -> int | None:
         """The seat that account ``handle`` holds (handles are the same whatever their case)."""
@@ -603,6 +622,9 @@ class Game(Aggregate):
             raise InvalidRequest("computer players play server-dice games only")
         clock = check_clock(setup.clock, n)
         accounts, rated = check_accounts(setup, n, names is not None, bots)
+        abortable = rated if setup.abortable is None else setup.abortable
+        if not isinstance(abortable, bool) or (abortable and not rated):
+            raise InvalidRequest("abortable is true for a rated game only")
         if dice == "server":
             # The contract's example shows the default (0) beside server dice: sending it is
             # leaving it out. Another seat cannot be honoured: the opening roll decides.
@@ -644,6 +666,7 @@ class Game(Aggregate):
             rematch_of=rematch_of,
             accounts=accounts,
             rated=rated or None,
+            abortable=abortable or None,
         )
         game._replay_times = times
         if names is not None:
@@ -1008,15 +1031,28 @@ class Game(Aggregate):
         self._finish(None, "abandoned")
 
     def _ended_in_time(self, seat: int) -> None:
-        """A turn the player ended themselves (stop or bust): their timeouts start again."""
+        """A turn the player ended themselves (stop or bust): their timeouts start again, and
+        the seat has played (``played``)."""
         if self.timeouts_of(seat):
             self._timeouts = [0 if s == seat else self.timeouts_of(s) for s in range(self.seats)]
+        if not self.played[seat]:
+            self._played = [s == seat or self.played[s] for s in range(self.seats)]
 
     def timeouts_of(self, seat: int) -> int:
         """How many of ``seat``'s turns in a row ended by timing out."""
         return self.timeouts[seat] if seat < len(self.timeouts) else 0
 
+    def aborts(self) -> bool:
+        """Whether the game, ending now other than by a win on columns, is aborted (contract
+        1.3): a rated game that started and in which some seat (a bot's too) has not yet
+        played a turn of its own, ended by stop or bust (a turn that timed out was not played).
+        An aborted game has no winner and rates nobody: resigning, or letting the clock run,
+        before the opponent has played costs no rating and gains none."""
+        return self.abortable and self.status == "in_progress" and not all(self.played)
+
     def _finish(self, winner: int | None, reason: str) -> None:
+        if reason != "columns" and self.aborts():
+            winner, reason = None, "aborted"
         mode = self.rules["solitaire"]
         rating = solitaire_rating(mode, self.turns_completed) if mode and winner == 0 else None
         self.trigger_event(

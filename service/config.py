@@ -24,6 +24,9 @@ SCOPES = ("create", "action", "audit", "signin", "challenge")
 # of challenges to one account), unless it names challenge.
 DEFAULT_SIGNIN = "signin=10/minute"
 DEFAULT_CHALLENGE = "challenge=20/minute"
+# Whole-history work (audits, exports, analyses, imports) is limited per client unless
+# CANTSTOP_RATE_LIMITS names audit (contract 1.3: imports are limited by default).
+DEFAULT_AUDIT = "audit=120/minute"
 UNITS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hour": 3600}
 UNITS |= {"d": 86400, "day": 86400}
 RULE = re.compile(r"^(?P<scope>[a-z_]+)=(?P<count>\d{1,9})/(?P<n>\d{0,6})(?P<unit>[a-z]+)$")
@@ -184,7 +187,7 @@ class Settings:
 
     @property
     def limits(self) -> dict[str, Limit]:
-        defaults = parse_limits(DEFAULT_SIGNIN) | parse_limits(DEFAULT_CHALLENGE)
+        defaults = parse_limits(f"{DEFAULT_SIGNIN},{DEFAULT_CHALLENGE},{DEFAULT_AUDIT}")
         return defaults | parse_limits(self.rate_limits)
 
     @classmethod

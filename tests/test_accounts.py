@@ -23,6 +23,7 @@ from tests.support.servers import run_scheduler
 
 Json = dict[str, Any]
 PASSWORD = "correct horse battery"
+CLOCK = {"turn_seconds": 3600}  # a rated game needs a clock (contract 1.3)
 
 
 def sign_up(client: FlaskClient, handle: str, password: str | None = PASSWORD) -> str:
@@ -37,6 +38,26 @@ def sign_up(client: FlaskClient, handle: str, password: str | None = PASSWORD) -
     assert data["account"]["handle"] == handle and "password" not in str(data)
     token: str = data["token"]
     return token
+
+
+def play_a_turn(client: FlaskClient, game: Json, tokens: dict[int, str]) -> Json:
+    """The player to act rolls, moves and stops (or busts): one turn of their own."""
+    seat = game["turn"]["player"]
+
+    def act(action: Json) -> Json:
+        reply = client.post(
+            f"/v1/games/{game['id']}/actions", json=action, headers=bearer(tokens[seat])
+        )
+        assert reply.status_code == 200, reply.get_json()
+        state: Json = reply.get_json()["game"]
+        return state
+
+    game = act({"type": "roll"})
+    if game["turn"] is not None and game["turn"]["player"] == seat:  # no bust
+        move = next(a for a in game["legal_actions"] if a["type"] == "move")
+        act({"type": "move", "sums": move["sums"]})
+        game = act({"type": "stop"})
+    return game
 
 
 def play_out(client: FlaskClient, game: Json, tokens: dict[int, str]) -> Json:
@@ -183,14 +204,19 @@ def test_rated_games_need_accounts_and_server_dice(client: FlaskClient) -> None:
         json={
             "players": [{"account": "ann"}, {"name": "Robo", "bot": "expert"}],
             "rated": True,
+            "clock": CLOCK,
             "dice": "manual",
         },
         headers=bearer(ann),
     )
     assert manual.status_code == 422
-    anonymous = client.post("/v1/games", json={"players": ["Ann", "Bob"], "rated": True})
+    anonymous = client.post(
+        "/v1/games", json={"players": ["Ann", "Bob"], "rated": True, "clock": CLOCK}
+    )
     assert anonymous.status_code == 422
-    rated_lobby = client.post("/v1/games", json={"seats": 2, "rated": True}, headers=bearer(ann))
+    rated_lobby = client.post(
+        "/v1/games", json={"seats": 2, "rated": True, "clock": CLOCK}, headers=bearer(ann)
+    )
     assert rated_lobby.status_code == 201
     game_id = rated_lobby.get_json()["game"]["id"]
     nameless = client.post(f"/v1/games/{game_id}/players", json={"name": "Guest"})
@@ -213,7 +239,11 @@ def test_a_rated_game_against_expert_rates_both_once_and_the_export_recomputes_t
     ann = sign_up(client, "ann")
     created = client.post(
         "/v1/games",
-        json={"players": [{"account": "ann"}, {"name": "Robo", "bot": "expert"}], "rated": True},
+        json={
+            "players": [{"account": "ann"}, {"name": "Robo", "bot": "expert"}],
+            "rated": True,
+            "clock": CLOCK,
+        },
         headers=bearer(ann),
     )
     assert created.status_code == 201, created.get_json()
@@ -309,9 +339,16 @@ def test_a_rated_games_ratings_change_once_when_workers_race_at_its_end(
         tokens = {h: sign_up(client, h) for h in ("ann", "bob")}
         for _ in range(3):
             lobby = client.post(
-                "/v1/games", json={"seats": 2, "rated": True}, headers=bearer(tokens["ann"])
+                "/v1/games",
+                json={"seats": 2, "rated": True, "clock": CLOCK},
+                headers=bearer(tokens["ann"]),
             ).get_json()["game"]
-            client.post(f"/v1/games/{lobby['id']}/players", json={}, headers=bearer(tokens["bob"]))
+            game = client.post(
+                f"/v1/games/{lobby['id']}/players", json={}, headers=bearer(tokens["bob"])
+            ).get_json()["game"]
+            by_seat = {p["seat"]: tokens[p["account"]] for p in game["players"]}
+            for _ in range(2):  # each plays a turn: a game resigned before is aborted (1.3)
+                game = play_a_turn(client, game, by_seat)
             resigned = client.post(
                 f"/v1/games/{lobby['id']}/actions",
                 json={"type": "resign"},

@@ -108,7 +108,11 @@ def test_declined_canceled_and_expired_challenges_make_no_game(
 
 def test_a_built_in_bot_accepts_at_once(client: FlaskClient) -> None:
     ann = sign_up(client, "ann")
-    made = client.post("/v1/challenges", json={"to": "expert", "rated": True}, headers=bearer(ann))
+    made = client.post(
+        "/v1/challenges",
+        json={"to": "expert", "rated": True, "clock": {"turn_seconds": 60}},
+        headers=bearer(ann),
+    )
     assert made.status_code == 201, made.get_json()
     challenge = made.get_json()
     assert challenge["status"] == "accepted" and challenge["game_id"] is not None

@@ -217,6 +217,7 @@ def record_games_of_every_kind(r: Recorder) -> None:
         {
             "players": [{"account": "ann"}, {"name": "Robo", "bot": "random"}],
             "rated": True,
+            "clock": {"turn_seconds": 3600},
             "rules": short,
         },
         ann["token"],

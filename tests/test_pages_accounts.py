@@ -124,17 +124,35 @@ def sign_up(page: Page, handle: str) -> str:
 
 
 def rated_game_lost_at_once(server: Server, token: str, handle: str) -> str:
-    """A rated game against the expert in the one-column pool, which ``handle`` resigns at once
-    (unless the expert, moving first, wins it before): it finishes, and it is rated."""
+    """A rated game against the expert in the one-column pool, which ``handle`` (seat 0)
+    resigns once both seats have played a turn (resigned before, it would be aborted and rate
+    nobody, contract 1.3), unless it ends before: it finishes, and it is rated."""
     body = {
         "players": [{"account": handle}, {"name": "Expert", "bot": "expert"}],
         "rules": {"columns_to_win": 1},
         "rated": True,
+        "clock": {"turn_seconds": 3600},
     }
     game_id = str(server.api("POST", "/v1/games", body, token)["game"]["id"])
-    resign = {"type": "resign"}
-    send(server.port, "POST", f"/v1/games/{game_id}/actions", resign, auth(token))
-    poll(lambda: server.api("GET", f"/v1/games/{game_id}")["status"] == "finished", STEP_TIMEOUT)
+    path = f"/v1/games/{game_id}"
+
+    def mine() -> Any:  # the game once it is seat 0's turn to roll, or over
+        state = server.api("GET", path)
+        over = state["status"] == "finished"
+        turn = state["turn"]
+        return state if over or (turn["player"] == 0 and turn["phase"] == "roll") else None
+
+    played = False
+    while poll(mine, STEP_TIMEOUT)["status"] != "finished":
+        if played:  # and the expert has played since (or before)
+            send(server.port, "POST", f"{path}/actions", {"type": "resign"}, auth(token))
+            continue
+        after = server.api("POST", f"{path}/actions", {"type": "roll"}, token)["game"]
+        if after["turn"] is not None and after["turn"]["player"] == 0:  # no bust: move, stop
+            move = next(a for a in after["legal_actions"] if a["type"] == "move")
+            server.api("POST", f"{path}/actions", {"type": "move", "sums": move["sums"]}, token)
+            server.api("POST", f"{path}/actions", {"type": "stop"}, token)
+        played = True
     return game_id
 
 
@@ -324,7 +342,8 @@ def test_an_open_seat_of_a_rated_game_is_taken_as_the_account_from_the_lobby(
     """Bob opens a rated lobby game (through the API). A guest cannot take its seat; Cat, signed
     in, joins from the lobby, plays it as her account, and a sign-in ended elsewhere is said."""
     bob = server.api("POST", "/v1/accounts", {"handle": "bob", "password": PASSWORD})["token"]
-    created = server.api("POST", "/v1/games", {"seats": 2, "rated": True}, bob)
+    rated = {"seats": 2, "rated": True, "clock": {"turn_seconds": 3600}}
+    created = server.api("POST", "/v1/games", rated, bob)
     game_id = created["game"]["id"]
     with context(browser, server) as (ctx, watch):
         page = ctx.new_page()

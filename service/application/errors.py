@@ -47,3 +47,21 @@ class NotYourSeat(ApplicationError):
     """A token that does not hold the seat it asks to give back."""
 
     code = "not_your_seat"
+
+
+class NotWitnessed(ApplicationError):
+    """An imported game: this server did not see it played, so it signs nothing of it."""
+
+    code = "imported_game"
+
+
+class RatedNeedsClock(ApplicationError):
+    """A rated game without a turn clock: a losing player could stall it for ever (1.3)."""
+
+    code = "rated_needs_clock"
+
+
+class RatedGameInProgress(ApplicationError):
+    """The expert's advice and analysis are closed while a rated game is played (1.3)."""
+
+    code = "rated_game_in_progress"

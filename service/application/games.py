@@ -51,6 +51,9 @@ from service.application.errors import (
     ConcurrentAction,
     IdempotencyKeyReused,
     NotFound,
+    NotWitnessed,
+    RatedGameInProgress,
+    RatedNeedsClock,
     ReadOnly,
     Unauthorized,
     VersionConflict,
@@ -212,6 +215,14 @@ def check_bots(players: Any) -> None:
             except strategies.UnknownStrategy as exc:
                 known = ", ".join(s.id for s in strategies.list())
                 raise InvalidRequest(f"{exc}; the bots are {known}") from None
+
+
+def check_rated_clock(setup: NewGame) -> None:
+    """A new rated game needs a turn clock (contract 1.3): without one a losing player can
+    stall it until it is abandoned, which rates nobody. A rule for games made from now on,
+    not one of the game's rules: histories recorded before it still replay."""
+    if setup.rated is True and setup.clock is None:
+        raise RatedNeedsClock('a rated game needs a turn clock: add "clock": {"turn_seconds": T}')
 
 
 def _vault_damage(vault: Vault) -> str | None:
@@ -646,6 +657,28 @@ class Games(Application[uuid.UUID]):
         if self.is_imported(game_id):
             raise ReadOnly("this game was imported: it can be read, not played")
 
+    def refuse_unwitnessed(self, game_id: uuid.UUID) -> None:
+        """A receipt says this server recorded a version: it saw nothing of an imported game."""
+        if self.is_imported(game_id):
+            raise NotWitnessed(
+                "this game was imported: this server did not see it played, so it signs no "
+                "receipt of it (its export's hash chain and seed are checked by its /audit)"
+            )
+
+    def refuse_rated_in_progress(self, game_id: uuid.UUID) -> None:
+        """The expert's advice and analysis are closed to everyone while a rated game is
+        unfinished (contract 1.3): its rating must measure the players, not who asked. An
+        imported copy of such a game never finishes, so it stays closed. NotFound first."""
+        if not self.at_creation(game_id).rated:
+            return
+        with self.owned(game_id) as latest:
+            finished = latest.status == "finished"
+        if not finished:
+            raise RatedGameInProgress(
+                "this rated game is being played: the expert's advice and analysis open to "
+                "everyone once it is finished"
+            )
+
     def _vault(self, game_id: uuid.UUID) -> Vault:
         try:
             vault: Aggregate = self.repository.get(vault_id(game_id))
@@ -747,6 +780,7 @@ class Games(Application[uuid.UUID]):
         transaction (the challenge accepted, the seeks paired): all or nothing
         (IntegrityError when another request changed one first)."""
         check_bots(setup.players or ())
+        check_rated_clock(setup)
         game_id = uuid.uuid4() if game_id is None else game_id
         committed_at: str | None = None
         server_seed: str | None
@@ -781,6 +815,7 @@ class Games(Application[uuid.UUID]):
         """Refuse (InvalidRequest) a setup that could not start a game, recording nothing: for
         what makes a game later (a challenge, a seek, a seed commitment's game)."""
         check_bots(setup.players or ())
+        check_rated_clock(setup)
         Game.start(uuid.uuid4(), setup, server_seed="0" * 64, draw=_dicer("0" * 64, "check"))
 
     def take_commitment(self, setup: NewGame, seed_commitment: str) -> tuple[str, str]:

@@ -122,6 +122,8 @@ class NoticesView(View):
         """Each event, with a challenge's state as of that event (what its notice shows)."""
         out: list[tuple[Any, dict[str, Any] | None]] = []
         for _, event in items:
+            if isinstance(event, Game.GameCreated) and self.games.is_imported(event.originator_id):
+                continue  # an imported game sends nothing (1.3): without its row, nor do its events
             shown = None
             if get_topic(type(event)) in CHALLENGE_TOPICS:
                 found: Any = self.games.repository.get(

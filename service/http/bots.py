@@ -25,5 +25,8 @@ def list_bots() -> Response:
 
 @bots_api.get("/v1/games/<game_id>/advice")
 def advice(game_id: str) -> Response:
-    answer = runtime().advisor.advice(parse_game_id(game_id), version_arg())
+    """For the player to act; closed to everyone while a rated game is played (contract 1.3)."""
+    gid = parse_game_id(game_id)
+    runtime().games.refuse_rated_in_progress(gid)
+    answer = runtime().advisor.advice(gid, version_arg())
     return json_response(answer, headers={"ETag": f'"{answer["version"]}"'})

@@ -225,10 +225,12 @@ def act(game_id: str) -> Response:
 
 @games_api.get("/v1/games/<game_id>/receipt")
 def receipt(game_id: str) -> Response:
-    """The signed receipt of the game's current version (contract 1.2)."""
+    """The signed receipt of the game's current version (contract 1.2); none of an imported
+    game (409 imported_game, contract 1.3)."""
     gid = parse_game_id(game_id)
     games = runtime().games
     version = games.state(gid)["version"]
+    games.refuse_unwitnessed(gid)
     [last] = games.history(gid, after=version - 1, limit=1)
     signed = runtime().receipts.sign(str(gid), last["version"], last["hash"], last["at"])
     return json_response(signed, headers=etag(last["version"]))

@@ -1,13 +1,14 @@
 """Request rate limits (``CANTSTOP_RATE_LIMITS``, parsed by ``service.config.parse_limits``),
 enforced by Flask-Limiter with fixed windows.
 
-- ``create`` covers ``POST /v1/games``, ``POST /v1/games/import`` and ``POST /v1/seed-commitments``,
-  counted per client address; ``action`` covers ``POST /v1/games/{id}/actions``, counted per seat
-  token (by its SHA-256; per address when no token is sent); ``audit`` covers what works through
-  a whole history, whose cost grows with a game's length and which anyone may ask for: ``GET
-  /v1/games/{id}/audit``, ``/export``, ``/analysis`` and ``/record-sheet`` (the pages'
-  record-sheet files too)
-  and ``POST /v1/transcripts/verify``, counted per client address; ``signin`` covers sign-up
+- ``create`` covers ``POST /v1/games``, ``POST /v1/games/import`` and ``POST
+  /v1/seed-commitments``, counted per client address; ``action`` covers ``POST
+  /v1/games/{id}/actions``, counted per seat token (by its SHA-256; per address when no token is
+  sent); ``audit`` covers what works through a whole history, whose cost grows with a game's
+  length and which anyone may ask for: ``GET /v1/games/{id}/audit``, ``/export``, ``/analysis``
+  and ``/record-sheet`` (the pages' record-sheet files too), ``POST /v1/transcripts/verify`` and
+  ``POST /v1/games/import`` (an audit of the whole export; it counts as a creation too), counted
+  per client address, and on by default (120 a minute, contract 1.3); ``signin`` covers sign-up
   (``POST /v1/accounts``) and sign-in (``POST /v1/tokens``), counted twice: per handle (in lower
   case) and per client address. ``signin`` is on by default (10 a minute), even when the others
   are off: it is what stands between a password and someone guessing it. ``challenge`` covers
@@ -44,6 +45,7 @@ SCOPES: dict[str, tuple[str, ...]] = {
         "sheets.sheet",
         "pages.record_sheet_file",
         "transcripts.verify_transcript",
+        "audit.import_game",
     ),
 }
 

@@ -84,6 +84,7 @@ REASONS = {
     "last_player": "last player left",
     "resigned": "everyone resigned",
     "abandoned": "abandoned",
+    "aborted": "aborted: ended before every seat had played",
 }
 
 _NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")

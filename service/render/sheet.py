@@ -51,7 +51,10 @@ def _turns(n: int) -> str:
 
 
 # How a game of several players ended without a winner, where the reason says more than that.
-NO_WINNER = {"abandoned": "Abandoned: no winner"}  # nothing recorded for too long
+NO_WINNER = {
+    "abandoned": "Abandoned: no winner",  # nothing recorded for too long
+    "aborted": "Aborted: no winner, not rated",  # a rated game ended before all had played
+}
 
 
 def result_lines(sheet: RecordSheet) -> list[str]:

@@ -12,7 +12,9 @@ heuristic, as Glenn & Aloi state it) over the JSON state the server sends.
     python clients/python/examples/reference_bot.py --seek           # play until Ctrl-C
 
 Options: ``--challenge HANDLE`` challenges an account on start; ``--games N`` stops after N
-games finished (for tests and trials); ``--workers N`` games handled at once (default 4).
+games finished (for tests and trials); ``--workers N`` games handled at once (default 4);
+``--rated`` makes its seek and its challenge ask for rated games, which need a turn clock:
+``--clock SECONDS`` (default 60; any game's clock with ``--clock`` alone).
 """
 
 from __future__ import annotations
@@ -115,8 +117,20 @@ class Bot:
     game never holds up the stream (or the other games); one game is played by one thread at a
     time (two notices for the same game would otherwise race to act)."""
 
-    def __init__(self, client: Client, *, workers: int, seek: bool, games: int | None) -> None:
+    def __init__(
+        self,
+        client: Client,
+        *,
+        workers: int,
+        seek: bool,
+        games: int | None,
+        rated: bool = False,
+        clock: int | None = None,
+    ) -> None:
         self.client = client
+        # What its seek and its challenge ask for: a rated game needs a clock (contract 1.3).
+        self.rated = rated
+        self.clock = {"turn_seconds": clock or 60} if rated or clock else None
         self.handle = str(client.account()["handle"])
         self.seek = seek
         self.games_wanted = games
@@ -151,7 +165,9 @@ class Bot:
         if not self.started:
             self.started = True
             if self.challenge_on_start is not None:
-                sent = self.client.challenge(self.challenge_on_start)
+                sent = self.client.challenge(
+                    self.challenge_on_start, rated=self.rated or None, clock=self.clock
+                )
                 self.log(f"challenged {self.challenge_on_start}: {sent['status']} ({sent['id']})")
             if self.seek:
                 self.place_seek()
@@ -201,7 +217,7 @@ class Bot:
 
     def place_seek(self) -> None:
         try:
-            placed = self.client.seek(players=2)
+            placed = self.client.seek(players=2, rated=self.rated or None, clock=self.clock)
         except ApiError as exc:
             self.log(f"no seek placed: {exc.code}")
             return
@@ -277,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--games", type=int, help="stop after this many games finished")
     parser.add_argument("--workers", type=int, default=4, help="games played at once")
     parser.add_argument("--sign-up", metavar="HANDLE", help="create a bot account, print its token")
+    parser.add_argument("--rated", action="store_true", help="seek and challenge for rated games")
+    parser.add_argument("--clock", type=int, metavar="SECONDS", help="a turn's time (rated: 60)")
     args = parser.parse_args(argv)
     with Client(args.url, args.token) as client:
         if args.sign_up:
@@ -284,7 +302,14 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if not args.token:
             parser.error("a bot account's token: --token or CANTSTOP_TOKEN (see --sign-up)")
-        bot = Bot(client, workers=args.workers, seek=args.seek, games=args.games)
+        bot = Bot(
+            client,
+            workers=args.workers,
+            seek=args.seek,
+            games=args.games,
+            rated=args.rated,
+            clock=args.clock,
+        )
         try:
             bot.run(args.challenge)
         except KeyboardInterrupt:

@@ -160,8 +160,8 @@ def game_summary(entry: Mapping[str, Any], state: Mapping[str, Any] | None) -> d
         winner = state.get("winner") if state else None
         if winner is not None and state:
             outcome = f"{names[winner]} won"
-        elif state and state.get("finish_reason") == "abandoned":
-            outcome = "abandoned"
+        elif state and state.get("finish_reason") in ("abandoned", "aborted"):
+            outcome = str(state["finish_reason"])
         else:
             outcome = "finished"
     else:

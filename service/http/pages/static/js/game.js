@@ -145,8 +145,9 @@ function render() {
   renderBoard();
   renderPlayers();
   renderAnalysis();
-  show($("#advice"), state.status === "in_progress");
-  if (adviceOpen) loadAdvice();
+  // No advice in a rated game (contract 1.3): it would rate who asked, not who played.
+  show($("#advice"), state.status === "in_progress" && !state.rated);
+  if (adviceOpen && !state.rated) loadAdvice();
 }
 
 function renderDice() {

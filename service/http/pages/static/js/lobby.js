@@ -114,7 +114,10 @@ function myGameCard(entry, state) {
   if (status === "finished") {
     if (state && state.winner !== null && state.winner !== undefined) {
       standing = state.winner === entry.seat ? "you won" : `${names[state.winner]} won`;
-    } else standing = state && state.finish_reason === "abandoned" ? "abandoned" : "finished";
+    } else {
+      const reason = state && state.finish_reason;
+      standing = reason === "abandoned" || reason === "aborted" ? reason : "finished";
+    }
   } else if (status === "in_progress") {
     const turn = state && state.turn ? state.turn.player : null;
     standing = turn === entry.seat ? "your turn" : turn === null ? "in progress" : `${names[turn]}'s turn`;
@@ -333,6 +336,7 @@ async function createGame(event) {
 function ratedRefusal(rated, manual, rows) {
   if (!rated) return null;
   if (manual) return "A rated game uses the server's dice: choose them, or play unrated.";
+  if (!$("#clock-on").checked) return "A rated game has a turn clock: limit each turn, or play unrated.";
   if (rows.some((r) => r.kind === "person")) {
     return "A rated game seats accounts only: make each person's seat an open seat, which they take signed in.";
   }
@@ -594,6 +598,12 @@ for (const radio of $$("input[name=dice]")) {
 }
 $("#opponent-rows").addEventListener("input", syncFirstPlayer);
 $("#clock-on").addEventListener("change", (e) => show($("#clock-field"), e.currentTarget.checked));
+// A rated game needs a turn clock (contract 1.3): choosing one turns the clock on.
+$("#rated").addEventListener("change", (e) => {
+  if (!e.currentTarget.checked) return;
+  $("#clock-on").checked = true;
+  show($("#clock-field"), true);
+});
 $("#dice-faces").addEventListener("change", (e) => {
   $("#columns-to-win").max = e.currentTarget.value === "8" ? "15" : "11";
 });

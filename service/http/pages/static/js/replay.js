@@ -450,8 +450,13 @@ async function reopen() {
   follow();
 }
 
-/** The expert's view of the game so far (analysis.js); each mark steps the replay to it. */
+/** The expert's view of the game so far (analysis.js); each mark steps the replay to it. Closed
+ * while a rated game is played (contract 1.3): it names the expert's best choice. */
 function analysis() {
+  if (latest.rated && latest.status !== "finished") {
+    fill($("#analysis"), h("p", { class: "muted" }, "The expert's view of a rated game opens when it is finished."));
+    return;
+  }
   const names = latest.players.map((p) => (p.name === null ? `Seat ${p.seat}` : p.name));
   showAnalysis($("#analysis"), gameId, names, (v) => `#version=${v}`);
 }

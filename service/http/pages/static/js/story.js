@@ -9,6 +9,7 @@ const REASONS = {
   last_player: "the last player left",
   resigned: "everyone resigned",
   abandoned: "the game was abandoned",
+  aborted: "aborted before every seat had played a turn: not rated",
 };
 
 function who(state, seat) {
