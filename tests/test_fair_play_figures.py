@@ -362,3 +362,18 @@ def test_a_thousand_requests_search_once_a_second_and_read_the_pool_once(
     assert all(a.get_json() == first for a in answers)
     assert fair_play.summarised == 1 and fair_play.pool_reads == 1
     assert fair_play.searches <= 1 + elapsed / SCAN_EVERY
+
+
+def test_an_analysis_kept_without_runner_up_values_is_passed_over_and_the_rest_count(
+    client: FlaskClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    ann, bob = sign_up(client, "ann"), sign_up(client, "bob")
+    old, new = (rated_game(client, ann, bob) for _ in range(2))
+    for game_id in (old, new):
+        one_turn_each_then_resign(client, game_id, {"ann": ann, "bob": bob})
+    before = [{k: v for k, v in d.items() if k != "value_second"} for d in decisions(0, 5, 5)]
+    keep(client, old, before)  # kept by a version before value_second
+    keep(client, new, decisions(0, 3, 2) + decisions(1, 3, 1))
+    [pool] = figures(client, "ann")["pools"]
+    assert (pool["games"], pool["contested"], pool["matched"]) == (1, 3, 2)
+    assert f"game {old} is not summarised" in caplog.text

@@ -9,6 +9,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,11 +22,19 @@ from cantstop_client.verify import signature_problem
 from flask import Flask
 from flask.testing import FlaskClient
 
+from domain.errors import InvalidRequest
+from domain.game import parse_at
+from service.application import challenges as challenges_module
+from service.application import seeks as seeks_module
+from service.application.accounts import Principal
+from service.application.challenges import MAX_PENDING_OUT, TooManyChallenges
+from service.application.seeks import MAX_OPEN, TooManySeeks
 from service.application.webhooks import system_resolver
 from service.config import Settings
 from service.http.app import create_app
 from service.runtime import Runtime
 from tests.support.http import bearer
+from tests.support.polling import poll
 
 Json = dict[str, Any]
 PASSWORD = "correct horse battery"
@@ -246,3 +259,162 @@ def test_closing_with_an_account_only_token_gives_up_every_seat_and_kills_seat_t
     assert claimed.status_code in (200, 201), claimed.get_json()
     assert client.get("/v1/accounts/ann").get_json()["closed"] is True
     assert client.get("/v1/account", headers=bearer(ann)).status_code == 401
+
+
+# ------------------------------------------------------- caps, expiry and its announcement
+@pytest.fixture
+def two_hosts(database_url: str) -> Any:
+    """Two applications on one store, as two hosts are."""
+    one = create_app(Settings(database_url=database_url), create_tables=True)
+    two = create_app(Settings(database_url=database_url))
+    yield runtime_of(one), runtime_of(two), one.test_client()
+    runtime_of(one).close()
+    runtime_of(two).close()
+
+
+def principal(rt: Runtime, token: str) -> Principal:
+    return rt.accounts.authenticate(token)
+
+
+def race(calls: Sequence[Callable[[], Any]]) -> list[Any]:
+    """Run every call at once, each in its thread: what each returned, or the error raised."""
+    barrier = threading.Barrier(len(calls))
+    results: list[Any] = [None] * len(calls)
+
+    def run(index: int) -> None:
+        barrier.wait()
+        try:
+            results[index] = calls[index]()
+        except Exception as exc:  # the refusals are what is counted
+            results[index] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    return results
+
+
+def notices_of(rt: Runtime, handle: str, kind: str) -> list[Json]:
+    rt.views.catch_up(rt.notices_view)
+    return [n.data for n in rt.notices.after(handle, 0, 1000) if n.type == kind]
+
+
+def test_racing_challenges_on_two_hosts_leave_exactly_the_cap_pending(two_hosts: Any) -> None:
+    one, two, client = two_hosts
+    ann = sign_up(client, "ann")
+    targets = ["foe0", "foe1", "foe2"]
+    for handle in targets:
+        sign_up(client, handle, bot=True)
+    me = principal(one, ann)
+    hosts = [one, two] * 18
+    calls = [
+        partial(rt.challenges.issue, me, targets[i % 3], None, False, None)
+        for i, rt in enumerate(hosts)
+    ]
+    results = race(calls)
+    issued = [r for r in results if isinstance(r, dict)]
+    refused = [r for r in results if isinstance(r, TooManyChallenges)]
+    assert (len(issued), len(refused)) == (MAX_PENDING_OUT, 36 - MAX_PENDING_OUT), results
+    listing = client.get("/v1/challenges", headers=bearer(ann)).get_json()
+    assert len(listing["outgoing"]) == MAX_PENDING_OUT
+    # Answered ones give their slots back: one cancelled, one more goes through.
+    client.post(f"/v1/challenges/{issued[0]['id']}/cancel", headers=bearer(ann))
+    assert isinstance(one.challenges.issue(me, targets[0], None, False, None), dict)
+    with pytest.raises(TooManyChallenges):
+        two.challenges.issue(me, targets[1], None, False, None)
+
+
+def test_racing_identical_seeks_on_two_hosts_make_one_seek(two_hosts: Any) -> None:
+    one, two, client = two_hosts
+    ann = sign_up(client, "ann")
+    me = principal(one, ann)
+    same = [partial(rt.seeks.place, me, None, 3, False, None) for rt in [one, two] * 4]
+    results = race(same)
+    placed = [r for r in results if isinstance(r, dict)]
+    assert len(placed) == 1, results
+    assert all(isinstance(r, InvalidRequest) for r in results if not isinstance(r, dict))
+    # Twelve different kinds of game at once: the cap of open seeks holds too.
+    kinds = [
+        partial(rt.seeks.place, me, None, 3, False, {"turn_seconds": 30 + n})
+        for n, rt in enumerate([one, two] * 6)
+    ]
+    results = race(kinds)
+    placed += [r for r in results if isinstance(r, dict)]
+    assert len(placed) == MAX_OPEN, results
+    assert sum(isinstance(r, TooManySeeks) for r in results) == 12 - (MAX_OPEN - 1)
+    open_ = [
+        s
+        for s in placed
+        if client.get(f"/v1/seeks/{s['id']}", headers=bearer(ann)).get_json()["status"] == "open"
+    ]
+    assert len(open_) == MAX_OPEN
+
+
+def test_expired_challenges_stop_counting_and_are_announced_once(
+    two_hosts: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one, two, client = two_hosts
+    ann, bob = sign_up(client, "ann"), sign_up(client, "bob")
+    sign_up(client, "cy")
+    one.webhooks.resolver = lambda host, port: [PUBLIC_ADDRESS]
+    hook = one.webhooks.create("ann", "https://hooks.example/in", ["challenge_expired"])
+    monkeypatch.setattr(challenges_module, "TTL", timedelta(seconds=1))
+    me = principal(one, ann)
+    issued = [
+        one.challenges.issue(me, "bob" if i % 2 else "cy", None, False, None)
+        for i in range(MAX_PENDING_OUT)
+    ]
+    with pytest.raises(TooManyChallenges):
+        one.challenges.issue(me, "bob", None, False, None)
+    # Once their time is up they count no more, recorded or not.
+    monkeypatch.setattr(challenges_module, "TTL", timedelta(minutes=10))
+    last = parse_at(issued[-1]["expires_at"])
+    poll(lambda: datetime.now(UTC) > last, 5)
+    live = one.challenges.issue(me, "bob", None, False, None)
+    assert client.get("/v1/challenges", headers=bearer(ann)).get_json()["outgoing"] == [live]
+    # Two schedulers record the expiries at the same moment: each once.
+    for rt in (one, two):
+        rt.views.catch_up(rt.challenges.pending)
+    counts = race([one.challenges.expire_due, two.challenges.expire_due])
+    assert sum(counts) == MAX_PENDING_OUT, counts
+    assert one.challenges.expire_due() == two.challenges.expire_due() == 0
+    mine = notices_of(one, "ann", "challenge_expired")
+    assert len(mine) == MAX_PENDING_OUT
+    assert {n["challenge"]["status"] for n in mine} == {"expired"}
+    assert len({n["challenge"]["id"] for n in mine}) == MAX_PENDING_OUT
+    assert len(notices_of(one, "bob", "challenge_expired")) == MAX_PENDING_OUT // 2
+    assert len(notices_of(one, "cy", "challenge_expired")) == MAX_PENDING_OUT // 2
+    queued = one.webhooks.deliveries("ann", hook.webhook.id, 100)
+    assert len(queued) == MAX_PENDING_OUT  # one delivery per notice
+    # An expired challenge cannot be accepted, and stays expired.
+    old = next(n["challenge"]["id"] for n in mine if n["challenge"]["to"] == "bob")
+    late = client.post(f"/v1/challenges/{old}/accept", headers=bearer(bob))
+    assert (late.status_code, late.get_json()["code"]) == (409, "challenge_not_pending")
+    assert client.get(f"/v1/challenges/{old}", headers=bearer(ann)).get_json()["status"] == (
+        "expired"
+    )
+
+
+def test_an_expired_seek_is_announced_once(two_hosts: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    one, two, client = two_hosts
+    ann = sign_up(client, "ann")
+    monkeypatch.setattr(seeks_module, "TTL", timedelta(seconds=0.5))
+    seek = one.seeks.place(principal(one, ann), None, 3, False, None)
+    poll(
+        lambda: (
+            one.seeks.get(principal(one, ann), uuid.UUID(seek["id"])).status_at(datetime.now(UTC))
+            == "expired"
+        ),
+        5,
+    )
+    for rt in (one, two):
+        rt.views.catch_up(rt.seeks.pool)
+    assert sorted(race([one.seeks.expire_due, two.seeks.expire_due])) == [0, 1]
+    notices = notices_of(one, "ann", "seek_expired")
+    assert len(notices) == 1 and notices[0]["seek"]["id"] == seek["id"]
+    assert notices[0]["seek"]["status"] == "expired"
+    # Its slot is free again: the same seek can be placed anew.
+    monkeypatch.setattr(seeks_module, "TTL", timedelta(minutes=10))
+    assert one.seeks.place(principal(one, ann), None, 3, False, None)["status"] == "open"

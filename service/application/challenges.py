@@ -9,9 +9,15 @@ game (its id derived from the challenge's) in one transaction, so of two accepta
 acceptance and a cancellation, exactly one is recorded and the other is told the challenge is
 no longer pending.
 
-A pending challenge expires ``TTL`` after it was issued. Expiry is read, not recorded: the
-challenge is served as ``expired`` from then on and can no longer be accepted; nothing needs to
-run at that moment.
+A pending challenge expires ``TTL`` after it was issued: from then on it is served as
+``expired`` and can no longer be accepted, and the scheduler records its ``Expired`` (any number
+of schedulers: the store takes one, as it takes one of two answers), which announces it to both
+accounts (``challenge_expired``) and takes it off the pending list.
+
+At most ``MAX_PENDING_OUT`` pending challenges per challenger, counted by slots
+(``persistence.slots``): taken by a conditional write before the challenge is recorded, given
+back when it is answered or expired, so that the cap holds under any race and only live
+challenges count.
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from typing import Any
 from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.domain import Aggregate, event
 from eventsourcing.persistence import IntegrityError
-from eventsourcing.utils import get_topic
+from eventsourcing.postgres import PostgresApplicationRecorder
+from eventsourcing.utils import get_topic, strtobool
 
 from domain.commands import NewGame
 from domain.errors import InvalidRequest
@@ -34,11 +41,13 @@ from domain.rules import normalize_rules
 from service.application.accounts import BOTS, Accounts, Principal
 from service.application.errors import ApplicationError, NotFound
 from service.application.games import Games
+from service.persistence.slots import Slots
 from service.persistence.views import Sql, View, Views
 
 TTL = timedelta(minutes=10)
 MAX_PENDING_OUT = 20  # pending challenges one account may have issued at a time
 CHALLENGE_GAME_NAMESPACE = uuid.UUID("8b1f3c55-2d7e-4a90-9e61-5c0a7d3b2f14")
+EXPIRE_BATCH = 100  # expired challenges recorded per poll
 
 
 class ChallengeNotPending(ApplicationError):
@@ -49,6 +58,16 @@ class ChallengeNotPending(ApplicationError):
 
 class TooManyChallenges(ApplicationError):
     code = "too_many_challenges"
+
+
+def slots_of(games: Games) -> Slots:
+    """The caps' slots, in the store's database (created unless the store's tables are not)."""
+    recorder: Any = games.recorder
+    dialect = "postgres" if isinstance(recorder, PostgresApplicationRecorder) else "sqlite"
+    slots = Slots(recorder.datastore, dialect)
+    if strtobool(games.env.get("CREATE_TABLE") or "yes"):
+        slots.create_table()
+    return slots
 
 
 def challenge_game_id(challenge_id: uuid.UUID) -> uuid.UUID:
@@ -91,6 +110,10 @@ class Challenge(Aggregate):
     def cancel(self) -> None:
         self.status = "canceled"
 
+    @event("Expired")
+    def expire(self) -> None:
+        self.status = "expired"
+
     def status_at(self, now: datetime) -> str:
         if self.status == "pending" and parse_at(self.expires_at) <= now:
             return "expired"
@@ -121,6 +144,7 @@ CHALLENGE_TOPICS = tuple(
         Challenge.Accepted,  # type: ignore[attr-defined]
         Challenge.Declined,  # type: ignore[attr-defined]
         Challenge.Canceled,  # type: ignore[attr-defined]
+        Challenge.Expired,  # type: ignore[attr-defined]
     )
 )
 
@@ -189,6 +213,7 @@ class Challenges:
         self.accounts = accounts
         self.views = views
         self.pending = PendingChallenges()
+        self.slots = slots_of(games)
 
     def get(self, principal: Principal, challenge_id: uuid.UUID) -> Challenge:
         """The challenge, to one of its two accounts (anyone else: 404, as for no challenge)."""
@@ -221,16 +246,28 @@ class Challenges:
         normalized = normalize_rules(rules, 2).to_dict()
         setup = self._setup(principal.handle, target.handle, normalized, rated, clock)
         self.games.judge(setup)
-        _, outgoing = self.pending.of(self.views, principal.handle)
-        if len(outgoing) >= MAX_PENDING_OUT:
-            raise TooManyChallenges(
-                f"you have {len(outgoing)} pending challenges: cancel one, or wait for answers"
-            )
-        expires = format_at(datetime.now(UTC) + TTL)
+        now = datetime.now(UTC)
+        expires = format_at(now + TTL)
         challenge = Challenge(principal.handle, target.handle, normalized, rated, clock, expires)
         if target.handle.lower() in BOTS:  # a built-in bot accepts at once, in the same save
             return self._accept(challenge).challenge
-        self.games.save(challenge)
+        holder = str(challenge.id)
+        refused = self.slots.take(
+            principal.handle.lower(),
+            holder,
+            (now + TTL).timestamp(),
+            now.timestamp(),
+            [("challenge", [str(i) for i in range(MAX_PENDING_OUT)])],
+        )
+        if refused is not None:
+            raise TooManyChallenges(
+                f"you have {MAX_PENDING_OUT} pending challenges: cancel one, or wait for answers"
+            )
+        try:
+            self.games.save(challenge)
+        except BaseException:
+            self.slots.release([holder])  # nothing recorded: nothing held
+            raise
         return challenge.as_json()
 
     def accept(self, principal: Principal, challenge_id: uuid.UUID) -> Accepted:
@@ -254,6 +291,7 @@ class Challenges:
             raise ChallengeNotPending(
                 f"challenge {challenge.id} was answered meanwhile: it is no longer pending"
             ) from None
+        self.slots.release([str(challenge.id)])
         return Accepted(challenge.as_json(), state)
 
     def decline(self, principal: Principal, challenge_id: uuid.UUID) -> dict[str, Any]:
@@ -319,7 +357,39 @@ class Challenges:
             raise ChallengeNotPending(
                 f"challenge {challenge.id} was answered meanwhile: it is no longer pending"
             ) from None
+        self.slots.release([str(challenge.id)])
         return challenge.as_json()
+
+    def expire_due(self) -> int:
+        """Record ``Expired`` on pending challenges whose time is up (the scheduler, at each
+        poll): how many this process recorded. Racing schedulers, or an answer at the same
+        moment, are refused by the store: each challenge gets one ending."""
+        now = datetime.now(UTC)
+
+        def run(sql: Sql) -> list[Any]:
+            return sql.all(
+                "SELECT challenge_id FROM {pending} WHERE expires_at <= ? ORDER BY seq LIMIT ?",
+                [format_at(now), EXPIRE_BATCH],
+            )
+
+        expired = 0
+        for row in self.views.read(self.pending, run, fresh=False):
+            try:
+                found: Any = self.games.repository.get(uuid.UUID(row["challenge_id"]))
+            except AggregateNotFoundError:
+                continue
+            if not isinstance(found, Challenge) or found.status_at(now) != "expired":
+                continue
+            if found.status != "pending":
+                continue  # recorded already; the view is behind
+            found.expire()
+            try:
+                self.games.save(found)
+            except IntegrityError:
+                continue  # expired by another scheduler, or answered, first
+            self.slots.release([str(found.id)])
+            expired += 1
+        return expired
 
     @staticmethod
     def _setup(

@@ -38,6 +38,7 @@ from service.application.analyst import Analyst, StoredAnalyses
 from service.application.errors import ApplicationError, NotFound
 from service.application.games import Games
 from service.application.standings import RatingsView
+from service.persistence.errors import StoreUnavailable
 from service.persistence.tables import SideTable
 from service.persistence.views import Sql, Views
 
@@ -150,9 +151,11 @@ class FairPlay:
             try:
                 if self._summarise(row["game_id"], row["pool"], json.loads(row["accounts"])):
                     done += 1
-            except ApplicationError as exc:  # the store: the next search tries again
+            except StoreUnavailable as exc:  # the next search tries again
                 log.warning("fair play: game %s: %s", row["game_id"], exc.detail)
                 break
+            except ApplicationError as exc:  # a damaged game: the others go on
+                self._pass(row["game_id"], exc.detail)
         return done
 
     def _summarise(self, game_id: str, pool: str, accounts: list[str]) -> bool:

@@ -10,7 +10,9 @@ process with account streams open moves it too, so a notice follows its event wi
 Notices (``data`` is the JSON served; each also has ``id``, ``type`` and ``at``):
 
 * ``challenge`` (to the challenged), ``challenge_accepted``, ``challenge_declined`` (to the
-  challenger), ``challenge_canceled`` (to the challenged): ``{"challenge": {...}}``;
+  challenger), ``challenge_canceled`` (to the challenged), ``challenge_expired`` (to both, when
+  the scheduler records that it expired unanswered): ``{"challenge": {...}}``;
+* ``seek_expired`` (to the seek's account, when it expired unpaired): ``{"seek": {...}}``;
 * ``game_started`` (to every account seated, when the turn order is decided): ``game_id``,
   ``version``, ``seat``, ``rated``, ``accounts`` (each seat's handle or null);
 * ``your_turn`` (to the account whose turn begins): ``game_id``, ``version``, ``seat``;
@@ -44,6 +46,8 @@ NOTICE_TYPES = (
     "challenge_accepted",
     "challenge_declined",
     "challenge_canceled",
+    "challenge_expired",
+    "seek_expired",
     "game_started",
     "your_turn",
     "game_finished",
@@ -52,6 +56,8 @@ NOTICE_TYPES = (
 RETAIN = timedelta(days=7)  # how long notices are kept for a stream to resume from
 PRUNE_EVERY = 3600.0  # seconds
 TURN_ENDS = (Game.TurnStopped, Game.TurnBusted, Game.TurnTimedOut)
+# A seek's expiry, by name: seeks sit beside notices in the layers (each may not import the other).
+SEEK_EXPIRED = "service.application.seeks:Seek.Expired"
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,7 @@ class NoticesView(View):
             )
         ),
         *CHALLENGE_TOPICS,
+        SEEK_EXPIRED,
     )
     tables = {  # noqa: RUF012 (the View's declaration)
         "notices": [
@@ -125,7 +132,12 @@ class NoticesView(View):
             if isinstance(event, Game.GameCreated) and self.games.is_imported(event.originator_id):
                 continue  # an imported game sends nothing (1.3): without its row, nor do its events
             shown = None
-            if get_topic(type(event)) in CHALLENGE_TOPICS:
+            if get_topic(type(event)) == SEEK_EXPIRED:
+                seek: Any = self.games.repository.get(
+                    event.originator_id, version=event.originator_version
+                )
+                shown = {"seek": seek.as_json(event.timestamp)}
+            elif get_topic(type(event)) in CHALLENGE_TOPICS:
                 found: Any = self.games.repository.get(
                     event.originator_id, version=event.originator_version
                 )
@@ -187,6 +199,8 @@ class NoticesView(View):
         self, sql: Sql, event: Any, shown: dict[str, Any] | None
     ) -> list[tuple[str | None, str, dict[str, Any]]]:
         """(account, type, fields) of each notice the event makes."""
+        if shown is not None and "seek" in shown:
+            return [(shown["seek"]["account"], "seek_expired", shown)]
         if shown is not None:
             return self._challenge_notices(event, shown)
         key = str(event.originator_id)
@@ -263,6 +277,11 @@ class NoticesView(View):
             return [(shown["from"], "challenge_accepted", body)]
         if isinstance(event, Challenge.Declined):  # type: ignore[attr-defined]
             return [(shown["from"], "challenge_declined", body)]
+        if isinstance(event, Challenge.Expired):  # type: ignore[attr-defined]
+            return [
+                (shown["from"], "challenge_expired", body),
+                (shown["to"], "challenge_expired", body),
+            ]
         return [(shown["to"], "challenge_canceled", body)]
 
 

@@ -14,7 +14,14 @@ compatible seeks become a game within a second of the later one, well inside the
 Compatible: the same normalized rules, number of players, ``rated`` and clock, and different
 accounts. Among compatible seeks the oldest is served first, with the seeks closest to its
 account's rating (the pool's ``mu``; 25, OpenSkill's default, for an account new to the pool).
-A seek not paired within ``TTL`` expires (read, not recorded, as a challenge's).
+A seek not paired within ``TTL`` expires: it is served as ``expired`` and is no longer paired
+from then on, and the scheduler records its ``Expired`` (once, whichever scheduler is first),
+which announces it on the account's stream (``seek_expired``).
+
+One open seek per account and kind of game, and at most ``MAX_OPEN`` in all, held by slots
+(``persistence.slots``, as challenges' cap): both are taken in one conditional write before the
+seek is recorded and given back when it is paired, withdrawn or expired, so that identical
+seeks racing on several hosts make one seek, never eight.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ from domain.game import format_at, parse_at
 from domain.ratings import pool as pool_of
 from domain.rules import normalize_rules
 from service.application.accounts import Principal
+from service.application.challenges import slots_of
 from service.application.errors import ApplicationError, NotFound
 from service.application.games import Games
 from service.application.standings import RatingsView
@@ -51,6 +59,7 @@ MAX_OPEN = 10  # open seeks one account may have at a time
 DEFAULT_MU = 25.0  # OpenSkill's default mu: an account with no rating in the pool
 ATTEMPTS = 5
 SEEK_GAME_NAMESPACE = uuid.UUID("5e2a9d47-0c3b-4f18-b6e4-7a1d9c2e5f83")
+EXPIRE_BATCH = 100  # expired seeks recorded per poll
 
 
 class SeekNotOpen(ApplicationError):
@@ -106,6 +115,10 @@ class Seek(Aggregate):
     def withdraw(self) -> None:
         self.status = "withdrawn"
 
+    @event("Expired")
+    def expire(self) -> None:
+        self.status = "expired"
+
     @property
     def key(self) -> str:
         return compatibility(self.rules, self.players, self.rated, self.clock)
@@ -136,6 +149,7 @@ SEEK_TOPICS = tuple(
         Seek.Placed,  # type: ignore[attr-defined]
         Seek.Paired,  # type: ignore[attr-defined]
         Seek.Withdrawn,  # type: ignore[attr-defined]
+        Seek.Expired,  # type: ignore[attr-defined]
     )
 )
 
@@ -183,6 +197,7 @@ class Seeks:
         self.views = views
         self.ratings = ratings
         self.pool = SeekPool()
+        self.slots = slots_of(games)
         self.paired = 0  # games made by this process (tests and logs)
 
     # ---------------------------------------------------------------------------- requests
@@ -201,17 +216,28 @@ class Seeks:
         handles = [principal.handle] + [f"seeker-{i}" for i in range(1, players)]
         self.games.judge(self._setup(handles, normalized, rated, clock))
         key = compatibility(normalized, players, rated, clock)
-        mine = self._open_of(principal.handle)
-        if any(row["compat"] == key for row in mine):
+        mu = self._mu(principal.handle, normalized, players)
+        now = datetime.now(UTC)
+        seek = Seek(principal.handle, normalized, players, rated, clock, mu, format_at(now + TTL))
+        holder = str(seek.id)
+        refused = self.slots.take(
+            principal.handle.lower(),
+            holder,
+            (now + TTL).timestamp(),
+            now.timestamp(),
+            [("seek-kind", [key]), ("seek", [str(i) for i in range(MAX_OPEN)])],
+        )
+        if refused == 0:
             raise InvalidRequest(
                 "you already have an open seek for such a game: withdraw it or wait"
             )
-        if len(mine) >= MAX_OPEN:
-            raise TooManySeeks(f"you have {len(mine)} open seeks: withdraw one first")
-        mu = self._mu(principal.handle, normalized, players)
-        expires = format_at(datetime.now(UTC) + TTL)
-        seek = Seek(principal.handle, normalized, players, rated, clock, mu, expires)
-        self.games.save(seek)
+        if refused is not None:
+            raise TooManySeeks(f"you have {MAX_OPEN} open seeks: withdraw one first")
+        try:
+            self.games.save(seek)
+        except BaseException:
+            self.slots.release([holder])  # nothing recorded: nothing held
+            raise
         self.pair(key)
         return self._seek(seek.id).as_json()
 
@@ -233,6 +259,7 @@ class Seeks:
             self.games.save(seek)
         except IntegrityError:
             raise SeekNotOpen(f"seek {seek_id} was paired meanwhile: see its game") from None
+        self.slots.release([str(seek.id)])
 
     def withdraw_all(self, principal: Principal) -> None:
         """An account closing: its open seeks are withdrawn (best effort: one paired meanwhile
@@ -314,7 +341,37 @@ class Seeks:
         first = seeks[0]
         setup = self._setup([s.account for s in seeks], first.rules, first.rated, first.clock)
         self.games.create(setup, game_id=game_id, also=seeks)
+        self.slots.release([str(s.id) for s in seeks])
         self.paired += 1
+
+    def expire_due(self) -> int:
+        """Record ``Expired`` on open seeks whose time is up (the scheduler, at each poll):
+        how many this process recorded. Racing schedulers, a pairing or a withdrawal at the same
+        moment are refused by the store: each seek gets one ending."""
+        now = datetime.now(UTC)
+
+        def run(sql: Sql) -> list[Any]:
+            return sql.all(
+                "SELECT seek_id FROM {open} WHERE expires <= ? ORDER BY seq LIMIT ?",
+                [now.timestamp(), EXPIRE_BATCH],
+            )
+
+        expired = 0
+        for row in self.views.read(self.pool, run, fresh=False):
+            try:
+                seek = self._seek(uuid.UUID(row["seek_id"]))
+            except NotFound:
+                continue
+            if seek.status != "open" or seek.status_at(now) != "expired":
+                continue  # ended already (the view is behind), or not yet due
+            seek.expire()
+            try:
+                self.games.save(seek)
+            except IntegrityError:
+                continue  # expired by another scheduler, paired or withdrawn, first
+            self.slots.release([str(seek.id)])
+            expired += 1
+        return expired
 
     # ------------------------------------------------------------------------------- reads
     def _seek(self, seek_id: uuid.UUID) -> Seek:
