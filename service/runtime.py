@@ -127,6 +127,8 @@ class Runtime:
             others=self.moved_views,
             chores=(
                 self.seeks.pair_all,
+                self.challenges.expire_due,  # recorded, so announced, once whoever is first
+                self.seeks.expire_due,
                 self.notices.prune_now_and_then,
                 self.dispatcher().step,
                 self.fair_play.poll,  # finished rated games' analyses summed up
