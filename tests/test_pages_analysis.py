@@ -5,21 +5,30 @@ The replay page draws each seat's winning chance over the versions (in solitaire
 expected to finish) as an SVG figure whose accessible name begins "Winning chances" (or "Turns to
 finish"), marks the luckiest and unluckiest rolls and the costliest decisions as links to their
 versions, and gives every point again as a table; the game page shows it once the game ends.
-Games of computer players play themselves on the server, so the games are real ones.
+Games of computer players play themselves on the server, so the games are real ones. The
+analysis is a job (contract 1.3): the page says it is queued or how far it has run, and asks
+again after each Retry-After until it is kept.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, expect
 
 from tests.support.browser import Server, axe, context, shot
-from tests.support.http import HOST
-from tests.support.polling import wait_until
+from tests.support.http import HOST, send
+from tests.support.polling import poll, wait_until
 from tests.support.servers import free_port, serving
+
+Json = dict[str, Any]
 
 pytestmark = pytest.mark.slow
 
@@ -45,6 +54,18 @@ def finished_game(server: Server, body: dict[str, object]) -> str:
     return game_id
 
 
+def kept(server: Server, game_id: str) -> Json:
+    """The analysis once the server's analysis worker kept it (202 until then)."""
+
+    def ready() -> Json | None:
+        reply = send(server.port, "GET", f"/v1/games/{game_id}/analysis")
+        assert reply.status in (200, 202), reply.body[:300]
+        return reply.json() if reply.status == 200 else None
+
+    found: Json = poll(ready, 120)
+    return found
+
+
 def test_the_replay_draws_winning_chances_with_marks_that_step_to_their_versions(
     browser: Browser, server: Server
 ) -> None:
@@ -57,7 +78,7 @@ def test_the_replay_draws_winning_chances_with_marks_that_step_to_their_versions
             ]
         },
     )
-    analysis = server.api("GET", f"/v1/games/{game_id}/analysis")
+    analysis = kept(server, game_id)
     total = analysis["version"]
     with context(browser, server) as (ctx, _):
         page = ctx.new_page()
@@ -111,3 +132,42 @@ def test_a_solitaire_games_chart_is_turns_to_finish(browser: Browser, server: Se
         expect(chart).to_be_visible(timeout=30_000)
         expect(chart.locator("polyline.analysis-line")).to_have_count(1)
         shot(page, "replay-analysis-solitaire")
+
+
+def test_the_page_shows_a_queued_analysis_then_draws_it_once_a_worker_ran_it(
+    browser: Browser, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A host that runs no analysis worker (CANTSTOP_ANALYSIS_WORKERS=0): the page says the
+    analysis is queued, and draws it once a worker of another process has worked it out."""
+    tmp = tmp_path_factory.mktemp("analysis-queued")
+    port = free_port()
+    args = ("--host", HOST, "--port", str(port), "--workers", "1")
+    env = {"CANTSTOP_BOT_PAUSE": "0", "CANTSTOP_ANALYSIS_WORKERS": "0"}
+    with serving(tmp, *args, env=env, ready_port=port, name="queued") as served:
+        server = Server(f"http://{HOST}:{port}", port, served)
+        game_id = finished_game(
+            server,
+            {"players": [{"name": "Rosa", "bot": "rule-of-28"}, {"name": "Xavi", "bot": "expert"}]},
+        )
+        with context(browser, server) as (ctx, _):
+            page = ctx.new_page()
+            page.goto(f"/games/{game_id}/replay")
+            expect(page.get_by_role("status").filter(has_text="Analysis queued")).to_be_visible(
+                timeout=30_000
+            )
+            worker_env = {k: v for k, v in os.environ.items() if not k.startswith("CANTSTOP_")}
+            worker_env["CANTSTOP_DATABASE_URL"] = f"sqlite:///{tmp / 'queued.sqlite'}"
+            worker_env["PYTHONPATH"] = str(Path.cwd())
+            analyst = subprocess.Popen(
+                [sys.executable, "-m", "service.cli", "analyst"],
+                env=worker_env,
+                cwd=tmp,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            try:
+                chart = page.get_by_role("figure", name=re.compile(r"^Winning chances"))
+                expect(chart).to_be_visible(timeout=60_000)
+            finally:
+                analyst.terminate()
+                analyst.wait(15)

@@ -62,8 +62,8 @@ log = logging.getLogger("cantstop.analysis")
 FINAL = 0
 """The ``version`` of a finished game's whole analysis (versions start at 1)."""
 MAX_VERSIONS = 1_000
-"""The longest history analysed; longer is ``game_too_long``. The 1,000th version costs about
-15 s of CPU at most (docs/analysis.md): within ``cpu_seconds``."""
+"""The longest history analysed; longer is ``game_too_long``. At the dearest rate measured (43 ms
+a version, docs/analysis.md) 1,000 versions take 43 s of CPU: within ``cpu_seconds``."""
 PER_CLIENT = 4
 """Unfinished jobs a client may hold at once; one more is ``too_many_analyses``."""
 COOL_DOWN = 600.0
@@ -79,6 +79,10 @@ KEEP = 86_400.0
 RUNNING = 8
 """Games a worker keeps following (their analyses go on from where they stood)."""
 TICK = 0.5
+"""Seconds between a running job's progress reports (each renews its lease)."""
+HEADROOM = 256 * 1024 * 1024
+"""Bytes past its budget at which a worker fails the job under way (checked at each report):
+one job of at most ``MAX_VERSIONS`` needs far less (docs/analysis.md)."""
 """Seconds between a running job's progress reports (each renews its lease)."""
 
 STATUSES = ("queued", "running", "done", "failed")
@@ -108,10 +112,11 @@ class JobConfig:
 
     workers: int = 1
     """Analysis processes ``cantstop worker`` keeps (0: this host runs none)."""
-    cpu_seconds: float = 30.0
-    """A job's CPU deadline: a 400-version game of eight-sided dice takes about 22 s."""
-    rss_bytes: int = 512 * 1024 * 1024
-    """A worker's resident memory past which it is replaced (checked after each job)."""
+    cpu_seconds: float = 60.0
+    """A job's CPU deadline: a game of two takes 1 to 3 s, the dearest measured 43 ms a version."""
+    rss_bytes: int = 384 * 1024 * 1024
+    """A worker's resident memory past which it is replaced (checked after each job): it starts
+    at about 60 MB and grows some 12 MB a game, mostly the expert's caches."""
     lease: float = 30.0
     """Seconds a claim holds without a progress report (renewed every ``TICK``)."""
 
@@ -119,10 +124,10 @@ class JobConfig:
     def from_env(cls, env: Mapping[str, str]) -> JobConfig:
         return cls(
             workers=int(env_number(env, "CANTSTOP_ANALYSIS_WORKERS", 1, high=64, integer=True)),
-            cpu_seconds=env_number(env, "CANTSTOP_ANALYSIS_CPU_SECONDS", 30.0, low=0.1),
+            cpu_seconds=env_number(env, "CANTSTOP_ANALYSIS_CPU_SECONDS", 60.0, low=0.1),
             rss_bytes=int(
                 env_number(
-                    env, "CANTSTOP_ANALYSIS_RSS_BYTES", 512 * 1024 * 1024, low=1, integer=True
+                    env, "CANTSTOP_ANALYSIS_RSS_BYTES", 384 * 1024 * 1024, low=1, integer=True
                 )
             ),
             lease=env_number(env, "CANTSTOP_ANALYSIS_LEASE", 30.0, low=1.0, high=3600),
@@ -358,7 +363,7 @@ class CpuDeadline(Exception):
 
 
 class OverBudget(Exception):
-    """The process passed twice its memory budget during a job."""
+    """The process passed its memory budget by more than ``HEADROOM`` during a job."""
 
 
 def rss_bytes() -> int:
@@ -398,7 +403,7 @@ class Worker:
             self.jobs.fail(job, self.name, {"reason": "cpu deadline"})
             self._following.pop(job.game_id, None)
         except OverBudget:
-            log.warning("game %s: analysis past twice the memory budget", job.game_id)
+            log.warning("game %s: analysis past the memory budget", job.game_id)
             self.jobs.fail(job, self.name, {"reason": "memory"})
             self._following.clear()
         except AnalysisRefused as exc:
@@ -456,7 +461,7 @@ class Worker:
                 raise CpuDeadline()
             if time.monotonic() - reported >= TICK:
                 reported = time.monotonic()
-                if rss_bytes() > 2 * self.config.rss_bytes:
+                if rss_bytes() > self.config.rss_bytes + HEADROOM:
                     raise OverBudget()
                 if not self.jobs.report(job, self.name, version / upto, self.config.lease):
                     return None  # the lease passed to another worker

@@ -202,7 +202,7 @@ class Analyst:
     def _keep(self, key: tuple[uuid.UUID, int], text: str) -> Kept:
         answer = Kept(key[1], text)
         with self._lock:
-            if key not in self._answers and len(text) <= CACHE_BYTES // 4:
+            if key not in self._answers and len(text) <= CACHE_BYTES:  # ASCII: one byte each
                 self._answers[key] = answer
                 self._bytes += len(text)
                 while self._bytes > CACHE_BYTES:

@@ -4,7 +4,7 @@
 // sums (luck, skill lost, drift), and every point of the chart again as a table, for screen
 // readers and for anyone who wants the figures.
 
-import { api } from "./api.js";
+import { ApiError } from "./api.js";
 import { PALETTE } from "./board.js";
 import { h, s } from "./dom.js";
 
@@ -226,27 +226,64 @@ function pointsTable(analysis, names, title) {
   );
 }
 
-const BUSY_TRIES = 4;
-const BUSY_PAUSE_MS = 5000; // the server's Retry-After
+const GIVE_UP_MS = 10 * 60 * 1000; // a job is done or failed well before (docs/analysis.md)
+let asking = 0; // the latest showAnalysis: an earlier one still polling stops drawing
+
+/** The analysis once kept. The server works it out as a job (contract 1.3): while it is queued
+ * or running (202), ``onWait`` is told how it stands, and it is asked for again after the
+ * answer's Retry-After. Any other answer than 200 is an ApiError, as api() gives it. */
+async function keptAnalysis(gameId, onWait, still) {
+  const started = Date.now();
+  for (;;) {
+    let response;
+    try {
+      response = await fetch(`/v1/games/${gameId}/analysis`, {
+        headers: { Accept: "application/json" },
+        cache: "no-store",
+        credentials: "omit",
+      });
+    } catch {
+      throw new ApiError(0, { code: "offline", detail: "The server cannot be reached; try again." });
+    }
+    const data = await response.json().catch(() => null);
+    if (response.status === 200) return data;
+    if (response.status !== 202 || data === null) {
+      throw new ApiError(response.status, data || { detail: response.statusText });
+    }
+    if (!still()) return null;
+    onWait(data);
+    if (Date.now() - started > GIVE_UP_MS) {
+      throw new ApiError(202, { detail: "the analysis is taking too long; reload the page to ask again" });
+    }
+    const seconds = Math.min(30, Math.max(1, Number(response.headers.get("Retry-After")) || 2));
+    await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+    if (!still()) return null;
+  }
+}
 
 /** Fill ``box`` with the analysis of the game (``link(version)``: where a mark leads). */
 export async function showAnalysis(box, gameId, names, link) {
-  box.replaceChildren(h("p", { class: "muted", text: "The expert is looking at the game…" }));
+  const mine = ++asking;
+  const still = () => mine === asking;
+  const status = h("p", { class: "muted", role: "status", text: "The expert is looking at the game…" });
+  box.replaceChildren(status);
   let analysis;
-  for (let attempt = 1; ; attempt += 1) {
-    try {
-      analysis = await api(`/v1/games/${gameId}/analysis`);
-      break;
-    } catch (e) {
-      // analysis_busy: the server is working out other analyses; this one will come
-      if (e.code === "analysis_busy" && attempt < BUSY_TRIES) {
-        await new Promise((resolve) => setTimeout(resolve, BUSY_PAUSE_MS));
-        continue;
-      }
-      box.replaceChildren(h("p", { class: "muted", text: `No analysis: ${e.detail || e.message}` }));
-      return;
-    }
+  try {
+    analysis = await keptAnalysis(
+      gameId,
+      (job) => {
+        status.textContent =
+          job.status === "running"
+            ? `Analysis running: ${Math.round(100 * job.progress)}%`
+            : "Analysis queued: the expert will look at the game shortly";
+      },
+      still,
+    );
+  } catch (e) {
+    if (still()) box.replaceChildren(h("p", { class: "muted", text: `No analysis: ${e.detail || e.message}` }));
+    return;
   }
+  if (analysis === null || !still()) return;
   const { svg, found, title } = chart(analysis, names, link);
   const legend = h(
     "ul",

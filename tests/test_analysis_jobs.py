@@ -1,0 +1,344 @@
+"""The analysis as a job (contract 1.3; service/application/analysis_jobs.py): 202 then 200, one
+job for two requests, the per-client cap under concurrency, fairness across clients, two
+workers racing, a worker killed mid-job, the CPU deadline, the longest game, the memory budget
+and finished rated games queued without asking. Real stores (SQLite and PostgreSQL), real
+worker processes where a process is the point; nothing mocked."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from domain.analysis import analyse
+from service.application import analyst as analyst_module
+from service.application.analysis_jobs import (
+    FINAL,
+    PER_CLIENT,
+    SYSTEM,
+    AnalysisJobs,
+    Job,
+    JobConfig,
+    Supervisor,
+    Worker,
+)
+from tests.support.analysis import cooled, run_jobs
+from tests.support.games import create_game, history, play_to_the_end
+from tests.support.http import bearer, ok
+from tests.support.polling import poll, wait_until
+from tests.support.rated import finished_rated_game, sign_up
+
+Json = dict[str, Any]
+
+
+def refused(response: Any, status: int, code: str) -> Json:
+    body: Json = response.get_json()
+    assert response.status_code == status, body
+    assert response.mimetype == "application/problem+json" and body["code"] == code, body
+    return body
+
+
+def jobs_of(app: Flask) -> AnalysisJobs:
+    jobs: AnalysisJobs = app.extensions["cantstop"].analyst.jobs
+    return jobs
+
+
+def job(app: Flask, game_id: str, version: int = FINAL) -> Job:
+    found = jobs_of(app).get(uuid.UUID(game_id), version)
+    assert found is not None
+    return found
+
+
+def finished(client: FlaskClient, **rules: Any) -> str:
+    game_id, tokens = create_game(client, players=["Ann", "Bob"], rules=rules or None)
+    play_to_the_end(client, game_id, tokens)
+    return game_id
+
+
+def in_progress(client: FlaskClient) -> tuple[str, int]:
+    """A game of two after a roll: its version."""
+    game_id, tokens = create_game(client, players=["Ann", "Bob"])
+    seat = ok(client.get(f"/v1/games/{game_id}"))["turn"]["player"]
+    roll = client.post(
+        f"/v1/games/{game_id}/actions", json={"type": "roll"}, headers=bearer(tokens[seat])
+    )
+    return game_id, int(ok(roll)["game"]["version"])
+
+
+def from_(address: str) -> dict[str, Any]:
+    return {"environ_base": {"REMOTE_ADDR": address}}
+
+
+def test_a_request_queues_a_job_answers_202_then_the_kept_analysis(
+    client: FlaskClient, app: Flask
+) -> None:
+    game_id = finished(client)
+    analyst = app.extensions["cantstop"].analyst
+    assert analyst.kept(uuid.UUID(game_id)) is None
+    first = client.get(f"/v1/games/{game_id}/analysis")
+    assert first.status_code == 202
+    assert first.get_json() == {"status": "queued", "progress": 0}
+    assert int(first.headers["Retry-After"]) >= 1
+    # a second request (another client too) is the same job, not another
+    again = client.get(f"/v1/games/{game_id}/analysis", **from_("10.0.0.9"))
+    assert again.status_code == 202
+    assert jobs_of(app).counts() == {"queued": 1}
+    assert run_jobs(app) == 1
+    done = client.get(f"/v1/games/{game_id}/analysis")
+    assert done.status_code == 200 and "Retry-After" not in done.headers
+    assert done.get_json() == analyse(history(client, game_id))
+    assert analyst.kept(uuid.UUID(game_id)) == done.get_json()
+    assert job(app, game_id).status == "done" and job(app, game_id).attempts == 1
+
+
+def test_a_running_job_reports_its_progress(client: FlaskClient, app: Flask) -> None:
+    game_id = finished(client)
+    assert client.get(f"/v1/games/{game_id}/analysis").status_code == 202
+    worker = Worker(app.extensions["cantstop"].games, jobs_of(app), JobConfig(), "tests:a")
+    claimed = jobs_of(app).claim(worker.name, 30)
+    assert claimed is not None
+    assert jobs_of(app).report(claimed, worker.name, 0.25, 30)
+    running = client.get(f"/v1/games/{game_id}/analysis")
+    assert running.status_code == 202
+    assert running.get_json() == {"status": "running", "progress": 0.25}
+    # not this worker's: its report is refused
+    assert not jobs_of(app).report(claimed, "tests:other", 0.5, 30)
+
+
+def test_a_client_holds_at_most_a_few_unfinished_jobs_even_racing(
+    client: FlaskClient, app: Flask
+) -> None:
+    games = [in_progress(client) for _ in range(PER_CLIENT + 4)]
+    barrier = threading.Barrier(len(games))
+    answers: dict[str, Any] = {}
+
+    def ask(game_id: str) -> None:
+        mine = app.test_client()
+        mine.spec = client.spec  # type: ignore[attr-defined]
+        barrier.wait(10)
+        answers[game_id] = mine.get(f"/v1/games/{game_id}/analysis", **from_("10.0.0.1"))
+
+    threads = [threading.Thread(target=ask, args=(g,)) for g, _ in games]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    statuses = sorted(r.status_code for r in answers.values())
+    assert statuses == [202] * PER_CLIENT + [429] * 4
+    for response in answers.values():
+        if response.status_code == 429:
+            refused(response, 429, "too_many_analyses")
+            assert response.headers["Retry-After"].isdigit()
+    # a refused request recorded nothing; another client is not held back
+    assert jobs_of(app).counts() == {"queued": PER_CLIENT}
+    other, _ = in_progress(client)
+    assert client.get(f"/v1/games/{other}/analysis", **from_("10.0.0.2")).status_code == 202
+    # once its jobs are done, the client may ask again
+    run_jobs(app)
+    last = next(g for g, _ in games if answers[g].status_code == 429)
+    assert client.get(f"/v1/games/{last}/analysis", **from_("10.0.0.1")).status_code == 202
+
+
+def test_one_client_filling_the_queue_does_not_starve_another(
+    client: FlaskClient, app: Flask
+) -> None:
+    """The flooding client's jobs were queued first; the other's single job is taken second,
+    not after all of them; finished rated games (the system's, uncapped) take turns too."""
+    flood = [in_progress(client) for _ in range(PER_CLIENT)]
+    for game_id, _ in flood:
+        assert client.get(f"/v1/games/{game_id}/analysis", **from_("10.0.0.1")).status_code == 202
+    for _ in range(3):  # a backlog of the system's
+        game_id, version = in_progress(client)
+        jobs_of(app).enqueue(uuid.UUID(game_id), version, SYSTEM, capped=False)
+    late, late_version = in_progress(client)
+    assert client.get(f"/v1/games/{late}/analysis", **from_("10.0.0.2")).status_code == 202
+    order = []
+    while (taken := jobs_of(app).claim("tests:fair", 30)) is not None:
+        order.append(taken.client)
+        jobs_of(app).fail(taken, "tests:fair", {"reason": "tests"})
+    assert order[:3] == ["a:10.0.0.1", SYSTEM, "a:10.0.0.2"]
+    assert sorted(order) == sorted(["a:10.0.0.1"] * PER_CLIENT + [SYSTEM] * 3 + ["a:10.0.0.2"])
+    assert job(app, late, late_version).status == "failed"
+
+
+def test_two_workers_racing_run_each_job_once(client: FlaskClient, app: Flask) -> None:
+    games = [finished(client) for _ in range(3)]
+    for game_id in games:
+        jobs_of(app).enqueue(uuid.UUID(game_id), FINAL, SYSTEM, capped=False)
+    store = app.extensions["cantstop"].games
+    workers = [Worker(store, jobs_of(app), JobConfig(), f"tests:{n}") for n in "ab"]
+    barrier = threading.Barrier(2)
+
+    def work(worker: Worker) -> None:
+        barrier.wait(10)
+        while worker.step():
+            pass
+
+    threads = [threading.Thread(target=work, args=(w,)) for w in workers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert sum(w.done for w in workers) == len(games)
+    for game_id in games:
+        assert job(app, game_id).status == "done" and job(app, game_id).attempts == 1
+        assert client.get(f"/v1/games/{game_id}/analysis").status_code == 200
+
+
+def test_a_job_past_its_cpu_deadline_fails_then_may_be_asked_again(
+    client: FlaskClient, app: Flask
+) -> None:
+    game_id = finished(client)
+    assert client.get(f"/v1/games/{game_id}/analysis").status_code == 202
+    hasty = Worker(
+        app.extensions["cantstop"].games, jobs_of(app), JobConfig(cpu_seconds=1e-4), "tests:h"
+    )
+    assert hasty.step() and hasty.done == 0
+    failed = client.get(f"/v1/games/{game_id}/analysis")
+    body = refused(failed, 503, "analysis_failed")
+    assert "CPU deadline" in body["detail"]
+    assert 590 <= int(failed.headers["Retry-After"]) <= 600
+    assert job(app, game_id).status == "failed"
+    # after the cool-down, a new request queues it again; a patient worker does it
+    cooled(app)
+    assert client.get(f"/v1/games/{game_id}/analysis").status_code == 202
+    run_jobs(app)
+    assert client.get(f"/v1/games/{game_id}/analysis").status_code == 200
+
+
+def test_a_game_longer_than_the_maximum_is_game_too_long(
+    client: FlaskClient, app: Flask, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    game_id = finished(client)
+    versions = ok(client.get(f"/v1/games/{game_id}"))["version"]
+    monkeypatch.setattr(analyst_module, "MAX_VERSIONS", versions - 1)
+    body = refused(client.get(f"/v1/games/{game_id}/analysis"), 422, "game_too_long")
+    assert str(versions - 1) in body["detail"]
+    assert jobs_of(app).counts() == {}  # refused: nothing queued
+    # its earlier versions are short enough
+    assert client.get(f"/v1/games/{game_id}/analysis?version={versions - 1}").status_code == 202
+
+
+def test_a_finished_rated_game_is_queued_without_anyone_asking(
+    client: FlaskClient, app: Flask
+) -> None:
+    tokens = {handle: sign_up(client, handle) for handle in ("ann", "bob")}
+    game = finished_rated_game(client, tokens)
+    plain = finished(client)
+    runtime = app.extensions["cantstop"]
+    for view in runtime.moved_views:  # what the scheduler's loop does at each poll
+        runtime.views.catch_up(view)
+    queued = job(app, game["id"])
+    assert queued.status == "queued" and queued.client == SYSTEM
+    assert jobs_of(app).get(uuid.UUID(plain), FINAL) is None  # unrated: only when asked
+    run_jobs(app)
+    kept = runtime.analyst.kept(uuid.UUID(game["id"]))
+    assert kept is not None and kept["version"] == game["version"]
+
+
+# ------------------------------------------------------------------------------ processes
+@pytest.fixture
+def worker_env(database_url: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "CANTSTOP_DATABASE_URL": database_url,
+        "CANTSTOP_ANALYSIS_LEASE": "1",
+        "PYTHONPATH": os.getcwd(),
+    }
+
+
+@pytest.fixture
+def children() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for child in started:
+        if child.poll() is None:
+            child.kill()
+        child.wait(10)
+
+
+def analyst_process(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "analyst"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def test_a_worker_killed_mid_job_leaves_it_to_another_after_its_lease(
+    client: FlaskClient,
+    app: Flask,
+    worker_env: dict[str, str],
+    children: list[subprocess.Popen[bytes]],
+) -> None:
+    game_id = finished(client, dice_faces=8)  # several seconds of CPU: time to kill it
+    assert client.get(f"/v1/games/{game_id}/analysis").status_code == 202
+    child = analyst_process(worker_env)
+    children.append(child)
+    name = f"{socket.gethostname()}:{child.pid}"
+    wait_until(lambda: job(app, game_id).worker == name, 60, "the child to take the job")
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait(10)
+    assert job(app, game_id).status == "running"
+    late = Worker(app.extensions["cantstop"].games, jobs_of(app), JobConfig(), "tests:late")
+    # the lease (1 s, renewed at each report) holds it a while, then it is taken again
+    poll(late.step, 10)
+    again = job(app, game_id)
+    assert again.status == "done" and again.attempts == 2 and late.done == 1
+    assert ok(client.get(f"/v1/games/{game_id}/analysis")) == analyse(history(client, game_id))
+
+
+def test_a_worker_past_its_memory_budget_is_replaced(
+    client: FlaskClient, app: Flask, worker_env: dict[str, str]
+) -> None:
+    """A budget of one byte: each child exits after its job, and its parent starts another;
+    every job is done, each by another process."""
+    games = [finished(client) for _ in range(2)]
+    for game_id in games:
+        assert client.get(f"/v1/games/{game_id}/analysis").status_code == 202
+    env = {**worker_env, "CANTSTOP_ANALYSIS_RSS_BYTES": "1"}
+    supervisor = Supervisor(lambda: analyst_process(env), 1, jobs_of(app))
+    try:
+
+        def all_done() -> bool:
+            supervisor.step()
+            return all(job(app, g).status == "done" for g in games)
+
+        wait_until(all_done, 120, "both jobs done by the supervised workers")
+    finally:
+        supervisor.close()
+    assert len({job(app, g).worker for g in games}) == 2
+    assert supervisor.replaced >= 1
+    for game_id in games:
+        assert client.get(f"/v1/games/{game_id}/analysis").status_code == 200
+
+
+def test_a_request_process_keeps_answers_bounded_in_bytes(
+    client: FlaskClient, app: Flask, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    games = [finished(client) for _ in range(3)]
+    for game_id in games:
+        client.get(f"/v1/games/{game_id}/analysis")
+    run_jobs(app)
+    analyst = app.extensions["cantstop"].analyst
+    sizes = []
+    for game_id in games:
+        sizes.append(len(client.get(f"/v1/games/{game_id}/analysis").get_data()))
+    monkeypatch.setattr(analyst_module, "CACHE_BYTES", max(sizes) * 2)
+    analyst._answers.clear()
+    analyst._bytes = 0
+    for game_id in games:
+        assert client.get(f"/v1/games/{game_id}/analysis").status_code == 200
+    assert analyst._bytes <= max(sizes) * 2 and len(analyst._answers) < 3
+    assert analyst._bytes == sum(len(k.text) for k in analyst._answers.values())
