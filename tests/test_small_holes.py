@@ -35,6 +35,7 @@ from service.http.app import create_app
 from service.runtime import Runtime
 from tests.support.http import bearer
 from tests.support.polling import poll
+from tests.support.servers import run_scheduler
 
 Json = dict[str, Any]
 PASSWORD = "correct horse battery"
@@ -418,3 +419,19 @@ def test_an_expired_seek_is_announced_once(two_hosts: Any, monkeypatch: pytest.M
     # Its slot is free again: the same seek can be placed anew.
     monkeypatch.setattr(seeks_module, "TTL", timedelta(minutes=10))
     assert one.seeks.place(principal(one, ann), None, 3, False, None)["status"] == "open"
+
+
+def test_the_schedulers_loop_announces_an_expired_challenge(
+    app: Flask, client: FlaskClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ann, bob = sign_up(client, "ann"), sign_up(client, "bob")
+    monkeypatch.setattr(challenges_module, "TTL", timedelta(seconds=0.5))
+    sent = client.post("/v1/challenges", json={"to": "bob"}, headers=bearer(ann)).get_json()
+    halt = run_scheduler(app)
+    try:
+        rt = runtime_of(app)
+        found = poll(lambda: notices_of(rt, "bob", "challenge_expired"), 10)
+    finally:
+        halt()
+    assert [n["challenge"]["id"] for n in found] == [sent["id"]]
+    assert client.get("/v1/challenges", headers=bearer(bob)).get_json()["incoming"] == []
