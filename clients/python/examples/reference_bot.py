@@ -186,8 +186,10 @@ class Bot:
             self.log(f"game {notice.game_id} started, seat {notice.seat}")
         elif notice.type == "game_finished" and notice.game_id is not None:
             self.game_over(notice)
-        # Other types (challenge_declined, challenge_canceled, types added later) need
-        # nothing from this bot; a bot that tracks its own challenges would look here.
+        elif notice.type == "seek_expired" and self.seek and notice.seek is not None:
+            self.seek_expired(notice.seek["id"])
+        # Other types (challenge_declined, challenge_canceled, challenge_expired, types added
+        # later) need nothing from this bot; a bot that tracks its challenges would look here.
 
     def accept(self, challenge_id: str, challenger: str) -> None:
         with self.lock:
@@ -223,6 +225,11 @@ class Bot:
             return
         self.open_seek = placed["id"]
         self.log(f"seeking a game ({placed['id']})")
+
+    def seek_expired(self, seek_id: str) -> None:
+        """Nobody came in time: keep a seek open (the server announces the expiry once)."""
+        if seek_id == self.open_seek:
+            self.place_seek()
 
     def withdraw_seek(self) -> None:
         if self.open_seek is None:
