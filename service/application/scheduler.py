@@ -18,7 +18,8 @@ nothing due and plans the true time. Only events that may seat a computer player
 a seat taken or given back) plan a plain game again; a finished game is dropped unread.
 
 The loop also moves every other view on at each poll (``Runtime.views``), so that a request
-rarely finds its view behind, and then does its chores (pairing open seeks, pruning old notices).
+rarely finds its view behind, and then does its chores (pairing open seeks, recording expired
+challenges and seeks, pruning old notices).
 """
 
 from __future__ import annotations
