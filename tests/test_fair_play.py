@@ -9,10 +9,15 @@ import uuid
 from typing import Any
 
 import pytest
+from cantstop_client.verify import verify_export
 from flask import Flask
 from flask.testing import FlaskClient
 
-from domain.game import parse_at
+from domain import fairness
+from domain.audit import audit_records
+from domain.commands import NewGame
+from domain.errors import InvalidRequest
+from domain.game import Game, chain_hash, event_records, parse_at
 from service.application.ratings import Ratings
 from service.application.standings import rated_game
 from tests.support.http import bearer
@@ -84,6 +89,7 @@ def test_resigning_a_rated_game_before_every_seat_played_aborts_it(
     assert (second["finish_reason"], second["winner"]) == ("aborted", None)
     for game_id in (game["id"], second["id"]):
         assert client.get(f"/v1/games/{game_id}/audit").get_json()["valid"] is True
+        assert verify_export(export_text(client, game_id))["valid"] is True  # the client's check
         finished = client.get(f"/v1/games/{game_id}/events?after=0&limit=100").get_json()
         last = [e for e in finished["events"] if e["type"] == "GameFinished"]
         assert last[0]["data"]["reason"] == "aborted"
@@ -110,6 +116,56 @@ def test_unrated_games_are_not_aborted(client: FlaskClient) -> None:
     first = game["game"]["turn"]["player"]
     done = act(client, game["game"]["id"], game["seats"][first]["token"], {"type": "resign"})
     assert (done["finish_reason"], done["winner"]) == ("last_player", 1 - first)
+
+
+SEED = "5" * 64
+
+
+def resigned_at_once(abortable: bool | None) -> list[Json]:
+    """A rated game of two, resigned before any roll: its history as served (seed revealed)."""
+
+    def draw(nonce: int, count: int, faces: int, entropy: str | None = None) -> list[int]:
+        return fairness.draw(SEED, "c", nonce, count, faces, entropy)
+
+    setup = NewGame(
+        players=["ann", "bob"],
+        accounts=["ann", "bob"],
+        rated=True,
+        clock=CLOCK,
+        client_seed="c",
+        abortable=abortable,
+    )
+    game = Game.start(uuid.UUID(int=7), setup, server_seed=SEED, draw=draw)
+    assert game.current is not None
+    game.resign(game.current)
+    game.reveal_seed(SEED)
+    return event_records(game.collect_events())
+
+
+def test_histories_replay_under_the_abort_rule_they_were_recorded_with() -> None:
+    """A rated game recorded before contract 1.3 (no ``abortable``) resigned at once was won by
+    the other seat, and its history still verifies; recorded since, the rules abort it, and a
+    history that says otherwise (its chain computed again) is refused at that version."""
+    old = resigned_at_once(abortable=False)
+    assert "abortable" not in old[0]["data"]
+    assert old[-2]["data"]["reason"] == "last_player"
+    assert audit_records(old)["valid"] is True
+    new = resigned_at_once(abortable=None)  # as the rules are now, for a rated game
+    assert new[0]["data"]["abortable"] is True and new[-2]["data"]["reason"] == "aborted"
+    assert audit_records(new)["valid"] is True
+    forged = [dict(r, data=dict(r["data"])) for r in new]
+    finished = forged[-2]
+    finished["data"].update(reason="last_player", winner=old[-2]["data"]["winner"])
+    for record in forged[-2:]:
+        before = forged[forged.index(record) - 1]["hash"]
+        record["prev_hash"] = before
+        record["hash"] = chain_hash(
+            before, record["version"], record["type"], record["at"], record["data"]
+        )
+    verdict = audit_records(forged)
+    assert verdict["valid"] is False and verdict["first_bad_version"] == finished["version"]
+    with pytest.raises(InvalidRequest):  # an unrated game is never abortable
+        Game.start(uuid.uuid4(), NewGame(players=["a1", "b1"], dice="manual", abortable=True))
 
 
 def folded(app: Flask, game_ids: list[str]) -> dict[tuple[str, str], tuple[float, float]]:
