@@ -435,3 +435,22 @@ def test_the_schedulers_loop_announces_an_expired_challenge(
         halt()
     assert [n["challenge"]["id"] for n in found] == [sent["id"]]
     assert client.get("/v1/challenges", headers=bearer(bob)).get_json()["incoming"] == []
+
+
+def test_closing_while_a_seek_is_paired_on_another_host_leaves_no_seat_playing(
+    two_hosts: Any,
+) -> None:
+    """Ann closes on one host as Bob's seek, on the other, pairs with hers: either no game is
+    made, or the game made has Ann's seat resigned."""
+    one, two, client = two_hosts
+    for round_ in range(3):
+        ann, bob = sign_up(client, f"ann{round_}"), sign_up(client, f"bob{round_}")
+        one.seeks.place(principal(one, ann), None, 2, False, None)
+        bob_seek = partial(two.seeks.place, principal(two, bob), None, 2, False, None)
+        results = race([partial(one.closing.close, principal(one, ann)), bob_seek])
+        assert not any(isinstance(r, Exception) for r in results), results
+        games = client.get(f"/v1/accounts/ann{round_}/games").get_json()["games"]
+        for entry in games:
+            game = client.get(f"/v1/games/{entry['game_id']}").get_json()
+            seat = entry["seat"]
+            assert game["status"] == "finished" or game["players"][seat]["resigned"], game
