@@ -29,7 +29,7 @@ from domain.receipts import held_by, receipt_problem
 from domain.record_sheet import record_sheet
 from domain.transcript import MalformedTranscript, verify
 from service import arena_cli
-from service.application.analysis_jobs import Supervisor, arm_cpu_limit
+from service.application.analysis_jobs import JobConfig, Supervisor, arm_cpu_limit
 from service.application.errors import ApplicationError
 from service.application.ratings import LedgerFold, Ratings
 from service.application.receipts import verify as verify_receipt
@@ -546,6 +546,7 @@ def _die_with_parent() -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     ServerSettings.from_env()  # gunicorn reads these too; refuse a bad one here, in one line
+    JobConfig.from_env(os.environ)  # so do the workers (CANTSTOP_ANALYSIS_*)
     LiveConfig.from_env()
     if not args.http_only:  # (--http-only: started by the process group, which did this)
         # Create the tables once, before any worker starts: workers never race to create them.

@@ -23,6 +23,7 @@ from flask.testing import FlaskClient
 from domain.analysis import analyse
 from service.application import analyst as analyst_module
 from service.application.analysis_jobs import (
+    ATTEMPTS,
     FINAL,
     PER_CLIENT,
     SYSTEM,
@@ -214,6 +215,18 @@ def test_a_job_past_its_cpu_deadline_fails_then_may_be_asked_again(
     assert client.get(f"/v1/games/{game_id}/analysis").status_code == 202
     run_jobs(app)
     assert client.get(f"/v1/games/{game_id}/analysis").status_code == 200
+
+
+def test_a_job_whose_workers_keep_dying_fails(client: FlaskClient, app: Flask) -> None:
+    game_id = finished(client)
+    assert client.get(f"/v1/games/{game_id}/analysis").status_code == 202
+    for n in range(ATTEMPTS):  # each claim's lease over at once: its worker "died"
+        claimed = jobs_of(app).claim(f"tests:dead-{n}", -1)
+        assert claimed is not None and claimed.attempts == n + 1
+    last = Worker(app.extensions["cantstop"].games, jobs_of(app), JobConfig(), "tests:last")
+    assert last.step() and last.done == 0
+    body = refused(client.get(f"/v1/games/{game_id}/analysis"), 503, "analysis_failed")
+    assert "workers stopped" in body["detail"]
 
 
 def test_a_game_longer_than_the_maximum_is_game_too_long(

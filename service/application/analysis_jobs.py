@@ -255,41 +255,53 @@ class AnalysisJobs(SideTable):
     # ------------------------------------------------------------------------------ workers
     def claim(self, worker: str, lease: float) -> Job | None:
         """The next job, fairly (the oldest of the client served least recently), leased to
-        ``worker``; None when nothing is waiting. A job claimed ``ATTEMPTS`` times fails."""
+        ``worker``; None when nothing is waiting. (Its ``attempts`` count this claim: the
+        worker fails a job claimed more than ``ATTEMPTS`` times.)"""
+        now = time.time()
+        order = (
+            f"ORDER BY (SELECT coalesce(max(claimed_at), 0) FROM {self.TABLE} k "
+            "WHERE k.client = j.client), created_at"
+        )
+        take = (
+            f"UPDATE {self.TABLE} SET status = 'running', worker = ?, claimed_at = ?, "
+            "lease_until = ?, attempts = attempts + 1"
+        )
+        if not self.postgres:
+            # One statement, which takes SQLite's write lock before it reads: no upgrade of a
+            # read to a write that another writer could make fail. Read first when idle.
+            waiting = self.execute(
+                f"SELECT 1 FROM {self.TABLE} WHERE {CLAIMABLE} LIMIT 1", (now,), fetch="one"
+            )
+            if waiting is None:
+                return None
+            row = self.execute(
+                f"{take} WHERE (game_id, version, strategy_version) = (SELECT game_id, "
+                f"version, strategy_version FROM {self.TABLE} j WHERE {CLAIMABLE} {order} "
+                f"LIMIT 1) AND {CLAIMABLE} RETURNING *",
+                (worker, now, now + lease, now, now),
+                fetch="one",
+            )
+            return None if row is None else _job(row)
 
         def work(sql: Sql) -> Job | None:
-            now = time.time()
             candidates = sql.all(
-                f"SELECT game_id, version, strategy_version, attempts FROM {self.TABLE} j "
-                f"WHERE {CLAIMABLE} ORDER BY (SELECT coalesce(max(claimed_at), 0) FROM "
-                f"{self.TABLE} k WHERE k.client = j.client), created_at LIMIT 16",
+                f"SELECT game_id, version, strategy_version FROM {self.TABLE} j "
+                f"WHERE {CLAIMABLE} {order} LIMIT 16",
                 [now],
             )
             for row in candidates:
                 key = [row["game_id"], row["version"], row["strategy_version"]]
-                if sql.postgres:
-                    locked = sql.one(
-                        f"SELECT attempts FROM {self.TABLE} WHERE {KEY} AND {CLAIMABLE} "
-                        "FOR UPDATE SKIP LOCKED",
-                        [*key, now],
-                    )
-                    if locked is None:
-                        continue  # another worker holds it
-                if int(row["attempts"]) >= ATTEMPTS:
-                    sql.execute(
-                        f"UPDATE {self.TABLE} SET status = 'failed', finished_at = ?, "
-                        f"error = ? WHERE {KEY} AND {CLAIMABLE}",
-                        [now, json.dumps({"reason": "workers died"}), *key, now],
-                    )
-                    continue
-                claimed = sql.one(
-                    f"UPDATE {self.TABLE} SET status = 'running', worker = ?, claimed_at = ?, "
-                    f"lease_until = ?, attempts = attempts + 1 WHERE {KEY} AND {CLAIMABLE} "
-                    "RETURNING *",
-                    [worker, now, now + lease, *key, now],
+                locked = sql.one(
+                    f"SELECT 1 FROM {self.TABLE} WHERE {KEY} AND {CLAIMABLE} "
+                    "FOR UPDATE SKIP LOCKED",
+                    [*key, now],
                 )
-                if claimed is not None:  # not taken by another worker meanwhile
-                    return _job(claimed)
+                if locked is None:
+                    continue  # another worker holds it
+                claimed = sql.one(
+                    f"{take} WHERE {KEY} RETURNING *", [worker, now, now + lease, *key]
+                )
+                return _job(claimed)
             return None
 
         return self.transaction(work)
@@ -396,6 +408,9 @@ class Worker:
         job = self.jobs.claim(self.name, self.config.lease)
         if job is None:
             return False
+        if job.attempts > ATTEMPTS:  # its workers kept dying (killed, or out of memory)
+            self.jobs.fail(job, self.name, {"reason": "workers died"})
+            return True
         try:
             text = self._work_out(job)
         except CpuDeadline:

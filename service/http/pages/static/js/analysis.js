@@ -232,12 +232,13 @@ let asking = 0; // the latest showAnalysis: an earlier one still polling stops d
 /** The analysis once kept. The server works it out as a job (contract 1.3): while it is queued
  * or running (202), ``onWait`` is told how it stands, and it is asked for again after the
  * answer's Retry-After. Any other answer than 200 is an ApiError, as api() gives it. */
-async function keptAnalysis(gameId, onWait, still) {
+async function keptAnalysis(gameId, upto, onWait, still) {
   const started = Date.now();
+  const query = upto === null ? "" : `?version=${upto}`;
   for (;;) {
     let response;
     try {
-      response = await fetch(`/v1/games/${gameId}/analysis`, {
+      response = await fetch(`/v1/games/${gameId}/analysis${query}`, {
         headers: { Accept: "application/json" },
         cache: "no-store",
         credentials: "omit",
@@ -261,8 +262,9 @@ async function keptAnalysis(gameId, onWait, still) {
   }
 }
 
-/** Fill ``box`` with the analysis of the game (``link(version)``: where a mark leads). */
-export async function showAnalysis(box, gameId, names, link) {
+/** Fill ``box`` with the analysis of the game (``link(version)``: where a mark leads), up to
+ * version ``upto`` (null: the whole game, or as far as it has gone). */
+export async function showAnalysis(box, gameId, names, link, upto = null) {
   const mine = ++asking;
   const still = () => mine === asking;
   const status = h("p", { class: "muted", role: "status", text: "The expert is looking at the game…" });
@@ -271,6 +273,7 @@ export async function showAnalysis(box, gameId, names, link) {
   try {
     analysis = await keptAnalysis(
       gameId,
+      upto,
       (job) => {
         status.textContent =
           job.status === "running"

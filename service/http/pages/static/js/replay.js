@@ -458,7 +458,9 @@ function analysis() {
     return;
   }
   const names = latest.players.map((p) => (p.name === null ? `Seat ${p.seat}` : p.name));
-  showAnalysis($("#analysis"), gameId, names, (v) => `#version=${v}`);
+  // a game in progress: the version shown now, so that its job is one, however fast play goes on
+  const upto = latest.status === "finished" ? null : total;
+  showAnalysis($("#analysis"), gameId, names, (v) => `#version=${v}`, upto);
 }
 
 async function start() {
