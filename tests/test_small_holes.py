@@ -96,6 +96,10 @@ def test_a_profile_tells_a_built_in_bot_from_a_registered_bot_account(client: Fl
     sign_up(client, "ann")
     person = client.get("/v1/accounts/ann").get_json()
     assert (person["bot"], person["builtin"]) == (False, False)
+    # The profile pages say it in words.
+    assert "The server's own computer player" in client.get("/players/expert").text
+    page = client.get("/players/robo").text
+    assert "A registered bot account" in page and "server's own" not in page
 
 
 # ------------------------------------------------------------------ refused webhook hosts

@@ -23,6 +23,7 @@ from typing import Any
 
 from flask import Blueprint, Response, render_template
 
+from service.application.accounts import BOTS
 from service.application.errors import ApplicationError, NotFound
 from service.application.games import parse_game_id
 from service.application.ratings import initial
@@ -217,6 +218,7 @@ def profile_page(handle: str) -> Response:
     return _html(
         "pages/profile.html",
         account=account,
+        builtin=shown.lower() in BOTS,  # the server's own bot, not a registered bot account
         handle=shown,
         joined=account.created_on.strftime("%Y-%m-%d"),
         pools=pools,
