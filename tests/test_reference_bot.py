@@ -111,11 +111,13 @@ def test_two_reference_bots_play_each_other_through_the_account_stream(
 
 
 def test_two_reference_bots_seeking_are_paired_and_play(server: tuple[str, Path]) -> None:
+    """Rated, as ``--rated`` asks: a rated game needs a clock (contract 1.3), 60 s a turn."""
     url, _ = server
     first, first_token = bot_account(url)
     second, second_token = bot_account(url)
     bots = [
-        start_bot(url, token, "--games", "1", "--seek") for token in (first_token, second_token)
+        start_bot(url, token, "--games", "1", "--seek", "--rated")
+        for token in (first_token, second_token)
     ]
     outputs = [finish(bot) for bot in bots]
     with Client(url) as client:
@@ -123,6 +125,7 @@ def test_two_reference_bots_seeking_are_paired_and_play(server: tuple[str, Path]
         assert len(games) == 1 and games[0]["status"] == "finished"
         state = client.game(games[0]["game_id"])
         assert {p.get("account") for p in state["players"]} == {first, second}
+        assert state["rated"] is True and state["clock"] == {"turn_seconds": 60}
     for output in outputs:
         assert "seeking a game" in output and f"game {games[0]['game_id']} finished" in output
 
