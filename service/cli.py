@@ -443,7 +443,8 @@ WORKER_NICENESS = 10
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """Record what happens without a request — turns that time out, computer players' turns,
-    abandoned games — until SIGTERM or SIGINT (service/application/scheduler.py)."""
+    abandoned games — until SIGTERM or SIGINT (service/application/scheduler.py), and keep
+    the analysis processes running (service/application/analysis_jobs.py)."""
     # People's requests come first on a shared host: computer players' thinking yields the CPU
     # to the HTTP workers (a timeout due in 3 s needs milliseconds, so it is never starved).
     os.nice(WORKER_NICENESS)

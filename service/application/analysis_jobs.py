@@ -54,6 +54,7 @@ from service.application.errors import ApplicationError
 from service.application.games import Games
 from service.application.standings import rated_game
 from service.config import env_number
+from service.persistence.errors import StoreUnavailable
 from service.persistence.tables import SideTable, Sql
 from service.persistence.views import View
 
@@ -427,6 +428,8 @@ class Worker:
                 self.name,
                 {"reason": "corrupt_game", "version": exc.version, "detail": exc.detail},
             )
+        except StoreUnavailable:
+            raise  # not the job's fault: its lease passes, and it is taken again
         except ApplicationError as exc:  # CorruptGame from the store, NotFound
             self.jobs.fail(
                 job,
@@ -448,6 +451,8 @@ class Worker:
             except ApplicationError as exc:  # the store is away: try again soon
                 log.warning("analysis worker: %s", exc.detail)
                 worked = False
+            except CpuDeadline:  # SIGXCPU again before the limit was rearmed
+                worked = True
             if worked and between is not None:
                 between()
             if rss_bytes() > self.config.rss_bytes:
@@ -496,15 +501,21 @@ class Worker:
 
 
 def arm_cpu_limit(config: JobConfig) -> None:
-    """A worker process's backstop beside the deadline checked between steps: SIGXCPU (which
-    ends the process; its job is then taken again, and fails after ``ATTEMPTS``) once its CPU
-    time passes what it has used plus ten jobs' deadlines; rearmed after each job."""
+    """A worker process's backstop beside the deadline checked between steps (a single step
+    could run long): SIGXCPU, which fails the job under way as past its deadline, once the
+    process's CPU time passes what it has used plus ten jobs' deadlines; rearmed after each
+    job. In a worker process's main thread only."""
+    signal.signal(signal.SIGXCPU, _past_deadline)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     limit = math.ceil(usage.ru_utime + usage.ru_stime + 10 * config.cpu_seconds)
     _, hard = resource.getrlimit(resource.RLIMIT_CPU)
     if hard != resource.RLIM_INFINITY:
         limit = min(limit, hard)
     resource.setrlimit(resource.RLIMIT_CPU, (limit, hard))
+
+
+def _past_deadline(signum: int, frame: Any) -> None:
+    raise CpuDeadline()
 
 
 # ------------------------------------------------------------------------------ the parent
