@@ -72,7 +72,6 @@ STATUS = {
     # application
     "store_unavailable": 503,
     "corrupt_game": 409,
-    "analysis_busy": 503,
     "analysis_failed": 503,
     "game_too_long": 422,
     "too_many_analyses": 429,
