@@ -2,16 +2,22 @@
 and analysis"). Pure: it reads a game's events as ``/events`` serves them (or an export holds
 them) and replays them through the rules (``audit.replay_steps``); nothing secret is read.
 
-**Values.** A value is the expert's (``ExpertStrategy``) worth of a point of the game for the
-seat to act there, in the expert's own currency, so that its own choices lose nothing:
+**Values.** A value is what a point of the game is worth to a seat, read off the expert's
+(``ExpertStrategy``) own worth of it through a strictly increasing map learned from its
+self-play (``Scale``, ``domain.value_tables``), so that it means what it says and the expert's
+own choices still lose nothing (the map keeps its order):
 
-* games of two or more: its estimate of the seat's chance to win, less its tie-break (a
-  hundredth per turn it expects the seat still to need after this turn: ``Params.tie_break``);
-  a stop that wins is worth exactly 1. ``value_end`` is 1 for the winner and 0 for the others
-  (0 for everybody in a game that ended without a winner);
-* solitaire: minus the turns it expects the player still to take, the turn under way counted
-  as one (the expert's worth of how a turn ends, minus 1). ``value_end`` is 0 when the game is
-  won; a solitaire game resigned or abandoned keeps its last value.
+* games of two or more: the seat to act's **chance to win**, in [0, 1] (the expert's
+  tie-break, which it plays by, is not in it); a stop that wins is worth exactly 1. The other
+  seats share the rest as the expert's race model ranks them, so every seat has a value at
+  every point and they sum to 1. ``value_end`` is 1 for the winner and 0 for the others (0 for
+  everybody in a game that ended without a winner);
+* solitaire: minus the **turns** the player is expected still to take, the turn under way
+  counted as one (−1 exactly for a stop that wins). ``value_end`` is 0 when the game is won; a
+  solitaire game resigned or abandoned keeps its last value.
+
+Kinds of game the self-play did not measure take the nearest measured one's map (``scale_for``);
+docs/analysis.md lists them and the calibration measured (``python -m bench.calibration``).
 
 **Rolls.** Before a roll the player stands at a point (a turn's start, or a "roll or stop"
 with runners out). ``value_after`` is the worth of the dice rolled: the best of the moves they
@@ -31,24 +37,25 @@ leaves (1 for a stop that wins), rolling on what ``TurnPlanner.roll_value`` says
 which is exactly what the expert compares with stopping. A resignation is not judged: it
 leaves the game rather than plays it (the resigned seat's value falls to 0: drift).
 
-**Per seat.** ``value_start`` is the worth of the first turn's start (every seat starts on the
-empty table, so every seat gets the first player's figure); ``luck`` sums the seat's rolls'
-luck, ``skill_loss`` its decisions' losses, and ``drift`` is the rest: ``value_end −
-value_start = luck − skill_loss + drift`` (to float rounding). Drift holds the other seats'
-dice and decisions, the estimate's own movement between points (a move's worth is judged by a
-deeper look than the "roll or stop" after it), and, in solitaire, the turns ticking by (about
-+1 per turn taken). A ``blunder`` is a decision that loses at least ``BLUNDERS[kind]``: 0.05
-(five points of winning chance) in a game of two or more, half a turn in solitaire.
+**Per seat.** ``value_start`` is the seat's value at the first turn's start; ``luck`` sums
+the seat's rolls' luck, ``skill_loss`` its decisions' losses, and ``drift`` is the rest:
+``value_end − value_start = luck − skill_loss + drift`` (to float rounding). Drift holds the
+other seats' dice and decisions, the estimate's own movement between points (a move's worth is
+judged by a deeper look than the "roll or stop" after it), and, in solitaire, the turns ticking
+by (about +1 per turn taken). A ``blunder`` is a decision that loses at least
+``BLUNDERS[kind]``: 0.05 (five points of winning chance) in a game of two or more, half a turn
+in solitaire.
 
-Each point of a game is also given as ``values`` (the seat to act's worth after each version),
+Each point of a game is also given as ``values``: every seat's value after each version,
 which the replay page draws.
 """
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
+from functools import cache
 from typing import Any
 
 from domain.audit import Replay, ReplayRefused, record_problem
@@ -56,8 +63,10 @@ from domain.game import Game
 from domain.moves import Sums
 from domain.odds import distinct_rolls
 from domain.position import Position
-from domain.strategies.expert import ExpertStrategy
+from domain.rules import Rules
+from domain.strategies.expert import ExpertStrategy, Valuation
 from domain.strategies.turn import NO_STOP, as_state, pack
+from domain.value_tables import TABLES
 
 BLUNDERS = {"chance": 0.05, "turns": 0.5}
 """The loss from which a decision counts as a blunder, per kind of value."""
@@ -77,37 +86,168 @@ class AnalysisRefused(Exception):
         self.detail = detail
 
 
-class Point:
-    """What the expert makes of one state of a game, for the seat to act there."""
+def table_key(rules: Rules, seats: int) -> str:
+    """The name of a kind of game in ``domain.value_tables``: players, dice, the columns to win
+    (or the solitaire mode) and the rules options."""
+    parts = [f"{seats}p", f"d{rules.dice_faces}"]
+    parts.append(rules.solitaire or "easy" if seats == 1 else f"c{rules.columns_to_win}")
+    parts += [flag for flag in ("jumping", "steep_hill", "forced_move") if getattr(rules, flag)]
+    return "-".join(parts)
 
-    def __init__(self, expert: ExpertStrategy, position: Position) -> None:
+
+class Scale:
+    """The value served for the expert's own worth of a point (``raw``), one kind of game.
+
+    The expert's worth is not itself a chance or a count of turns (its tie-break, a turns-left
+    formula fitted to races to three columns), but it ranks points as the expert does. The
+    served value is a strictly increasing map of it, learned from the expert's self-play
+    (``domain.value_tables``, written by ``python -m bench.calibration --fit``): rankings, hence
+    the expert's choices and the sign of every loss, stay the same, and the value means what
+    it says. ``chance``: the chance to win, in [0, 1], 1 exactly for a stop that wins.
+    ``turns``: minus the turns still to take, this one included (−1 exactly for a stop that
+    wins). Between knots the map is linear."""
+
+    def __init__(self, kind: str, knots: Sequence[Sequence[float]], name: str, fitted: str) -> None:
+        self.kind = kind
+        self.name = name
+        self.fitted = fitted  # the table's name, or "" for the expert's own figures
+        if kind == "chance":  # the anchors: a win is 1, far below the worst point seen 0
+            first = knots[0][0] if knots else 0.0
+            knots = (
+                [(first - 1.0, 0.0), *knots, (1.0, 1.0)] if knots else [(-1.0, -1.0), (1.0, 1.0)]
+            )
+        else:  # turns: a stop that wins leaves 0 more turns
+            knots = [(0.0, 0.0), *knots]
+        self.xs = [float(x) for x, _ in knots]
+        self.ys = [float(y) for _, y in knots]
+        if kind == "turns":  # past the last knot: in proportion, as the expert's own figure
+            x, y = self.xs[-1], self.ys[-1]
+            self.beyond = y / x if x > 0 else 1.0
+
+    @property
+    def calibrated(self) -> bool:
+        """Fitted on this very kind of game (not a neighbour's table, nor none)."""
+        return self.fitted == self.name
+
+    def _line(self, x: float) -> float:
+        xs, ys = self.xs, self.ys
+        i = bisect_right(xs, x)
+        if i >= len(xs):
+            return ys[-1] + (x - xs[-1]) * self.beyond
+        x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
+        return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+    def __call__(self, raw: float) -> float:
+        if self.kind == "chance":
+            if raw >= 1.0:
+                return 1.0
+            if raw <= self.xs[0]:
+                return 0.0
+            return min(1.0, max(0.0, self._line(raw)))
+        # turns: raw is minus the turns the expert expects after this one
+        return -1.0 - self._line(max(0.0, -raw))
+
+
+FALLBACKS = {
+    "chance": ("2p-d{faces}-c3", "2p-d6-c3"),
+    "turns": ("1p-d{faces}-{mode}", "1p-d6-{mode}", "1p-d6-easy"),
+}
+
+
+@cache
+def scale_for(rules: Rules, seats: int) -> Scale:
+    """The scale of a kind of game: its own table when the self-play measured it, else the
+    nearest one measured (the same players and dice without the options; then two players or
+    easy solitaire on six-sided dice), else the expert's own figures (clipped into [0, 1])."""
+    name = table_key(rules, seats)
+    kind = "turns" if seats == 1 else "chance"
+    plain = "-".join(name.split("-")[:3])
+    mode = rules.solitaire or "easy"
+    for key in (
+        name,
+        plain,
+        *(k.format(faces=rules.dice_faces, mode=mode) for k in FALLBACKS[kind]),
+    ):
+        table = TABLES.get(key)
+        if table is not None and table["kind"] == kind:
+            return Scale(kind, table["knots"], name, key)
+    return Scale(kind, [], name, "")
+
+
+def shares(valuation: Valuation, seats: int, resigned: Sequence[bool], seat: int) -> list[float]:
+    """How the seats other than ``seat`` share what ``seat`` does not win: as the expert's race
+    model ranks them, each one's chance of beating every other player still in, by turns left
+    (normalised by the caller). Resigned seats get nothing."""
+    turns = dict(zip(valuation.rivals, valuation.rivals_turns(0), strict=True))
+    turns[seat] = valuation.mine(())[0]
+    spread_per_turn = valuation.params.variance_per_turn
+    out = [0.0] * seats
+    for r in valuation.rivals:
+        chance = 1.0
+        for q, theirs in turns.items():
+            if q != r:
+                spread = math.sqrt(spread_per_turn * (turns[r] + theirs) + 0.25) * math.sqrt(2)
+                chance *= 0.5 * (1 + math.erf((theirs - turns[r]) / spread))
+        out[r] = chance
+    total = math.fsum(out)
+    if total <= 0:  # nobody stands a chance by the model: alike
+        live = [r for r in range(seats) if r != seat and not resigned[r]]
+        return [1 / len(live) if r in live else 0.0 for r in range(seats)]
+    return [w / total for w in out]
+
+
+class Point:
+    """What the expert makes of one state of a game, for the seat to act there: every figure in
+    the value served (``Scale``), every choice in the expert's own terms."""
+
+    def __init__(
+        self, expert: ExpertStrategy, position: Position, scale: Scale | None = None
+    ) -> None:
         self.position = position
+        self.scale = scale or scale_for(position.rules, position.seats)
+        self.expert = expert
         self.planner = expert.planner(position)
         self.runners = position.runners
         self.state = as_state(position.runners)
+        self._raw: dict[tuple[Sums, ...], list[float]] = {}
         self._moves: dict[tuple[Sums, ...], list[float]] = {}
         self._expected: float | None = None
+        self._shares: list[float] | None = None
 
-    def stop(self) -> float | None:
-        """What stopping is worth, or None when stopping is no choice here."""
+    def _stop(self) -> float | None:
         position = self.position
         if position.phase != "roll_or_stop" or position.forced_to_roll:
             return None
         worth = self.planner.stop_value(pack(self.state))
         return None if worth == NO_STOP else worth
 
+    def stop(self) -> float | None:
+        """What stopping is worth, or None when stopping is no choice here."""
+        worth = self._stop()
+        return None if worth is None else self.scale(worth)
+
     def roll(self) -> float:
         """What rolling on is worth, as the expert weighs it against stopping."""
-        return self.planner.roll_value(self.runners)
+        return self.scale(self.planner.roll_value(self.runners))
 
     def bust(self) -> float:
         """What losing the turn's runners leaves (a bust, or a turn that timed out)."""
-        return self.planner.bust_utility(self.state)
+        return self.scale(self.planner.bust_utility(self.state))
+
+    def leave(self) -> float:
+        """What the turn leaves if it ends here (a stop the expert does not weigh)."""
+        return self.scale(self.planner.utility(self.state))
+
+    def _raw_moves(self, moves: tuple[Sums, ...]) -> list[float]:
+        found = self._raw.get(moves)
+        if found is None:
+            found = self._raw[moves] = list(self.planner.move_values(self.runners, moves))
+        return found
 
     def move_values(self, moves: tuple[Sums, ...]) -> list[float]:
         found = self._moves.get(moves)
         if found is None:
-            found = self._moves[moves] = list(self.planner.move_values(self.runners, moves))
+            found = self._moves[moves] = [self.scale(value) for value in self._raw_moves(moves)]
         return found
 
     def after(self, moves: tuple[Sums, ...]) -> float:
@@ -134,16 +274,29 @@ class Point:
             return ROLL, self.expected()
         if phase == "move":
             moves = self.position.moves
-            values = self.move_values(moves)
-            i = max(range(len(moves)), key=values.__getitem__)  # the first of equals
-            return {"type": "move", "sums": list(moves[i])}, values[i]
-        stop, roll = self.stop(), self.roll()
+            raw = self._raw_moves(moves)
+            i = max(range(len(moves)), key=raw.__getitem__)  # the first of equals
+            return {"type": "move", "sums": list(moves[i])}, self.move_values(moves)[i]
+        stop, roll = self._stop(), self.planner.roll_value(self.runners)
         if stop is not None and roll <= stop:  # the expert rolls only when rolling is worth more
-            return STOP, stop
-        return ROLL, roll
+            return STOP, self.scale(stop)
+        return ROLL, self.scale(roll)
 
     def value(self) -> float:
         return self.best()[1]
+
+    def seats(self, value: float) -> list[float]:
+        """Every seat's value when the seat to act has ``value``: alone, that value; against
+        others, chances that sum to 1 (the others share what it does not win)."""
+        position = self.position
+        if position.seats == 1:
+            return [value]
+        if self._shares is None:
+            valuation = Valuation(position, self.expert.params)
+            self._shares = shares(valuation, position.seats, position.resigned, position.seat)
+        out = [(1.0 - value) * share for share in self._shares]
+        out[position.seat] = value
+        return out
 
 
 class Analysis:
@@ -162,18 +315,18 @@ class Analysis:
         # kept (about 1.3 MB each) is as fast as the expert's usual 32, for a 32nd of the memory.
         self.expert = ExpertStrategy(cache_size=1)
         self.solo = False
-        self.offset = 0.0
         self.seats = 0
-        self.start: float | None = None  # the first turn's start, once the game has started
+        self.scale: Scale | None = None
+        self.start: list[float] | None = None  # every seat's at the first turn's start
         self.started_at: int | None = None  # the version of the first step with a turn to play
         self.values: dict[tuple[int, int], float] = {}  # (version, seat) -> value
         self.decisions: list[dict[str, Any]] = []
         self.rolls: list[dict[str, Any]] = []
         self.steps: list[int] = []  # the versions the replay stood at between commands
-        self.points: dict[int, tuple[int, float]] = {}  # step version -> (seat to act, value)
+        self.points: dict[int, tuple[int, list[float]]] = {}  # step -> (seat to act, values)
         self._replay: Replay | None = None
         self._tip: Point | None = None  # the point at the last step, for the next command
-        self._unstarted: tuple[Any, int] | float | None = None  # a lobby's first turn
+        self._unstarted: tuple[Any, int] | list[float] | None = None  # a lobby's first turn
         self.extend(records)
 
     @property
@@ -195,8 +348,10 @@ class Analysis:
             self._replay.extend(records)
 
     # ------------------------------------------------------------------ recording
-    def mark(self, version: int, seat: int, value: float, *, raw: bool = False) -> None:
-        self.values[(version, seat)] = value if raw else value + self.offset
+    def mark(self, version: int, point: Point, value: float) -> None:
+        """The seat to act at ``point`` has ``value`` at ``version``: every seat's value then."""
+        for seat, worth in enumerate(point.seats(value)):
+            self.values[(version, seat)] = worth
 
     def decide(
         self,
@@ -216,11 +371,11 @@ class Analysis:
                 "seat": seat,
                 "chosen": chosen,
                 "best": best,
-                "value_chosen": value_chosen + self.offset,
-                "value_best": value_best + self.offset,
+                "value_chosen": value_chosen,
+                "value_best": value_best,
                 "loss": value_best - value_chosen,
                 # the runner-up's worth: how contested the choice was (None: a timeout)
-                "value_second": None if second is None else second + self.offset,
+                "value_second": second,
             }
         )
 
@@ -229,7 +384,7 @@ class Analysis:
         kind, data, version = record["type"], record["data"], record["version"]
         if kind == "PlayerResigned":
             if not self.solo:
-                self.mark(version, data["seat"], 0.0, raw=True)
+                self.values[(version, data["seat"])] = 0.0  # the next point shares out the rest
             return
         if point is None:
             return
@@ -246,13 +401,13 @@ class Analysis:
                     "version": version,
                     "seat": seat,
                     "dice": list(data["dice"]),
-                    "value_before": before + self.offset,
-                    "value_after": after + self.offset,
+                    "value_before": before,
+                    "value_after": after,
                     "luck": after - before,
                     "bust": not moves,
                 }
             )
-            self.mark(version, seat, after)
+            self.mark(version, point, after)
         elif kind == "MovePlayed":
             moves = point.position.moves
             chosen = tuple(sorted(data["sums"]))
@@ -270,12 +425,12 @@ class Analysis:
                 roll = point.roll()
                 self.decide(version, seat, STOP, stop, ROLL, roll, min(roll, stop))
             else:  # not weighed by the expert (see the module): what the turn leaves
-                stop = point.planner.utility(point.state)
-            self.mark(version, seat, stop)
+                stop = point.leave()
+            self.mark(version, point, stop)
         elif kind == "TurnTimedOut":
             best, value_best = point.best()
             self.decide(version, seat, TIMEOUT, point.bust(), best, value_best)
-            self.mark(version, seat, point.bust())
+            self.mark(version, point, point.bust())
 
     # ------------------------------------------------------------------ the replay
     def advance(self, upto: int) -> None:
@@ -305,32 +460,33 @@ class Analysis:
         if not self.seats:
             self.seats = game.seats
             self.solo = game.seats == 1
-            self.offset = -1.0 if self.solo else 0.0
+            self.scale = scale_for(game.rules_obj, game.seats)
             self._unstarted = (game.rules_obj, len(game.claimed))
         point = None
         if game.status == "in_progress" and game.current is not None:
-            point = Point(self.expert, Position.from_game(game))
-            value = point.value()
+            point = Point(self.expert, Position.from_game(game), self.scale)
+            values = point.seats(point.value())
             if self.start is None:
-                self.start, self.started_at = value + self.offset, game.version
+                self.start, self.started_at = values, game.version
             seat = point.position.seat
-            self.points[game.version] = (seat, value)
+            self.points[game.version] = (seat, values)
             if (game.version, seat) not in self.values:
-                self.mark(game.version, seat, value)
+                for other, value in enumerate(values):
+                    self.values[(game.version, other)] = value
         self.steps.append(game.version)
         self._tip = point
 
-    def _start_for(self, step: int) -> float:
-        """``value_start`` as an analysis that stops at this step gives it."""
+    def _start_for(self, step: int) -> list[float]:
+        """Every seat's ``value_start`` as an analysis that stops at this step gives it."""
         if self.started_at is not None and step >= self.started_at:
             assert self.start is not None
             return self.start
         # never started (a lobby): the first turn as it would have been
-        if not isinstance(self._unstarted, float):
+        if not isinstance(self._unstarted, list):
             assert self._unstarted is not None
             rules, columns = self._unstarted
-            position = Position.make(rules, [[0] * columns] * self.seats)
-            self._unstarted = Point(self.expert, position).value() + self.offset
+            point = Point(self.expert, Position.make(rules, [[0] * columns] * self.seats))
+            self._unstarted = point.seats(point.value())
         return self._unstarted
 
     # ------------------------------------------------------------------ the answer
@@ -341,8 +497,8 @@ class Analysis:
         step = self.steps[bisect_left(self.steps, upto)]  # where an analysis to upto stops
         values = {key: value for key, value in self.values.items() if key[0] <= upto}
         if step == upto and step in self.points:  # the point reached exactly there
-            seat, value = self.points[step]
-            values[(step, seat)] = value + self.offset
+            for seat, value in enumerate(self.points[step][1]):
+                values[(step, seat)] = value
         start = self._start_for(step)
         last: dict[int, float] = {}
         for (_, seat), value in sorted(values.items()):
@@ -353,10 +509,10 @@ class Analysis:
         end: list[float] = []
         for seat in range(self.seats):
             if finished is None:
-                end.append(last.get(seat, start))
+                end.append(last.get(seat, start[seat]))
             elif self.solo:
                 won = finished["data"].get("winner") == 0
-                end.append(0.0 if won else last.get(seat, start))
+                end.append(0.0 if won else last.get(seat, start[seat]))
             else:
                 end.append(1.0 if finished["data"].get("winner") == seat else 0.0)
             if finished is not None:
@@ -371,11 +527,11 @@ class Analysis:
             seats.append(
                 {
                     "seat": seat,
-                    "value_start": start,
+                    "value_start": start[seat],
                     "value_end": end[seat],
                     "luck": luck,
                     "skill_loss": skill_loss,
-                    "drift": end[seat] - start - luck + skill_loss,
+                    "drift": end[seat] - start[seat] - luck + skill_loss,
                     "decisions": len(losses),
                     "blunders": sum(1 for loss in losses if loss >= threshold),
                 }

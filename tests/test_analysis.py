@@ -1,8 +1,10 @@
 """The analysis of played games (domain/analysis.py): the expert's own play loses nothing, a
 stop that would have won is a loss when the player rolled, every roll's ``value_before`` is the
-exact expectation of its ``value_after``, luck is centred on zero over many games, and every
-seat's figures add up. Games are played in memory through the ``Game`` aggregate
-(tests/support/played.py); nothing is mocked."""
+exact expectation of its ``value_after``, luck is centred on zero over many games, every
+seat's figures add up, and the values are what they say: chances in [0, 1] that sum to 1
+over the seats, or turns. Games are played in memory through the ``Game`` aggregate
+(tests/support/played.py); nothing is mocked. (How close the values come to what the
+expert's games do is measured by bench/calibration.py: tests/test_calibration.py.)"""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import statistics
 import uuid
 from collections.abc import Callable
 from functools import cache
-from itertools import product
+from itertools import pairwise, product
 from typing import Any
 
 import pytest
@@ -21,12 +23,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from domain import strategies
-from domain.analysis import BLUNDERS, Analysis, AnalysisRefused, Point, analyse
+from domain.analysis import BLUNDERS, Analysis, AnalysisRefused, Point, analyse, scale_for
 from domain.audit import DERIVED
 from domain.commands import Move, NewGame, Roll
+from domain.errors import InvalidRequest
 from domain.game import Game, event_records
 from domain.position import Position
+from domain.rules import normalize_rules
 from domain.strategies.expert import ExpertStrategy
+from domain.value_tables import TABLES
 from tests.support.played import play
 from tests.support.positions import positions
 
@@ -91,6 +96,8 @@ def test_every_kind_of_game_is_analysed_in_its_own_terms(index: int) -> None:
         else:
             assert 0 < seat["value_start"] < 1
             assert seat["value_end"] == (1.0 if seat["seat"] == winner else 0.0)
+    if not solo:  # every seat's chance at the start, which sum to 1
+        assert math.fsum(s["value_start"] for s in analysis["seats"]) == pytest.approx(1)
     rolled = [r for r in records if r["type"] == "DiceRolled"]
     assert [r["version"] for r in analysis["rolls"]] == [r["version"] for r in rolled]
     for roll, record in zip(analysis["rolls"], rolled, strict=True):
@@ -400,3 +407,75 @@ def test_a_followed_analysis_refuses_what_analyse_refuses() -> None:
     assert refused.value.version == moved["version"]
     with pytest.raises(ValueError):
         analysis.result(moved["version"] + 1)
+
+
+def by_version(analysis: dict[str, Any]) -> dict[int, dict[int, float]]:
+    out: dict[int, dict[int, float]] = {}
+    for entry in analysis["values"]:
+        out.setdefault(entry["version"], {})[entry["seat"]] = entry["value"]
+    return out
+
+
+@pytest.mark.parametrize("index", range(len(KINDS)), ids=[str(k) for k in KINDS])
+def test_every_seats_value_is_a_chance_and_they_sum_to_one_at_every_version(index: int) -> None:
+    """Against others the values are chances to win (the tie-break the expert plays by is not
+    in them): every seat's at every version, each in [0, 1], summing to 1 until the game ends,
+    and every roll's and decision's figures in [0, 1] too. Alone: minus the turns still to
+    take, this one included, so at most -1 until the game is won."""
+    records, analysis = expert_game(index)
+    seats = len(analysis["seats"])
+    ended = next(r["version"] for r in records if r["type"] == "GameFinished")
+    figures = [r[f] for r in analysis["rolls"] for f in ("value_before", "value_after")]
+    figures += [d[f] for d in analysis["decisions"] for f in ("value_chosen", "value_best")]
+    for version, values in by_version(analysis).items():
+        assert sorted(values) == list(range(seats)), version
+        if seats == 1:
+            assert values[0] <= -1 or (version == ended and values[0] == 0)
+            continue
+        assert all(0 <= v <= 1 for v in values.values()), (version, values)
+        assert math.fsum(values.values()) == pytest.approx(1, abs=1e-9), (version, values)
+    if seats > 1:
+        assert all(0 <= v <= 1 for v in figures)
+    else:
+        assert all(v <= -1 for v in figures)
+
+
+def test_every_variant_gets_values_in_range() -> None:
+    """Two to eight players, both dice, every option, both solitaires: each gets a scale, its
+    own table where the self-play measured that kind of game and a neighbour's otherwise, and
+    the scale keeps the expert's order (strictly increasing), a winning stop's worth (1, or -1
+    alone) and the range (chances in [0, 1])."""
+    calibrated = set()
+    for players in range(1, 9):
+        for faces in (6, 8):
+            for options in ({}, {"jumping": True, "steep_hill": True}, {"forced_move": True}):
+                modes = ("easy", "advanced") if players == 1 else (None,)
+                for mode in modes:
+                    raw: dict[str, Any] = {"dice_faces": faces, **options}
+                    if players == 1:
+                        raw = {k: v for k, v in raw.items() if k != "forced_move"}
+                        raw["solitaire"] = mode
+                    try:
+                        rules = normalize_rules(raw, players)
+                    except InvalidRequest:
+                        continue  # not a game anybody can create
+                    scale = scale_for(rules, players)
+                    assert scale.fitted in TABLES, scale.name
+                    if scale.calibrated:
+                        calibrated.add(scale.name)
+                    if players == 1:
+                        assert scale(0.0) == -1.0
+                        grid = [-x / 4 for x in range(0, 400)]
+                        served = [scale(x) for x in grid]
+                        assert all(v <= -1 for v in served)
+                    else:
+                        assert scale(1.0) == 1.0 and scale(1.6) == 1.0 and scale(-1000) == 0.0
+                        grid = [-0.5 + x / 400 for x in range(600)]
+                        served = [scale(x) for x in grid]
+                        assert all(0 <= v <= 1 for v in served)
+                    # the expert's order is kept: a worse choice always shows a loss (the
+                    # grid runs down from the top alone, up against others)
+                    inside = [v for v in served if 0 < v < 1] if players > 1 else served
+                    step = -1 if players == 1 else 1
+                    assert all(step * (b - a) > 0 for a, b in pairwise(inside))
+    assert {"1p-d6-easy", "2p-d6-c3"} <= calibrated
