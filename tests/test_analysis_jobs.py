@@ -289,6 +289,7 @@ def analyst_process(env: dict[str, str]) -> subprocess.Popen[bytes]:
     )
 
 
+@pytest.mark.slow  # worker processes
 def test_a_worker_killed_mid_job_leaves_it_to_another_after_its_lease(
     client: FlaskClient,
     app: Flask,
@@ -312,6 +313,7 @@ def test_a_worker_killed_mid_job_leaves_it_to_another_after_its_lease(
     assert ok(client.get(f"/v1/games/{game_id}/analysis")) == analyse(history(client, game_id))
 
 
+@pytest.mark.slow  # worker processes
 def test_a_worker_past_its_memory_budget_is_replaced(
     client: FlaskClient, app: Flask, worker_env: dict[str, str]
 ) -> None:
@@ -355,3 +357,44 @@ def test_a_request_process_keeps_answers_bounded_in_bytes(
         assert client.get(f"/v1/games/{game_id}/analysis").status_code == 200
     assert analyst._bytes <= max(sizes) * 2 and len(analyst._answers) < 3
     assert analyst._bytes == sum(len(k.text) for k in analyst._answers.values())
+
+
+@pytest.mark.slow  # worker processes
+def test_cantstop_worker_runs_the_analyses_in_its_child_processes(
+    client: FlaskClient, app: Flask, worker_env: dict[str, str]
+) -> None:
+    """The scheduler process itself (``cantstop worker``) starts two analysis processes
+    (CANTSTOP_ANALYSIS_WORKERS=2); a request's job is worked out by one of them, whose process
+    is a child of the worker, not the worker itself."""
+    games = [finished(client) for _ in range(2)]
+    for game_id in games:
+        assert client.get(f"/v1/games/{game_id}/analysis").status_code == 202
+    env = {**worker_env, "CANTSTOP_ANALYSIS_WORKERS": "2", "CANTSTOP_ANALYSIS_LEASE": "30"}
+    scheduler = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "worker"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        answers = [
+            poll(lambda g=g: client.get(f"/v1/games/{g}/analysis").status_code == 200, 120)
+            for g in games
+        ]
+        assert all(answers)
+        workers = {job(app, g).worker for g in games}
+        assert f"{socket.gethostname()}:{scheduler.pid}" not in workers
+        children = {
+            int(pid)
+            for pid in subprocess.run(
+                ["ps", "-o", "pid=", "--ppid", str(scheduler.pid)],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout.split()
+        }
+        assert len(children) == 2
+        assert {int(w.rsplit(":", 1)[1]) for w in workers} <= children
+    finally:
+        scheduler.send_signal(signal.SIGTERM)
+        scheduler.wait(30)
