@@ -952,7 +952,9 @@ class Game(Aggregate):
         self.trigger_event(
             self.PlayerResigned, seat=seat, removed=removed, next_player=next_player, reason=reason
         )
-        if not remaining:
+        if self.aborts():  # early: the whole game is aborted now, not at its end (no dodging)
+            self._finish(None, "aborted")
+        elif not remaining:
             self._finish(None, "resigned")
         elif len(remaining) == 1:
             self._finish(remaining[0], "last_player")
@@ -1010,7 +1012,9 @@ class Game(Aggregate):
             in_a_row=in_a_row,
             next_player=self._next_seat(seat),
         )
-        if in_a_row >= TIMEOUTS_TO_RESIGN:
+        if self.aborts():  # a seat that never played let its turn run out: aborted at once
+            self._finish(None, "aborted")
+        elif in_a_row >= TIMEOUTS_TO_RESIGN:
             self._resign(seat, reason="inactivity")
 
     def idle_since(self) -> datetime:
@@ -1043,11 +1047,13 @@ class Game(Aggregate):
         return self.timeouts[seat] if seat < len(self.timeouts) else 0
 
     def aborts(self) -> bool:
-        """Whether the game, ending now other than by a win on columns, is aborted (contract
-        1.3): a rated game that started and in which some seat (a bot's too) has not yet
-        played a turn of its own, ended by stop or bust (a turn that timed out was not played).
-        An aborted game has no winner and rates nobody: resigning, or letting the clock run,
-        before the opponent has played costs no rating and gains none."""
+        """Whether a resignation or a timeout now aborts the game (contract 1.3): a rated game
+        that started and in which some seat (a bot's too) has not yet played a turn of its own,
+        ended by stop or bust (a turn that timed out was not played). The game ends at once,
+        aborted, even with three seats or more: a game of three in which one seat left early
+        is not left to be aborted by whoever is losing many rounds later. An aborted game has
+        no winner and rates nobody: resigning, or letting the clock run, before everyone has
+        played costs no rating and gains none."""
         return self.abortable and self.status == "in_progress" and not all(self.played)
 
     def _finish(self, winner: int | None, reason: str) -> None:

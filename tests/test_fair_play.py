@@ -168,6 +168,33 @@ def test_histories_replay_under_the_abort_rule_they_were_recorded_with() -> None
         Game.start(uuid.uuid4(), NewGame(players=["a1", "b1"], dice="manual", abortable=True))
 
 
+def rated_game_of(players: list[str]) -> Game:
+    def draw(nonce: int, count: int, faces: int, entropy: str | None = None) -> list[int]:
+        return fairness.draw(SEED, "c", nonce, count, faces, entropy)
+
+    setup = NewGame(players=players, accounts=players, rated=True, clock=CLOCK, client_seed="c")
+    return Game.start(uuid.UUID(int=8), setup, server_seed=SEED, draw=draw)
+
+
+def test_an_early_resignation_aborts_a_game_of_three_at_once() -> None:
+    """One seat of three resigning before everyone has played ends the game there, aborted: it
+    is not left for whoever is losing to abort by resigning many rounds later."""
+    game = rated_game_of(["ann", "bob", "cy"])
+    assert game.current is not None
+    game.resign(game.current)
+    assert (game.status, game.finish_reason, game.winner) == ("finished", "aborted", None)
+    game.reveal_seed(SEED)
+    assert audit_records(event_records(game.collect_events()))["valid"] is True
+
+
+def test_a_first_turn_that_times_out_aborts_the_game_at_once() -> None:
+    game = rated_game_of(["ann", "bob"])
+    deadline = game.deadline
+    assert deadline is not None
+    game.time_out(deadline)
+    assert (game.status, game.finish_reason, game.winner) == ("finished", "aborted", None)
+
+
 def folded(app: Flask, game_ids: list[str]) -> dict[tuple[str, str], tuple[float, float]]:
     """Every account's rating per pool, folded from the finished rated games given, in the
     order they finished (as the ratings fold them)."""
@@ -202,8 +229,8 @@ def test_a_timeout_racing_a_resignation_leaves_the_fold_of_rated_games(
 ) -> None:
     """The seat to act lets its turn run out twice (its third timeout resigns it); then that
     third timeout and the other seat's resignation race. Whichever lands, the game ends once,
-    and the ratings are the fold of the rated games as they finished. If the first seat never
-    played a turn of its own, either ending is an abort."""
+    and the ratings are the fold of the rated games as they finished. If no seat has played a
+    turn of its own, the first turn's timeout and the resignation race: either aborts."""
     tokens = {h: sign_up(client, h) for h in ("ann", "bob")}
     earlier = finished_rated_game(client, tokens)  # a rated result before, in the same pool
     game = rated_pair(client, tokens, "ann", "bob")
@@ -216,12 +243,13 @@ def test_a_timeout_racing_a_resignation_leaves_the_fold_of_rated_games(
         state = client.get(f"/v1/games/{game['id']}").get_json()
         rt.timekeeper.tick(gid, parse_at(state["turn"]["deadline"]))
 
-    if first_plays:
+    if first_plays:  # then its third timeout in a row resigns it
         game = play_a_turn(client, game, by_seat)
         game = play_a_turn(client, game, by_seat)
-    for _ in range(2):
-        time_out()
-        game = play_a_turn(client, client.get(f"/v1/games/{game['id']}").get_json(), by_seat)
+        for _ in range(2):
+            time_out()
+            game = play_a_turn(client, client.get(f"/v1/games/{game['id']}").get_json(), by_seat)
+    # else its first turn's timeout aborts the game at once, as the resignation would
     assert client.get(f"/v1/games/{game['id']}").get_json()["turn"]["player"] == slow
 
     start = threading.Barrier(2)
