@@ -75,8 +75,10 @@ RETRY_AFTER = 2
 """The Retry-After of a 202, in seconds: a game of two is usually analysed by then."""
 SYSTEM = "system"
 """The client of the jobs queued for finished rated games."""
-KEEP = 86_400.0
-"""Seconds a finished job's row is kept (a version's answer, or its failure): a day."""
+KEEP = 3_600.0
+"""Seconds a finished job's row is kept at least (a version's answer, or its failure; pruned
+hourly): long enough to be fetched and to cool down, short enough that asking for every version
+of long games, one after another, cannot fill the store (a version's answer is up to ~300 kB)."""
 RUNNING = 8
 """Games a worker keeps following (their analyses go on from where they stood)."""
 TICK = 0.5
@@ -555,7 +557,7 @@ class Supervisor:
                 self._resume = now + self.PAUSE
         while len(self.children) < self.count and now >= self._resume:
             self.children.append((self.start(), now))
-        if self.jobs is not None and now - self._pruned > 3600:
+        if self.jobs is not None and now - self._pruned > KEEP:
             self._pruned = now
             self.jobs.prune()
 
