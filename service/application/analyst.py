@@ -142,15 +142,15 @@ class Analyst:
             if known is not None:
                 self._answers.move_to_end(key)
                 return known
-        if at > MAX_VERSIONS:
-            raise GameTooLong(
-                f"game {game_id} has {at} versions; the analysis takes games of at most "
-                f"{MAX_VERSIONS}"
-            )
         if final:
             stored = self._from_store(game_id, at)
             if stored is not None:
                 return self._keep(key, stored)
+        if at > MAX_VERSIONS:  # (one kept before the maximum is served)
+            raise GameTooLong(
+                f"game {game_id} has {at} versions; the analysis takes games of at most "
+                f"{MAX_VERSIONS}"
+            )
         job = self.jobs.get(game_id, FINAL if final else at)
         if job is None:
             job = self.jobs.enqueue(game_id, FINAL if final else at, client)
