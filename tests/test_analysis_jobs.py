@@ -377,12 +377,13 @@ def test_cantstop_worker_runs_the_analyses_in_its_child_processes(
         stderr=subprocess.DEVNULL,
     )
     try:
-        answers = [
-            poll(lambda g=g: client.get(f"/v1/games/{g}/analysis").status_code == 200, 120)
-            for g in games
-        ]
-        assert all(answers)
-        workers = {job(app, g).worker for g in games}
+        for game_id in games:
+
+            def kept(game_id: str = game_id) -> bool:
+                return bool(client.get(f"/v1/games/{game_id}/analysis").status_code == 200)
+
+            poll(kept, 120)
+        workers = {str(job(app, g).worker) for g in games}
         assert f"{socket.gethostname()}:{scheduler.pid}" not in workers
         children = {
             int(pid)
