@@ -68,6 +68,13 @@ from domain.strategies.expert import ExpertStrategy, Valuation
 from domain.strategies.turn import NO_STOP, as_state, pack
 from domain.value_tables import TABLES
 
+VALUES_VERSION = "1"
+"""The map from the expert's worth of a point to the served values (domain/value_tables.py):
+changed whenever the map is fitted again or its form changes."""
+KEY = f"{ExpertStrategy.version}/values-{VALUES_VERSION}"
+"""What a kept analysis (and its job) is keyed by: a new expert or new values make the answers
+kept under the old key unread, and they are worked out again when asked for."""
+
 BLUNDERS = {"chance": 0.05, "turns": 0.5}
 """The loss from which a decision counts as a blunder, per kind of value."""
 

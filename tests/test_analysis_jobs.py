@@ -6,6 +6,7 @@ worker processes where a process is the point; nothing mocked."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -21,6 +22,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from domain.analysis import analyse
+from domain.strategies.expert import ExpertStrategy
 from service.application import analyst as analyst_module
 from service.application.analysis_jobs import (
     ATTEMPTS,
@@ -100,6 +102,21 @@ def test_a_request_queues_a_job_answers_202_then_the_kept_analysis(
     assert done.get_json() == analyse(history(client, game_id))
     assert analyst.kept(uuid.UUID(game_id)) == done.get_json()
     assert job(app, game_id).status == "done" and job(app, game_id).attempts == 1
+
+
+def test_an_analysis_kept_under_an_older_expert_or_values_is_worked_out_again(
+    client: FlaskClient, app: Flask
+) -> None:
+    """Kept answers are keyed by the expert's version and the values' (domain.analysis.KEY):
+    one kept before the values were calibrated is never served as if it were today's."""
+    game_id = finished(client)
+    analyst = app.extensions["cantstop"].analyst
+    stale = {"finished": True, "version": 1, "stale": True}
+    analyst.stored.put(uuid.UUID(game_id), ExpertStrategy.version, 1, json.dumps(stale))
+    assert analyst.kept(uuid.UUID(game_id)) is None
+    assert client.get(f"/v1/games/{game_id}/analysis").status_code == 202
+    assert run_jobs(app) == 1
+    assert ok(client.get(f"/v1/games/{game_id}/analysis")) == analyse(history(client, game_id))
 
 
 def test_a_running_job_reports_its_progress(client: FlaskClient, app: Flask) -> None:

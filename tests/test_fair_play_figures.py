@@ -16,6 +16,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from domain import strategies
+from domain.analysis import KEY as ANALYSIS_KEY
 from domain.analysis import analyse
 from domain.commands import Move, Roll, Stop
 from domain.fairplay import CONTESTED, percentile, seat_figures
@@ -133,7 +134,7 @@ def keep(client: FlaskClient, game_id: str, decisions: list[Json]) -> None:
     state = rt.games.state(uuid.UUID(game_id))
     analysis = {"finished": True, "strategy_version": ExpertStrategy.version}
     text = json.dumps(analysis | {"version": state["version"], "decisions": decisions})
-    rt.analyst.stored.put(uuid.UUID(game_id), ExpertStrategy.version, state["version"], text)
+    rt.analyst.stored.put(uuid.UUID(game_id), ANALYSIS_KEY, state["version"], text)
 
 
 def decisions(seat: int, contested: int, matched: int, easy: int = 0) -> list[Json]:

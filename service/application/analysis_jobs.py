@@ -47,9 +47,9 @@ from typing import Any
 from eventsourcing.persistence import IntegrityError
 from eventsourcing.utils import get_topic
 
+from domain.analysis import KEY as ANALYSIS_KEY
 from domain.analysis import Analysis, AnalysisRefused
 from domain.game import Game
-from domain.strategies.expert import ExpertStrategy
 from service.application.errors import ApplicationError
 from service.application.games import Games
 from service.application.standings import rated_game
@@ -203,7 +203,7 @@ class AnalysisJobs(SideTable):
     def get(self, game_id: uuid.UUID, version: int) -> Job | None:
         row = self.execute(
             f"SELECT * FROM {self.TABLE} WHERE {KEY}",
-            (str(game_id), version, ExpertStrategy.version),
+            (str(game_id), version, ANALYSIS_KEY),
             fetch="one",
         )
         return None if row is None else _job(row)
@@ -214,7 +214,7 @@ class AnalysisJobs(SideTable):
         found = self.get(game_id, version)
         if found is not None:
             return found
-        key = (str(game_id), version, ExpertStrategy.version)
+        key = (str(game_id), version, ANALYSIS_KEY)
         for slot in range(PER_CLIENT) if capped else [None]:
             try:
                 self.execute(
@@ -609,7 +609,7 @@ class AnalysisFeed(View):
         return prepared
 
     def applied(self, sql: Sql, written: list[str]) -> None:
-        version = ExpertStrategy.version
+        version = ANALYSIS_KEY
         for game_id in written:
             sql.execute(
                 f"INSERT INTO {AnalysisJobs.TABLE} (game_id, version, strategy_version, status, "

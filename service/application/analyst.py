@@ -37,7 +37,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from domain.strategies.expert import ExpertStrategy
+from domain.analysis import KEY as ANALYSIS_KEY
 from service.application.analysis_jobs import (
     COOL_DOWN,
     FINAL,
@@ -166,7 +166,7 @@ class Analyst:
     def kept(self, game_id: uuid.UUID) -> dict[str, Any] | None:
         """A finished game's analysis as kept, without working anything out (None when it is
         not kept yet: a rated game's is queued as it finishes)."""
-        row = self.stored.get(game_id, ExpertStrategy.version)
+        row = self.stored.get(game_id, ANALYSIS_KEY)
         if row is None:
             return None
         found: dict[str, Any] = json.loads(row[1])
@@ -211,7 +211,7 @@ class Analyst:
         return answer
 
     def _from_store(self, game_id: uuid.UUID, version: int) -> str | None:
-        row = self.stored.get(game_id, ExpertStrategy.version)
+        row = self.stored.get(game_id, ANALYSIS_KEY)
         if row is None or row[0] != version:
             return None
         return row[1]

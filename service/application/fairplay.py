@@ -31,6 +31,7 @@ import time
 import uuid
 from typing import Any
 
+from domain.analysis import KEY as ANALYSIS_KEY
 from domain.fairplay import CONTESTED, percentile, seat_figures
 from domain.strategies.expert import ExpertStrategy
 from service.application.accounts import Accounts
@@ -131,7 +132,7 @@ class FairPlay:
     def catch_up(self, limit: int = POLL_LIMIT) -> int:
         """Summarise up to ``limit`` finished rated games that have a kept analysis and no
         rows yet; how many were summarised."""
-        version = ExpertStrategy.version
+        version = ANALYSIS_KEY
 
         def find(sql: Sql) -> list[Any]:
             return sql.all(
