@@ -388,7 +388,7 @@ def cmd_analyse(args: argparse.Namespace) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
-    """Create the tables (if missing) once, e.g. before several API hosts start."""
+    """Create the tables if missing: at any time, even as hosts start (they take turns)."""
     Runtime(Settings.from_env(), create_tables=True).close()
     print("tables ready", file=sys.stderr)
     return 0
@@ -606,7 +606,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--http-only", action="store_true", help=argparse.SUPPRESS)
     serve.set_defaults(func=cmd_serve)
 
-    migrate = sub.add_parser("migrate", help="create the tables once (before several hosts start)")
+    migrate = sub.add_parser("migrate", help="create missing tables (safe as hosts start)")
     migrate.set_defaults(func=cmd_migrate)
 
     worker = sub.add_parser(

@@ -6,6 +6,7 @@ factory and the command line both build their process's ``Runtime`` here.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from service.application.accounts import Accounts
@@ -30,11 +31,17 @@ from service.config import Settings
 from service.live.hub import Hub, LiveConfig
 from service.live.redis_link import RedisLink
 from service.persistence.settings import persistence_env
+from service.persistence.startup import schema_lock
 from service.persistence.views import View, Views
 
 
 class Runtime:
     def __init__(self, settings: Settings, *, create_tables: bool) -> None:
+        # Hosts that start together take turns at the DDL (service/persistence/startup.py).
+        with schema_lock(settings) if create_tables else contextlib.nullcontext():
+            self._build(settings, create_tables=create_tables)
+
+    def _build(self, settings: Settings, *, create_tables: bool) -> None:
         self.settings = settings
         env = persistence_env(settings, create_table=create_tables)
         env.update(

@@ -4,7 +4,8 @@ kept beside it.
 One module a concern: ``errors`` (what failures look like), ``guard`` (bounded waits, the breaker),
 ``postgres`` and ``sqlite`` (the library's factories adapted), ``settings`` (the URL as the
 library's settings), ``commitments`` (seeds committed before their games), ``log`` (the
-notification log in commit order), ``views`` (cross-game views in tables, with tracking). Every
+notification log in commit order), ``views`` (cross-game views in tables, with tracking),
+``startup`` (hosts starting together take turns at the DDL). Every
 private part of a library it relies on is listed, with the reason, in ``service/hooks.py``.
 
 ``persistence_env`` turns ``CANTSTOP_DATABASE_URL`` into the eventsourcing settings, naming the

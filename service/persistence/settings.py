@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -66,21 +67,30 @@ def postgres_connect_error(settings: Settings) -> str | None:
     """Why one connection with the pool's own parameters fails, in libpq's words (the first
     line, such as 'database "x" does not exist'), or None when it succeeds or the store is not
     PostgreSQL. For a failure at start: the library's pool reports only that it timed out."""
-    if not settings.database_url.startswith(("postgresql:", "postgres:")):
+    params = postgres_params(settings)
+    if params is None:
         return None
-    env = persistence_env(settings, create_table=False)
-    options = json.loads(env["CANTSTOP_PG_OPTIONS"])
-    if env["POSTGRES_PASSWORD"]:
-        options["password"] = env["POSTGRES_PASSWORD"]
     try:
-        with psycopg.connect(
-            dbname=env["POSTGRES_DBNAME"],
-            host=env["POSTGRES_HOST"],
-            port=env["POSTGRES_PORT"],
-            user=env["POSTGRES_USER"],
-            **options,
-        ):
+        with psycopg.connect(**params):
             return None
     except psycopg.Error as exc:
         lines = str(exc).strip().splitlines()
         return lines[0] if lines else type(exc).__name__
+
+
+def postgres_params(settings: Settings) -> dict[str, Any] | None:
+    """``psycopg.connect``'s arguments for one connection with the pool's own parameters, or
+    None when the store is not PostgreSQL."""
+    if not settings.database_url.startswith(("postgresql:", "postgres:")):
+        return None
+    env = persistence_env(settings, create_table=False)
+    params: dict[str, Any] = json.loads(env["CANTSTOP_PG_OPTIONS"])
+    if env["POSTGRES_PASSWORD"]:
+        params["password"] = env["POSTGRES_PASSWORD"]
+    params.update(
+        dbname=env["POSTGRES_DBNAME"],
+        host=env["POSTGRES_HOST"],
+        port=env["POSTGRES_PORT"],
+        user=env["POSTGRES_USER"],
+    )
+    return params
