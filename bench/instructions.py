@@ -29,16 +29,18 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 HERE = Path(__file__).resolve().parent
 SEED = 1234
 
 
-def play(actions: int) -> None:
-    """In the tree's process (PYTHONPATH): ``actions`` actions of the bench's games."""
+def play(actions: int, around: Callable[[Any], None] | None = None) -> None:
+    """In the tree's process (PYTHONPATH): ``actions`` actions of the bench's games.
+    ``around``: called with the WSGI client before the first action (bench/stages.py)."""
     draws = random.Random(SEED)
 
     def fixed(n: int) -> bytes:
@@ -57,7 +59,10 @@ def play(actions: int) -> None:
     spec.loader.exec_module(inproc)
     from service.http.app import create_app  # the tree's own code
 
-    games = inproc.Games(inproc.WsgiClient(create_app(create_tables=True)))
+    client = inproc.WsgiClient(create_app(create_tables=True))
+    if around is not None:
+        around(client)
+    games = inproc.Games(client)
     for _ in range(actions):
         games.act()
 
