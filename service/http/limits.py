@@ -145,21 +145,21 @@ def init_app(app: Flask, settings: Settings) -> Limiter | None:
     if not limits:
         return None
 
-    # Registered before the limiter's own hook, so it runs after it: Flask-Limiter puts
-    # Retry-After on every answer of a limited endpoint, where it tells a client to wait; it
-    # belongs only to a refusal that asks for a retry later (429, 503).
-    # A view's own Retry-After (``g.retry_after``: a 202's, when to ask again) stands as set.
-    @app.after_request
-    def _retry_after_only_when_refused(response: Response) -> Response:
-        own = g.get("retry_after")
-        if own is not None:
-            response.headers["Retry-After"] = str(own)
-        elif response.status_code not in (429, 503):
-            response.headers.pop("Retry-After", None)
-        return response
-
     limited = frozenset(endpoint for scope in limits for endpoint in SCOPES[scope])
-    with only_for(app, limited):
+    with only_for(app, limited):  # the limiter's hooks and this one (no others need it)
+        # Registered before the limiter's own hook, so it runs after it: Flask-Limiter puts
+        # Retry-After on every answer of a limited endpoint, where it tells a client to wait; it
+        # belongs only to a refusal that asks for a retry later (429, 503).
+        # A view's own Retry-After (``g.retry_after``: a 202's, when to ask again) stands as set.
+        @app.after_request
+        def _retry_after_only_when_refused(response: Response) -> Response:
+            own = g.get("retry_after")
+            if own is not None:
+                response.headers["Retry-After"] = str(own)
+            elif response.status_code not in (429, 503):
+                response.headers.pop("Retry-After", None)
+            return response
+
         limiter = Limiter(
             key_func=client_address,
             app=app,
