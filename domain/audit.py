@@ -1,7 +1,7 @@
 """Audit a game's recorded history (contract: Fairness, Auditing). Pure: stdlib and domain only.
 
 ``audit_records(records)`` takes the events as ``/events`` serves them (or as an export holds them)
-and runs four checks, each of which may blame a version:
+and runs five checks, each of which may blame a version:
 
 - ``chain``: versions 1..n in order; every ``prev_hash`` is the previous event's ``hash`` (zeros for
   version 1); every ``hash`` recomputed from the served fields equals the stored one; no event is
@@ -13,6 +13,9 @@ and runs four checks, each of which may blame a version:
   nonce and, once the seed is revealed, equals the HMAC draw from it; the revealed seed must hash to
   the published commitment. Before the reveal the draws are "pending", which is not a failure.
 - ``final_state``: the replay ends in the live state (when one is given: the server's audit).
+- ``deadlines``: no action (a roll, move, stop or resignation) is dated at or after the deadline
+  of the turn it was recorded in (clocked games; bots have no clock): the service refuses one
+  and records the timeout instead. Judged on the ``rules`` replay, as far as it goes.
 
 A record that is not even well formed (missing keys, wrong types, or a service-side
 ``{"version": v, "unreadable": "reason"}`` marker for a stored row that could not be decoded) is
@@ -41,6 +44,7 @@ from domain.game import (
     chain_hash,
     event_data,
     event_type,
+    format_at,
     parse_at,
     shown,
 )
@@ -67,6 +71,8 @@ COMMANDS = frozenset(
     }
 )
 DERIVED = frozenset({"GameCreated", "TurnOrderDecided", "TurnBusted", "GameFinished"})
+# A player's actions: refused at or after the turn's deadline (contract 1.1, clocks).
+ACTIONS = frozenset({"DiceRolled", "MovePlayed", "TurnStopped", "PlayerResigned"})
 EVENT_TYPES = COMMANDS | DERIVED
 
 # The replay cannot re-derive a commitment without its seed: it starts the game with this stand-in
@@ -530,22 +536,51 @@ def replay_steps(
     yield replay.game, None
 
 
-def _replay(records: Sequence[Any], problems: Sequence[str | None]) -> tuple[Check, Game | None]:
+def _late(game: Game, record: Mapping[str, Any]) -> str | None:
+    """Why ``record``, the next command, is an action recorded at or after its turn's deadline
+    (the service refuses such an action and records the timeout), or None."""
+    if record["type"] not in ACTIONS:
+        return None
+    deadline = game.deadline  # None without a clock, or with a bot to act: bots have no clock
+    if deadline is None or not game.timed_out(parse_at(record["at"])):
+        return None
+    seat = shown(record["data"].get("seat"))
+    return (
+        f"version {record['version']}: {record['type']} by seat {seat} is dated {record['at']}, "
+        f"at or after the deadline of seat {game.current}'s turn ({format_at(deadline)})"
+    )
+
+
+def _replay(
+    records: Sequence[Any], problems: Sequence[str | None]
+) -> tuple[Check, Check, Game | None]:
+    """The ``rules`` check, the ``deadlines`` check (judged on the same replay) and the game
+    at the end of the replay."""
     readable = _readable_prefix(records, problems)
     if not readable:
-        return Check("rules", False, "no readable GameCreated event at version 1", 1), None
+        rules = Check("rules", False, "no readable GameCreated event at version 1", 1)
+        return rules, Check("deadlines", True, "no action to check"), None
     game: Game | None = None
+    late: Check | None = None
     try:
-        for step in replay_steps(readable):
-            game = step[0]  # one object throughout: the last step's is the game at the end
+        for game, record in replay_steps(readable):  # one object throughout
+            if record is None:
+                break
+            why = _late(game, record) if late is None else None
+            if why is not None:
+                late = Check("deadlines", False, why, record["version"])
     except ReplayRefused as exc:
-        return Check("rules", False, exc.detail, exc.version), None
+        rules = Check("rules", False, exc.detail, exc.version)
+        detail = f"no late action before version {exc.version}, where the replay stopped"
+        return rules, late or Check("deadlines", True, detail), None
+    deadlines = late or Check("deadlines", True, "no action at or after its turn's deadline")
     if len(readable) < len(records):
         # The replay stopped where the records stop being readable; the chain check blames it.
         version = len(readable) + 1
         detail = f"replayed versions 1 to {len(readable)}; version {version} is unreadable"
-        return Check("rules", False, detail, version), None
-    return Check("rules", True, f"{len(readable)} events replayed through the rules"), game
+        return Check("rules", False, detail, version), deadlines, None
+    rules = Check("rules", True, f"{len(readable)} events replayed through the rules")
+    return rules, deadlines, game
 
 
 # ------------------------------------------------------------------------------ final state
@@ -597,12 +632,13 @@ def audit_records(
         checks = [Check("chain", False, f"more than {MAX_RECORDS} events", MAX_RECORDS + 1)]
     else:
         problems = [record_problem(record) for record in records]
-        rules, game = _replay(records, problems)
+        rules, deadlines, game = _replay(records, problems)
         checks = [
             check_chain(records, problems),
             rules,
             check_dice(records, problems),
             _check_final(game, live_state, live_error),
+            deadlines,
             *extra,
         ]
     blamed = [c.version for c in checks if c.version is not None]
@@ -617,7 +653,7 @@ def replayed(records: Sequence[Any]) -> Game | None:
     """The game at the end of a history that the rules accept (every action re-derived from the
     one before, as the audit's ``rules`` check does), or None."""
     problems = [record_problem(record) for record in records]
-    check, game = _replay(records, problems)
+    check, _, game = _replay(records, problems)
     return game if check.ok else None
 
 

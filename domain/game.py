@@ -548,7 +548,9 @@ class Game(Aggregate):
         behind) must not date an event before the one it follows, which the audit refuses."""
         if self.replay_times:
             return self.replay_times.popleft()
-        stamp: datetime = given or event_class.create_timestamp()
+        stamp: datetime = (
+            given or self.__dict__.get("_command_at") or event_class.create_timestamp()
+        )
         last: datetime = self.modified_on
         return stamp if stamp >= last else last
 
@@ -863,9 +865,31 @@ class Game(Aggregate):
             self.MovePlayed, seat=seat, sums=list(chosen), runners=position_map(runners)
         )
 
-    def act(self, seat: int, command: Command, draw: Draw | None = None) -> None:
+    def act(
+        self, seat: int, command: Command, draw: Draw | None = None, *, at: datetime | None = None
+    ) -> None:
         """One command by ``seat``: the HTTP API, bots and the transcript verifier all come
-        through here."""
+        through here. ``at`` is its one instant (now unless given, never before the last
+        event): the deadline is judged at it and every event it records is stamped with it, so
+        no action is stamped past its turn's deadline. Too late, it records the timeout instead
+        and raises TimedOut."""
+        if self.replay_times:  # a replay stamps the recorded times; the audit judges them
+            self._act(seat, command, draw)
+            return
+        at = self._timestamp(self.Event, at)
+        deadline = self.deadline
+        if deadline is not None and at >= deadline:
+            self.time_out(at)
+            raise TimedOut(
+                f"the turn timed out at {format_at(deadline)}; nothing was recorded but the timeout"
+            )
+        self.__dict__["_command_at"] = at  # not state: gone when the command ends
+        try:
+            self._act(seat, command, draw)
+        finally:
+            del self.__dict__["_command_at"]
+
+    def _act(self, seat: int, command: Command, draw: Draw | None) -> None:
         if isinstance(command, Roll):
             self._check_roll_form(command)
             self.roll(seat, dice=command.dice, draw=draw, entropy=command.entropy)

@@ -118,7 +118,8 @@ def test_a_finished_server_dice_game_verifies_every_check(finished: tuple[Game, 
     verdict = audit_records(records, live_state=game_state(game, "any id"))
     assert verdict["valid"] is True
     assert verdict["first_bad_version"] is None
-    assert [c["name"] for c in verdict["checks"]] == ["chain", "rules", "dice", "final_state"]
+    names = [c["name"] for c in verdict["checks"]]
+    assert names == ["chain", "rules", "dice", "final_state", "deadlines"]
     assert all(c["ok"] for c in verdict["checks"])
     dice = next(c for c in verdict["checks"] if c["name"] == "dice")
     assert "match the revealed seed" in dice["detail"]

@@ -922,12 +922,15 @@ class Games(Application[uuid.UUID]):
         # or a conflict is judged again on the latest version, read from the store.
         for fresh in (False, True):
             with self.owned(game_id, fresh=fresh) as game:
+                # One instant, under the game's lock and after its read: the deadline is judged
+                # at it and the events are stamped with it, however long the request waited.
+                at = datetime.now(UTC)
                 try:
-                    if game.timed_out(now):
+                    if game.timed_out(at):
                         if not fresh:
                             continue  # perhaps: judged on the latest version
-                        self._record_timeout(game, now)
-                    new_events = self._apply(game, seat, command, if_match)
+                        self._record_timeout(game, at)
+                    new_events = self._apply(game, seat, command, if_match, at)
                 except (DomainError, VersionConflict):
                     if not fresh:
                         continue
@@ -971,10 +974,11 @@ class Games(Application[uuid.UUID]):
         seat: int,
         command: Command,
         if_match: Collection[int] | None,
+        at: datetime | None = None,
     ) -> list[dict[str, Any]]:
-        """Run the command on ``game``: its new events as served (pending, not yet saved)."""
+        """Run the command on ``game`` at ``at``: its new events as served (pending, unsaved)."""
         check_version(game, if_match)
-        game.act(seat, command, draw=self.dicer(game))
+        game.act(seat, command, draw=self.dicer(game), at=at)
         self.finish_up(game)
         return self.pending_records(game)
 
