@@ -18,6 +18,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from service.config import Settings
+from service.runtime import Runtime
 from tests.conftest import _with_database
 from tests.support.polling import wait_until
 
@@ -129,3 +131,17 @@ def test_eight_migrates_at_once_come_up_on_an_empty_and_on_a_migrated_store(
             f"{len(failed)} of {AT_ONCE} starts failed on the {store} store: {failed}"
         )
         assert schema(database_url) == schema(reference_url), store
+
+
+@pytest.mark.postgres
+def test_a_start_adds_the_log_column_only_where_it_is_missing(postgres_url: str) -> None:
+    """A start reads the catalog before altering the events table (an ALTER locks out reads
+    while it waits): what it finds missing, such as the ``tx`` column of a store from before
+    it, is still added, with its index."""
+    Runtime(Settings(database_url=postgres_url), create_tables=True).close()
+    whole = schema(postgres_url)
+    with psycopg.connect(postgres_url, autocommit=True) as db:
+        db.execute("ALTER TABLE cantstop_events DROP COLUMN tx")  # its index goes with it
+    assert schema(postgres_url) != whole
+    Runtime(Settings(database_url=postgres_url), create_tables=True).close()
+    assert schema(postgres_url) == whole

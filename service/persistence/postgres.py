@@ -401,15 +401,28 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
         with _unbounded():  # the ALTER below rewrites an existing table, once
             super().create_table()
             table = f'"{self.datastore.schema}"."{self.events_table_name}"'
+            index = f'"{self.datastore.schema}"."{self.events_table_name}_tx"'
             with self.datastore.transaction(commit=True) as curs:
+                # Run only when missing: IF NOT EXISTS still takes the table's lock first (the
+                # ALTER's blocks reads too), so a host starting beside a long transaction on
+                # the table would stall every request until it ends (deploy/README.md).
                 curs.execute(
-                    f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS tx xid8 NOT NULL "
-                    "DEFAULT pg_current_xact_id()"
+                    "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = %s::regclass "
+                    "AND attname = 'tx' AND NOT attisdropped) AS has_column, "
+                    "to_regclass(%s) IS NOT NULL AS has_index",
+                    (table, index),
                 )
-                curs.execute(
-                    f'CREATE INDEX IF NOT EXISTS "{self.events_table_name}_tx" ON {table} '
-                    "(tx, notification_id)"
-                )
+                found = curs.fetchone() or {}
+                if not found.get("has_column"):
+                    curs.execute(
+                        f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS tx xid8 NOT NULL "
+                        "DEFAULT pg_current_xact_id()"
+                    )
+                if not found.get("has_index"):
+                    curs.execute(
+                        f'CREATE INDEX IF NOT EXISTS "{self.events_table_name}_tx" ON {table} '
+                        "(tx, notification_id)"
+                    )
 
 
 class PostgresStore(PostgresFactory):
