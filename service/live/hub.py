@@ -242,6 +242,8 @@ class Hub:
     def publish(self, game_id: uuid.UUID, records: list[dict[str, Any]]) -> None:
         """The ``Games.on_recorded`` hook: called after the events are stored. Never raises."""
         try:
+            if self.link is None and not self._watched:
+                return  # no stream in this process and no Redis: no channel name to make
             channel = f"{CHANNEL_PREFIX}{game_id}"
             local = channel in self._watched and self._loop is not None
             to_redis = self.link is not None and self.link.available()
