@@ -5,7 +5,9 @@ plays the same games (the same player, seed and fixed string hashing) under
 `valgrind --tool=callgrind`, with the action path's functions called through a tiny C module of
 its own (built here with gcc) that has one symbol per stage, so callgrind's inclusive cost of
 that symbol is the stage's instructions. Only the main thread's action requests are split (a
-game's creation, background threads and the bench's own client are the "rest").
+game's creation, background threads and the bench's own client are the "rest"). Then one pass
+of the tree's `cantstop worker` loop (the views kept in the store, timeouts, its chores) over
+everything played: its share of an action is the "worker" row.
 
 | stage | the functions it counts (both trees have them) |
 |---|---|
@@ -37,6 +39,7 @@ from __future__ import annotations
 import argparse
 import functools
 import hashlib
+import importlib.util
 import os
 import re
 import shutil
@@ -51,7 +54,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 STAGES = ("parse", "auth", "load", "decide", "store", "publish", "views", "sign", "answer")
-CONTAINERS = ("request", "app")  # enclose stages: never on the stack
+CONTAINERS = ("request", "app", "worker")  # enclose stages: never on the stack
 C_SOURCE = (
     "#include <Python.h>\n"
     + "".join(
@@ -91,6 +94,16 @@ def build() -> Path:
     command = ["gcc", "-shared", "-fPIC", "-O0", "-fno-ipa-icf", f"-I{include}", str(source)]
     subprocess.run([*command, "-o", str(target)], check=True)
     return folder
+
+
+def load_instructions() -> Any:
+    """bench/instructions.py beside this file (its player and its PostgreSQL databases), also
+    when this file runs as a script."""
+    spec = importlib.util.spec_from_file_location("bench_instructions", HERE / "instructions.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 # ------------------------------------------------------------------------------ in the tree
@@ -157,18 +170,37 @@ def instrument(stages: Any) -> Callable[[bool], None]:
 
 def play(actions: int) -> None:
     """In the tree's process: the bench's games, each action request through ``request``."""
-    spec_path = HERE / "instructions.py"
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]  # http is not http
     sys.path.insert(0, os.environ["CANTSTOP_STAGES_MODULE"])
-    import importlib.util
-
     import _cantstop_stages  # type: ignore[import-not-found]  # built by build()
 
-    spec = importlib.util.spec_from_file_location("bench_instructions", spec_path)
-    assert spec is not None and spec.loader is not None
-    instructions = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(instructions)
-    instructions.play(actions, around=instrument_later(_cantstop_stages))
+    instructions = load_instructions()
+    clients: list[Any] = []
+    around = instrument_later(_cantstop_stages)
+
+    def keep(client: Any) -> None:
+        clients.append(client)
+        around(client)
+
+    instructions.play(actions, around=keep)
+    # One pass of the tree's `cantstop worker` over everything played: the views kept in the
+    # store, due timeouts and the chores, as its loop does them between two polls.
+    scheduler = clients[0].app.__wrapped_app__.extensions["cantstop"].scheduler()
+    _cantstop_stages.worker(scheduler.run, OnePass())
+
+
+class OnePass:
+    """A stop event for the scheduler's loop: one pass, no wait."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def is_set(self) -> bool:
+        self.asked += 1
+        return self.asked > 1
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return True
 
 
 def instrument_later(stages: Any) -> Callable[[Any], None]:
@@ -187,6 +219,7 @@ def instrument_later(stages: Any) -> Callable[[Any], None]:
             finally:
                 switch(False)
 
+        through.__wrapped_app__ = app  # type: ignore[attr-defined]
         client.app = through
 
     return around
@@ -195,7 +228,7 @@ def instrument_later(stages: Any) -> Callable[[Any], None]:
 # ------------------------------------------------------------------------------ the referee
 def run(tree: Path, actions: int, module: Path, postgres: str | None) -> dict[str, int]:
     """Inclusive instructions of each stage symbol, and the whole run's (``total``)."""
-    from bench.instructions import fresh_database
+    fresh_database = load_instructions().fresh_database
 
     with tempfile.TemporaryDirectory(prefix="cantstop-stages-") as out:
         outfile = Path(out) / "callgrind.out"
@@ -256,7 +289,8 @@ def split(tree: Path, args: argparse.Namespace, module: Path) -> dict[str, float
         - sum(rows[s] for s in ("parse", "auth", "sign", "answer"))
     )
     rows["action request"] = per.get("request", 0.0)
-    rows["rest"] = per["total"] - per.get("request", 0.0)
+    rows["worker"] = per.get("worker", 0.0)
+    rows["rest"] = per["total"] - per.get("request", 0.0) - per.get("worker", 0.0)
     rows["total"] = per["total"]
     return rows
 
