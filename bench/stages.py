@@ -24,8 +24,8 @@ everything played: its share of an action is the "worker" row.
 | http | the WSGI call of the action less all the above (Flask, Werkzeug, routing, the hooks) |
 
 A stage's functions nested in another stage count in the outer one. The wrappers cost a few
-hundred instructions a call, counted in "app glue" and "http"; the total is what
-`bench/instructions.py` counts (so within about 1% of it).
+thousand instructions an action, counted in "app glue" and "http": the total less the worker
+is 3-5% above what `bench/instructions.py` counts.
 
     apt-get install -y valgrind gcc
     python -m bench.stages /tmp/before . [--actions 300] [--warmup 100] [--postgres URL]
