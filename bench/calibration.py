@@ -1,6 +1,7 @@
 """Do the analysis's values mean what they say? Measured on the expert's own games.
 
     python -m bench.calibration [--games N] [--processes P]   # the tables of docs/analysis.md
+    python -m bench.calibration --only duels --duels N --players 3,4   # games of 3 and 4
     python -m bench.calibration --fit [--games N]             # rewrites domain/value_tables.py
 
 The measurement plays expert games with fixed seeds and compares the values served
@@ -10,10 +11,11 @@ The measurement plays expert games with fixed seeds and compares the values serv
   the mean of N games from the start; at the start of turn ``MID`` of those games (the mean
   served against the mean taken); and at one mid-game point (seed ``MID_SEED``'s game at the
   start of turn ``MID``) against N games played on from it with fresh dice;
-* games of two (expert against expert, six-sided dice): every seat's value at every version of
-  N whole games analysed, binned by tenths, beside the share of them whose seat went on to win,
-  with the Brier score beside a constant 0.5's (0.25); and the checks that every value is in
-  [0, 1] and that the seats' values at a version sum to 1.
+* games of two (``--players``: of each number given; expert against expert, six-sided dice):
+  every seat's value at every version of N whole games analysed, binned by tenths, beside the
+  share of them whose seat went on to win, with the Brier score beside a constant 1/players'
+  (0.25 for two); and the checks that every value is in [0, 1] and that the seats' values at a
+  version sum to 1.
 
 ``--fit`` learns the tables from other seeds (``FIT_SEED`` on): for each kind of game in
 ``FIT``, the expert's own worth of every point it passed (after each roll, and at each "roll or
@@ -25,6 +27,7 @@ At most two processes (``--processes``): the machine is shared.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import multiprocessing
 import random
@@ -291,9 +294,9 @@ def played_on(seed: int) -> int:
     return play(mid_game(), dice_for(seed, "mid"))
 
 
-def duel(seed: int) -> dict[str, Any]:
-    """One game of two experts, analysed: every seat's value at every version before the end."""
-    game = new_game(2, None, seed)
+def duel(seed: int, players: int = 2) -> dict[str, Any]:
+    """One game of experts, analysed: every seat's value at every version before the end."""
+    game = new_game(players, None, seed)
     play(game, dice_for(seed))
     records = event_records(game.collect_events())
     analysis = analyse(records)
@@ -301,7 +304,7 @@ def duel(seed: int) -> dict[str, Any]:
     by_version: dict[int, list[float]] = {}
     for entry in analysis["values"]:
         if entry["version"] < ended:
-            by_version.setdefault(entry["version"], [0.0, 0.0])[entry["seat"]] = entry["value"]
+            by_version.setdefault(entry["version"], [0.0] * players)[entry["seat"]] = entry["value"]
     return {
         "winner": game.winner,
         "values": list(by_version.values()),
@@ -314,7 +317,7 @@ def mean_ci(values: Sequence[float]) -> tuple[float, float]:
     return mean, 1.96 * statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0
 
 
-def deciles(duels: Iterable[dict[str, Any]]) -> dict[str, Any]:
+def deciles(duels: Iterable[dict[str, Any]], players: int = 2) -> dict[str, Any]:
     bins: list[list[tuple[float, float]]] = [[] for _ in range(10)]
     games: list[set[int]] = [set() for _ in range(10)]
     worst_sum = 0.0
@@ -344,61 +347,84 @@ def deciles(duels: Iterable[dict[str, Any]]) -> dict[str, Any]:
         "rows": rows,
         "points": len(every),
         "brier": brier,
-        "brier_half": 0.25,
+        "constant": 1 / players,
+        "brier_constant": (players - 1) / players**2,  # one winner in N seats, 1/N each
         "worst_sum_error": worst_sum,
         "out_of_range": out_of_range,
     }
 
 
-def measure(games: int, processes: int, duels_: int | None = None) -> dict[str, Any]:
+def measure(
+    games: int,
+    processes: int,
+    duels_: int | None = None,
+    players: Sequence[int] = (2,),
+    solitaire: bool = True,
+) -> dict[str, Any]:
+    """The solitaire's figures (unless not ``solitaire``) and, for each number of ``players``,
+    the decile table of that many experts' games (``duels``, by the number of players)."""
+    count = games if duels_ is None else duels_
+    result: dict[str, Any] = {"games": games, "duels_played": count, "duels": {}}
     with multiprocessing.Pool(processes) as pool:
-        solo = pool.map(solitaire_game, range(games), chunksize=4)
-        mid_point = mid_game()
-        mid_value = served(mid_point)
-        on = pool.map(played_on, range(games), chunksize=4)
-        duels = pool.map(duel, range(games if duels_ is None else duels_), chunksize=2)
+        if solitaire:
+            result["solitaire"] = measure_solitaire(pool, games)
+        for n in players:
+            duels = pool.map(functools.partial(duel, players=n), range(count), chunksize=2)
+            winners = [d["winner"] for d in duels]
+            result["duels"][n] = {
+                "players": n,
+                "model": scale_for(normalize_rules(None, n), n).fitted or "the expert's own",
+                "first_seat_won": winners.count(0) / len(winners),
+                "start": [statistics.fmean(d["start"][s] for d in duels) for s in range(n)],
+                **deciles(duels, n),
+            }
+    return result
+
+
+def measure_solitaire(pool: Any, games: int) -> dict[str, Any]:
+    solo = pool.map(solitaire_game, range(games), chunksize=4)
+    mid_point = mid_game()
+    mid_value = served(mid_point)
+    on = pool.map(played_on, range(games), chunksize=4)
     start = Position.from_game(new_game(1, None, 0))
     start_value = Point(expert(), start).value()
     mids = [(v, after) for _, v, after in solo if not math.isnan(v)]
-    winners = [d["winner"] for d in duels]
     return {
-        "games": games,
-        "duels_played": len(duels),
-        "solitaire": {
-            "model": scale_for(start.rules, 1).fitted or "the expert's own",
-            "start": {"served": -start_value, "taken": mean_ci([t for t, _, _ in solo])},
-            "mid_kind": {
-                "turn": MID,
-                "games": len(mids),
-                "served": -statistics.fmean(v for v, _ in mids) if mids else math.nan,
-                "taken": mean_ci([a for _, a in mids]) if mids else (math.nan, 0.0),
-            },
-            "mid_point": {
-                "seed": MID_SEED,
-                "turn": MID,
-                "served": -mid_value,
-                "taken": mean_ci([float(t) for t in on]),
-            },
+        "model": scale_for(start.rules, 1).fitted or "the expert's own",
+        "start": {"served": -start_value, "taken": mean_ci([t for t, _, _ in solo])},
+        "mid_kind": {
+            "turn": MID,
+            "games": len(mids),
+            "served": -statistics.fmean(v for v, _ in mids) if mids else math.nan,
+            "taken": mean_ci([a for _, a in mids]) if mids else (math.nan, 0.0),
         },
-        "duels": {
-            "model": scale_for(normalize_rules(None, 2), 2).fitted or "the expert's own",
-            "first_seat_won": winners.count(0) / len(winners),
-            "start": [statistics.fmean(d["start"][s] for d in duels) for s in range(2)],
-            **deciles(duels),
+        "mid_point": {
+            "seed": MID_SEED,
+            "turn": MID,
+            "served": -mid_value,
+            "taken": mean_ci([float(t) for t in on]),
         },
     }
 
 
-def report(result: Mapping[str, Any]) -> str:
-    solo, duels = result["solitaire"], result["duels"]
-    n = result["games"]
+NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight"}
 
+
+def report(result: Mapping[str, Any]) -> str:
+    parts = (
+        [report_solitaire(result["solitaire"], result["games"])] if "solitaire" in result else []
+    )
+    parts += [report_duels(duels, result["duels_played"]) for duels in result["duels"].values()]
+    return "\n\n".join("\n".join(part) for part in parts)
+
+
+def report_solitaire(solo: Mapping[str, Any], n: int) -> list[str]:
     def row(name: str, part: Mapping[str, Any], games: int) -> str:
         taken, ci = part["taken"]
         off = (part["served"] - taken) / taken if taken else math.nan
         return f"| {name} | {games} | {part['served']:.2f} | {taken:.2f} ± {ci:.2f} | {off:+.1%} |"
 
-    lines = [
+    return [
         f"Solitaire (easy, six-sided dice), table {solo['model']}: turns still to take, "
         "this one included",
         "",
@@ -409,9 +435,14 @@ def report(result: Mapping[str, Any]) -> str:
             f"start of turn {MID + 1}, each game's own", solo["mid_kind"], solo["mid_kind"]["games"]
         ),
         row(f"start of turn {MID + 1} of seed {MID_SEED}'s game, played on", solo["mid_point"], n),
-        "",
-        f"Games of two (expert against expert), table {duels['model']}: every seat's value at "
-        f"every version of {result['duels_played']} games",
+    ]
+
+
+def report_duels(duels: Mapping[str, Any], games: int) -> list[str]:
+    n = duels["players"]
+    lines = [
+        f"Games of {NUMBERS.get(n, n)} (experts against each other), table {duels['model']}: "
+        f"every seat's value at every version of {games} games",
         "",
         "| bin | values | games | mean predicted | observed win rate | off by |",
         "|---|---|---|---|---|---|",
@@ -425,21 +456,28 @@ def report(result: Mapping[str, Any]) -> str:
             )
         else:
             lines.append(f"| {r['bin']} | 0 | 0 | | | |")
+    start = ", ".join(f"seat {s} {v:.3f}" for s, v in enumerate(duels["start"]))
     lines += [
         "",
-        f"Brier score {duels['brier']:.4f} over {duels['points']} values (a constant 0.5: "
-        f"{duels['brier_half']:.2f}). Values outside [0, 1]: {duels['out_of_range']}; largest "
-        f"|sum of the seats' values − 1| at a version: {duels['worst_sum_error']:.1e}.",
-        f"At the start: seat 0 {duels['start'][0]:.3f}, seat 1 {duels['start'][1]:.3f}; the first "
-        f"seat won {duels['first_seat_won']:.1%} of the games.",
+        f"Brier score {duels['brier']:.4f} over {duels['points']} values (a constant "
+        f"{duels['constant']:.3g}: {duels['brier_constant']:.4f}). Values outside [0, 1]: "
+        f"{duels['out_of_range']}; largest |sum of the seats' values − 1| at a version: "
+        f"{duels['worst_sum_error']:.1e}.",
+        f"At the start: {start}; the first seat won {duels['first_seat_won']:.1%} of the games.",
     ]
-    return "\n".join(lines)
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.calibration", description=__doc__)
     parser.add_argument("--games", type=int, default=500, help="games of each kind (500)")
-    parser.add_argument("--duels", type=int, help="games of two to analyse (--games)")
+    parser.add_argument("--duels", type=int, help="games of each --players to analyse (--games)")
+    parser.add_argument(
+        "--players", default="2", help="the games' numbers of players, comma-separated (2)"
+    )
+    parser.add_argument(
+        "--only", choices=["duels"], help="skip the solitaire: only the games of --players"
+    )
     parser.add_argument("--processes", type=int, default=2, help="at most 2 on a shared host")
     parser.add_argument("--fit", action="store_true", help="learn domain/value_tables.py")
     args = parser.parse_args(argv)
@@ -449,7 +487,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_tables(fit(args.games, processes), args.games)
         print(f"wrote {TABLES}")
     else:
-        print(report(measure(args.games, processes, args.duels)))
+        players = [int(n) for n in args.players.split(",")]
+        if any(not 2 <= n <= 8 for n in players):
+            parser.error("--players: each between 2 and 8")
+        solitaire = args.only != "duels"
+        print(report(measure(args.games, processes, args.duels, players, solitaire)))
     print(f"({time.perf_counter() - started:.0f} s)")
     return 0
 

@@ -35,25 +35,59 @@ def test_the_measurement_gives_the_solitaire_means_beside_the_served_values(
     assert solo["mid_point"]["served"] < solo["start"]["served"]
 
 
-def test_the_decile_table_has_its_shape_and_every_value_its_invariants(
-    measured: dict[str, Any],
-) -> None:
-    duels = measured["duels"]
+def assert_deciles(duels: dict[str, Any], players: int, games: int) -> None:
+    """A decile table's shape, and every value's invariants."""
+    assert duels["players"] == players and duels["model"] == f"{players}p-d6-c3"
     rows = duels["rows"]
     assert [r["bin"] for r in rows] == [f"{b / 10:.1f}–{(b + 1) / 10:.1f}" for b in range(10)]
     assert sum(r["count"] for r in rows) == duels["points"] > 0
+    assert duels["points"] % players == 0  # every seat's value at every version
     for b, row in enumerate(rows):
         if row["count"]:
             assert b / 10 <= row["predicted"] <= (b + 1) / 10 + 1e-12
             assert 0 <= row["observed"] <= 1
-            assert 1 <= row["games"] <= measured["games"]
+            assert 1 <= row["games"] <= games
     assert duels["out_of_range"] == 0
     assert duels["worst_sum_error"] <= 1e-9  # the seats' values sum to 1 at every version
+    assert len(duels["start"]) == players
     assert sum(duels["start"]) == pytest.approx(1, abs=1e-9)
-    assert 0 <= duels["brier"] <= 1 and duels["brier_half"] == 0.25
+    # the baseline is a constant 1/N: one winner among N seats scores (N - 1) / N² a value
+    assert duels["constant"] == pytest.approx(1 / players)
+    assert duels["brier_constant"] == pytest.approx((players - 1) / players**2)
+    assert 0 <= duels["brier"] <= 1
+
+
+def test_the_decile_table_has_its_shape_and_every_value_its_invariants(
+    measured: dict[str, Any],
+) -> None:
+    assert list(measured["duels"]) == [2]  # by default, games of two only
+    assert_deciles(measured["duels"][2], 2, measured["games"])
+    assert measured["duels"][2]["brier_constant"] == 0.25
     text = calibration.report(measured)
+    assert text.startswith("Solitaire")
     assert "| bin | values | games | mean predicted | observed win rate | off by |" in text
-    assert "Brier score" in text
+    assert "Games of two" in text and "Brier score" in text
+
+
+def test_games_of_three_are_measured_alone_when_asked(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results: list[dict[str, Any]] = []
+    real = calibration.measure
+
+    def kept(*args: Any, **kwargs: Any) -> dict[str, Any]:  # the real run, its result kept
+        results.append(real(*args, **kwargs))
+        return results[-1]
+
+    monkeypatch.setattr(calibration, "measure", kept)
+    argv = ["--only", "duels", "--duels", "2", "--players", "3", "--processes", "1"]
+    assert calibration.main(argv) == 0
+    [measured] = results
+    assert "solitaire" not in measured and list(measured["duels"]) == [3]
+    assert_deciles(measured["duels"][3], 3, 2)
+    text = capsys.readouterr().out
+    assert text.startswith("Games of three") and "(a constant 0.333: 0.2222)" in text
+    assert "Solitaire" not in text
 
 
 def test_the_fit_is_monotone_and_pools_violators() -> None:
