@@ -19,6 +19,7 @@ from flask.testing import FlaskClient
 
 from domain.game import format_at
 from domain.receipts import b64url, message, unb64url
+from service.application.receipts import Key, Receipts, key_id_of
 from service.config import Settings
 from service.http.app import create_app
 from tests.support.games import create_game
@@ -84,6 +85,17 @@ def test_every_action_carries_a_receipt_that_the_library_verifies(
     assert public.public_bytes_raw() == key.public_key().public_bytes_raw()
     current = client.get(f"/v1/games/{game_id}/receipt").get_json()
     assert current["version"] == answer["game"]["version"] and current["hash"] == last["hash"]
+
+
+def test_a_receipt_is_signed_as_the_cryptography_library_signs_it() -> None:
+    """libsodium signs (the cheaper signer): Ed25519 is deterministic, so its signature is
+    the very bytes cryptography's would be, for any key and message."""
+    for _ in range(20):
+        key = Ed25519PrivateKey.generate()
+        receipts = Receipts([Key(key_id_of(key.public_key()), key, "2026-01-01", None)])
+        at = format_at(datetime.now(UTC))
+        signed = receipts.sign("game", 7, "ab" * 32, at)
+        assert unb64url(signed["signature"]) == key.sign(message("game", 7, "ab" * 32, at))
 
 
 def test_a_rotated_key_still_verifies_old_receipts(database_url: str, tmp_path: Path) -> None:
