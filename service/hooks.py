@@ -1416,59 +1416,6 @@ HOOKS: tuple[Hook, ...] = (
         ),
     ),
     Hook(
-        path="flask.sansio.scaffold.Scaffold.before_request_funcs",
-        distribution="flask",
-        instance=True,
-        used_in=("service.http.limits:only_for",),
-        why=(
-            "Flask-Limiter's before, after and teardown request hooks ran on every request of "
-            "every endpoint (the default signin, challenge and audit limits turn them on): "
-            "~0.5M instructions an action, 23%. They are taken out of the app's three hook "
-            "lists (before_request_funcs, after_request_funcs, teardown_request_funcs) where "
-            "init_app put them, and called in the same place and order for the limited "
-            "endpoints only; a limited view's decorator checks its own limit."
-        ),
-        recheck=(
-            "that the three lists are still dicts of lists by blueprint (None: the app's), run "
-            "last-registered first for after and teardown, that init_app registers only those "
-            "three hooks, and that a limited view's decorator checks its limit itself"
-        ),
-        checks=(
-            Check(
-                "flask.sansio.scaffold.Scaffold.__init__",
-                sha256="85ee78552543f4a8087c8c1f1cff7bcce13c6633de3490ba3c71ca5d008df92c",
-                contains=(
-                    "self.before_request_funcs: dict[",
-                    "self.after_request_funcs: dict[",
-                    "self.teardown_request_funcs: dict[",
-                ),
-            ),
-            Check(
-                "flask.app.Flask.process_response",
-                sha256="8f4afb5f9ec8c24bf8f11a39a72cc655e0f6268ed96bba127d2d358763c2a490",
-                contains=("for func in reversed(self.after_request_funcs[name]):",),
-            ),
-            Check(
-                "flask.app.Flask.do_teardown_request",
-                sha256="8c25313693d26f092c0fafb72cfbc19d4bbcfc0e116fc787dab1a82d1ace3510",
-                contains=("for func in reversed(self.teardown_request_funcs[name]):",),
-            ),
-            Check(
-                "flask_limiter.Limiter.init_app",
-                sha256="d4f415977155cf90c9c265f606ddef4043788e9eaf7fb7bbd5c01d9cdc4c79f9",
-                contains=(
-                    "app.before_request(self._check_request_limit)",
-                    "app.teardown_request(self.__release_context)",
-                ),
-            ),
-            Check(
-                "flask_limiter._limits.RouteLimit.__call__",
-                sha256="3f995ecf9d8f42e58dcb285f5b4abce7411b8c8d2e748a7902d584feeb1fe89a",
-                contains=("_check_request_limit(in_middleware=False, callable_name=name)",),
-            ),
-        ),
-    ),
-    Hook(
         path="marshmallow.fields.Field._deserialize",
         distribution="marshmallow",
         used_in=(

@@ -23,9 +23,7 @@ enforced by Flask-Limiter with fixed windows.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable
 
 from flask import Flask, Response, g, request
 from flask_limiter import Limiter
@@ -95,50 +93,6 @@ def storage_uri(redis_url: str | None) -> str:
     return redis_url
 
 
-@contextmanager
-def only_for(app: Flask, endpoints: frozenset[str]) -> Iterator[None]:
-    """The request hooks registered in the block run for ``endpoints`` only. Flask-Limiter's
-    hooks ran on every request of every endpoint (~0.5M instructions an action, 23%: the
-    default signin, challenge and audit limits turn it on everywhere), though a limited view's
-    own decorator does its check; each hook is kept, in its place, for the limited endpoints
-    (service/hooks.py: Flask's hook lists)."""
-    lists: tuple[dict[Any, list[Any]], ...] = (
-        app.before_request_funcs,
-        app.after_request_funcs,
-        app.teardown_request_funcs,
-    )
-    known = [list(hooks.get(None, ())) for hooks in lists]
-    yield
-    before, after, teardown = (
-        [hook for hook in hooks.get(None, []) if hook not in was]
-        for hooks, was in zip(lists, known, strict=True)
-    )
-    for hooks, added in zip(lists, (before, after, teardown), strict=True):
-        hooks[None] = [hook for hook in hooks.get(None, []) if hook not in added]
-
-    @app.before_request
-    def _before_if_limited() -> Response | None:
-        if request.endpoint in endpoints:
-            for hook in before:
-                answer = hook()
-                if answer is not None:
-                    return answer  # type: ignore[no-any-return]
-        return None
-
-    @app.after_request
-    def _after_if_limited(response: Response) -> Response:
-        if request.endpoint in endpoints:
-            for hook in reversed(after):  # as Flask runs them: the last registered first
-                response = hook(response)
-        return response
-
-    @app.teardown_request
-    def _teardown_if_limited(error: BaseException | None) -> None:
-        if request.endpoint in endpoints:
-            for hook in reversed(teardown):
-                hook(error)
-
-
 def init_app(app: Flask, settings: Settings) -> Limiter | None:
     """Limit the scoped endpoints (call after the blueprints are registered); None when off."""
     limits = settings.limits
@@ -146,31 +100,43 @@ def init_app(app: Flask, settings: Settings) -> Limiter | None:
         return None
 
     limited = frozenset(endpoint for scope in limits for endpoint in SCOPES[scope])
-    with only_for(app, limited):  # the limiter's hooks and this one (no others need it)
-        # Registered before the limiter's own hook, so it runs after it: Flask-Limiter puts
-        # Retry-After on every answer of a limited endpoint, where it tells a client to wait; it
-        # belongs only to a refusal that asks for a retry later (429, 503).
-        # A view's own Retry-After (``g.retry_after``: a 202's, when to ask again) stands as set.
-        @app.after_request
-        def _retry_after_only_when_refused(response: Response) -> Response:
-            own = g.get("retry_after")
-            if own is not None:
-                response.headers["Retry-After"] = str(own)
-            elif response.status_code not in (429, 503):
-                response.headers.pop("Retry-After", None)
-            return response
 
-        limiter = Limiter(
-            key_func=client_address,
-            app=app,
-            storage_uri=storage_uri(settings.redis_url),
-            storage_options={"socket_timeout": 1, "socket_connect_timeout": 1},
-            strategy="fixed-window",
-            headers_enabled=True,
-            swallow_errors=True,  # Redis down: count in memory, never fail the request
-            in_memory_fallback_enabled=True,
-            key_prefix=KEY_PREFIX,
-        )
+    # Flask-Limiter puts Retry-After on every answer of a limited endpoint, where it tells a
+    # client to wait; it belongs only to a refusal that asks for a retry later (429, 503).
+    # A view's own Retry-After (``g.retry_after``: a 202's, when to ask again) stands as set.
+    # Registered before the limiter's own hook, so it runs after it.
+    @app.after_request
+    def _retry_after_only_when_refused(response: Response) -> Response:
+        if request.endpoint not in limited:
+            return response
+        own = g.get("retry_after")
+        if own is not None:
+            response.headers["Retry-After"] = str(own)
+        elif response.status_code not in (429, 503):
+            response.headers.pop("Retry-After", None)
+        return response
+
+    limiter = Limiter(
+        key_func=client_address,
+        app=app,
+        storage_uri=storage_uri(settings.redis_url),
+        storage_options={"socket_timeout": 1, "socket_connect_timeout": 1},
+        strategy="fixed-window",
+        headers_enabled=True,
+        swallow_errors=True,  # Redis down: count in memory, never fail the request
+        in_memory_fallback_enabled=True,
+        key_prefix=KEY_PREFIX,
+    )
+
+    # The limiter's hooks run on every request of the app once any limit is on (the default
+    # signin, challenge and audit limits turn it on everywhere): ~0.5M instructions an action
+    # spent resolving limits an action never has. Its documented request filter ends that
+    # search at once for the endpoints no limit names; a limited view's own decorator checks
+    # its limits as before (docs/performance.md, "Levers").
+    @limiter.request_filter
+    def _not_limited() -> bool:
+        return request.endpoint not in limited
+
     for scope, limit in limits.items():
         shared = limiter.shared_limit(
             f"{limit.count} per {limit.period} second",
