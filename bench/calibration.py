@@ -11,11 +11,11 @@ The measurement plays expert games with fixed seeds and compares the values serv
   the mean of N games from the start; at the start of turn ``MID`` of those games (the mean
   served against the mean taken); and at one mid-game point (seed ``MID_SEED``'s game at the
   start of turn ``MID``) against N games played on from it with fresh dice;
-* games of two (``--players``: of each number given; expert against expert, six-sided dice):
-  every seat's value at every version of N whole games analysed, binned by tenths, beside the
-  share of them whose seat went on to win, with the Brier score beside a constant 1/players'
-  (0.25 for two); and the checks that every value is in [0, 1] and that the seats' values at a
-  version sum to 1.
+* games of two, or of each number of players given (``--players``; experts only, six-sided
+  dice): every seat's value at every version of N whole games analysed, binned by tenths,
+  beside the share of them whose seat went on to win, with the Brier score beside a constant
+  1/N's (0.25 for two); and the checks that every value is in [0, 1] and that the seats'
+  values at a version sum to 1. ``--only duels`` skips the solitaire.
 
 ``--fit`` learns the tables from other seeds (``FIT_SEED`` on): for each kind of game in
 ``FIT``, the expert's own worth of every point it passed (after each roll, and at each "roll or
