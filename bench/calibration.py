@@ -3,6 +3,7 @@
     python -m bench.calibration [--games N] [--processes P]   # the tables of docs/analysis.md
     python -m bench.calibration --only duels --duels N --players 3,4   # games of 3 and 4
     python -m bench.calibration --fit [--games N]             # rewrites domain/value_tables.py
+    python -m bench.calibration --fit --others --players 3,4 [--games N]  # only the others' maps
 
 The measurement plays expert games with fixed seeds and compares the values served
 (``domain.analysis``) with what happened:
@@ -21,6 +22,9 @@ The measurement plays expert games with fixed seeds and compares the values serv
 ``FIT``, the expert's own worth of every point it passed (after each roll, and at each "roll or
 stop") beside what followed (turns still taken; won or not), averaged in bins of equal count,
 made monotone (pool-adjacent-violators) and written as knots of a piecewise-linear map.
+``--fit --others`` keeps those maps and learns, for each of ``--players`` (3 or more), the map
+of a seat not to act: from its share by the expert's race model (``Point.race``) to whether it
+won, the same way (``Scale.others``), at the same points and seeds.
 At most two processes (``--processes``): the machine is shared.
 """
 
@@ -45,6 +49,7 @@ from domain.position import Position
 from domain.rules import normalize_rules
 from domain.strategies.expert import ExpertStrategy
 from domain.strategies.turn import NO_STOP, as_state, pack
+from domain.value_tables import TABLES as TABLES_NOW
 
 MID = 12
 """The turn whose start is the solitaire's mid-game point (the expert takes about 28)."""
@@ -61,6 +66,8 @@ FIT: list[tuple[int, dict[str, Any] | None, int]] = [
 ]
 """The kinds of game the fit measures, each with its multiple of ``--games`` (the others fall
 back: domain/analysis.py, ``scale_for``)."""
+FITTED_GAMES = 600
+"""The ``--games`` the tables' own maps were fitted with (named in their docstring)."""
 TABLES = Path(__file__).resolve().parent.parent / "domain" / "value_tables.py"
 MAX_TURNS = 400
 CHOICES = random.Random(0)  # the expert draws nothing; choose() takes one
@@ -157,6 +164,46 @@ def fit_game(job: tuple[int, dict[str, Any] | None, int]) -> list[tuple[float, f
     return [(raw, float(seat == winner)) for seat, raw, _ in points]
 
 
+def fit_others_game(job: tuple[int, dict[str, Any] | None, int]) -> list[tuple[float, float]]:
+    """(a seat not to act's value by the race model, 1 if it won) for every such seat at each
+    point of one game: what the others' map (``Scale.others``) is learned from."""
+    players, rules, seed = job
+    game = new_game(players, rules, seed)
+    points: list[tuple[int, list[float]]] = []
+
+    def seen(position: Position, raw: float, _: int) -> None:
+        point = Point(expert(), position)
+        points.append((position.seat, point.race(point.scale(raw))))
+
+    play(game, dice_for(seed), seen=seen)
+    winner = game.winner
+    return [
+        (value, float(r == winner))
+        for seat, values in points
+        for r, value in enumerate(values)
+        if r != seat and value > 0
+    ]
+
+
+def fit_others(games: int, processes: int, players: Sequence[int]) -> dict[str, dict[str, Any]]:
+    """The tables as they are, with the others' map learned anew for each of ``players``."""
+    tables = {key: dict(table) for key, table in TABLES_NOW.items()}
+    with multiprocessing.Pool(processes) as pool:
+        for n in players:
+            started = time.perf_counter()
+            jobs = [(n, None, FIT_SEED + i) for i in range(games)]
+            pairs = [
+                pair for game in pool.imap(fit_others_game, jobs, chunksize=4) for pair in game
+            ]
+            key = table_key(normalize_rules(None, n), n)
+            tables[key]["others_games"] = len(jobs)
+            tables[key]["others_points"] = len(pairs)
+            tables[key]["others"] = knots("chance", pairs, bins=min(60, max(8, len(pairs) // 2000)))
+            took = time.perf_counter() - started
+            print(f"{key} others: {len(jobs)} games, {len(pairs)} values, {took:.0f} s", flush=True)
+    return tables
+
+
 def pool_adjacent(values: list[float], weights: list[float]) -> list[float]:
     """The non-decreasing sequence nearest ``values`` (weighted least squares)."""
     blocks: list[list[float]] = []  # [mean, weight, count]
@@ -247,7 +294,9 @@ def write_tables(tables: Mapping[str, Mapping[str, Any]], games: int) -> None:
         "point to the value served (domain/analysis.py, ``Scale``): ``chance``, the chance to win,",
         "from the worth; ``turns``, the turns still taken after the one under way, from minus the",
         f"worth. Written by ``python -m bench.calibration --fit --games {games}`` (seeds",
-        f'{FIT_SEED} on); do not edit by hand."""',
+        f"{FIT_SEED} on); with three or more players, ``others`` maps a seat not to act from",
+        "its race-model share (``--fit --others --players 3,4 --games 600``, the same seeds).",
+        'Do not edit by hand."""',
         "",
         "from typing import Any",
         "",
@@ -259,7 +308,14 @@ def write_tables(tables: Mapping[str, Mapping[str, Any]], games: int) -> None:
             lines.append(f"        {field!r}: {table[field]!r},")
         lines.append('        "knots": [')
         lines += [f"            ({x!r}, {y!r})," for x, y in table["knots"]]
-        lines += ["        ],", "    },"]
+        lines.append("        ],")
+        if "others" in table:  # 3+ players: the seats not to act (``Scale.others``)
+            for field in ("others_games", "others_points"):
+                lines.append(f"        {field!r}: {table[field]!r},")
+            lines.append('        "others": [')
+            lines += [f"            ({x!r}, {y!r})," for x, y in table["others"]]
+            lines.append("        ],")
+        lines.append("    },")
     lines.append("}")
     TABLES.write_text("\n".join(lines) + "\n")
 
@@ -480,10 +536,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--processes", type=int, default=2, help="at most 2 on a shared host")
     parser.add_argument("--fit", action="store_true", help="learn domain/value_tables.py")
+    parser.add_argument(
+        "--others",
+        action="store_true",
+        help="with --fit: learn only the maps of the seats not to act, for --players (3 or more)",
+    )
     args = parser.parse_args(argv)
     processes = max(1, min(2, args.processes))
     started = time.perf_counter()
-    if args.fit:
+    if args.fit and args.others:
+        counts = [int(n) for n in args.players.split(",")]
+        if any(not 3 <= n <= 8 for n in counts):
+            parser.error("--others: --players each between 3 and 8")
+        write_tables(fit_others(args.games, processes, counts), FITTED_GAMES)
+        print(f"wrote {TABLES}")
+    elif args.fit:
         write_tables(fit(args.games, processes), args.games)
         print(f"wrote {TABLES}")
     else:

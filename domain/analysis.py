@@ -9,9 +9,10 @@ own choices still lose nothing (the map keeps its order):
 
 * games of two or more: the seat to act's **chance to win**, in [0, 1] (the expert's
   tie-break, which it plays by, is not in it); a stop that wins is worth exactly 1. The other
-  seats share the rest as the expert's race model ranks them, so every seat has a value at
-  every point and they sum to 1. ``value_end`` is 1 for the winner and 0 for the others (0 for
-  everybody in a game that ended without a winner);
+  seats share the rest as the expert's race model ranks them (with three or more players,
+  each one's share through a map learned for it, ``Scale.others``), so every seat has a value
+  at every point and they sum to 1. ``value_end`` is 1 for the winner and 0 for the others (0
+  for everybody in a game that ended without a winner);
 * solitaire: minus the **turns** the player is expected still to take, the turn under way
   counted as one (−1 exactly for a stop that wins). ``value_end`` is 0 when the game is won; a
   solitaire game resigned or abandoned keeps its last value.
@@ -68,7 +69,7 @@ from domain.strategies.expert import ExpertStrategy, Valuation
 from domain.strategies.turn import NO_STOP, as_state, pack
 from domain.value_tables import TABLES
 
-VALUES_VERSION = "1"
+VALUES_VERSION = "2"
 """The map from the expert's worth of a point to the served values (domain/value_tables.py):
 changed whenever the map is fitted again or its form changes."""
 KEY = f"{ExpertStrategy.version}/values-{VALUES_VERSION}"
@@ -114,10 +115,19 @@ class Scale:
     ``turns``: minus the turns still to take, this one included (−1 exactly for a stop that
     wins). Between knots the map is linear."""
 
-    def __init__(self, kind: str, knots: Sequence[Sequence[float]], name: str, fitted: str) -> None:
+    def __init__(
+        self,
+        kind: str,
+        knots: Sequence[Sequence[float]],
+        name: str,
+        fitted: str,
+        others: Scale | None = None,
+    ) -> None:
         self.kind = kind
         self.name = name
         self.fitted = fitted  # the table's name, or "" for the expert's own figures
+        # with 3+ players: the map of a seat not to act, from its race-model share of the rest
+        self.others = others
         if kind == "chance":  # the anchors: a win is 1, far below the worst point seen 0
             first = knots[0][0] if knots else 0.0
             knots = (
@@ -177,8 +187,24 @@ def scale_for(rules: Rules, seats: int) -> Scale:
     ):
         table = TABLES.get(key)
         if table is not None and table["kind"] == kind:
-            return Scale(kind, table["knots"], name, key)
-    return Scale(kind, [], name, "")
+            return Scale(kind, table["knots"], name, key, others_for(rules, seats))
+    return Scale(kind, [], name, "", others_for(rules, seats))
+
+
+def others_for(rules: Rules, seats: int) -> Scale | None:
+    """The map of the seats not to act, fitted per number of players (3 and 4; the others
+    borrow the nearest number's, on the same dice if fitted, else six-sided); none for 1 or 2."""
+    if seats < 3:
+        return None
+    fitted = [
+        (abs(int(key.split("p-")[0]) - seats), key.split("-")[1] != f"d{rules.dice_faces}", key)
+        for key, table in TABLES.items()
+        if "others" in table and key.endswith("-c3")
+    ]
+    if not fitted:
+        return None
+    key = min(fitted)[2]
+    return Scale("chance", TABLES[key]["others"], table_key(rules, seats), key)
 
 
 def shares(valuation: Valuation, seats: int, resigned: Sequence[bool], seat: int) -> list[float]:
@@ -292,17 +318,36 @@ class Point:
     def value(self) -> float:
         return self.best()[1]
 
+    def race(self, value: float) -> list[float]:
+        """Every seat's value when the seat to act has ``value``, the others sharing the rest
+        by the expert's race model alone (what their map is fitted from)."""
+        position = self.position
+        if self._shares is None:
+            valuation = Valuation(position, self.expert.params)
+            self._shares = shares(valuation, position.seats, position.resigned, position.seat)
+        out = [(1.0 - value) * share for share in self._shares]
+        out[position.seat] = value
+        return out
+
     def seats(self, value: float) -> list[float]:
         """Every seat's value when the seat to act has ``value``: alone, that value; against
         others, chances that sum to 1 (the others share what it does not win)."""
         position = self.position
         if position.seats == 1:
             return [value]
-        if self._shares is None:
-            valuation = Valuation(position, self.expert.params)
-            self._shares = shares(valuation, position.seats, position.resigned, position.seat)
-        out = [(1.0 - value) * share for share in self._shares]
-        out[position.seat] = value
+        out = self.race(value)
+        others = self.scale.others
+        if others is None:
+            return out
+        # the race model is too confident for the others: each through its own learned map,
+        # then scaled to share exactly what the seat to act does not win
+        seat = position.seat
+        mapped = [others(v) if r != seat and v > 0 else 0.0 for r, v in enumerate(out)]
+        total = math.fsum(mapped)
+        if total <= 0:
+            return out
+        out = [(1.0 - value) * m / total for m in mapped]
+        out[seat] = value
         return out
 
 

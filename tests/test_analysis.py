@@ -478,4 +478,9 @@ def test_every_variant_gets_values_in_range() -> None:
                     inside = [v for v in served if 0 < v < 1] if players > 1 else served
                     step = -1 if players == 1 else 1
                     assert all(step * (b - a) > 0 for a, b in pairwise(inside))
+                    # three and more: the seats not to act through their own map, in range
+                    assert (scale.others is not None) == (players >= 3), scale.name
+                    if scale.others is not None:
+                        shares = [scale.others(x / 200) for x in range(1, 201)]
+                        assert all(0 < a < b <= 1 for a, b in pairwise(shares))
     assert {"1p-d6-easy", "2p-d6-c3"} <= calibrated

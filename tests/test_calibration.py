@@ -115,3 +115,20 @@ def test_the_shipped_tables_cover_the_fitted_kinds_and_are_strictly_increasing()
         assert all(a < b for a, b in itertools.pairwise(xs)), key
         assert all(a < b for a, b in itertools.pairwise(ys)), key
         assert table["games"] >= 500 and not any(math.isnan(y) for y in ys), key
+
+
+def test_games_of_three_and_four_map_the_seats_not_to_act_and_the_rest_borrow_nearest() -> None:
+    """The race model's shares of the seats not to act are too confident with three or four
+    players: each count has its own learned map (strictly increasing, inside (0, 1)); five and
+    more borrow four's, two players and solitaire have none."""
+    for key in ("3p-d6-c3", "4p-d6-c3"):
+        others = TABLES[key]["others"]
+        xs, ys = zip(*others, strict=True)
+        assert all(a < b for a, b in itertools.pairwise(xs)), key
+        assert all(a < b for a, b in itertools.pairwise(ys)) and ys[0] > 0 and ys[-1] < 1, key
+        assert TABLES[key]["others_games"] >= 200, key
+    for players, fitted in ((3, "3p-d6-c3"), (4, "4p-d6-c3"), (6, "4p-d6-c3")):
+        scale = scale_for(normalize_rules({"dice_faces": 8}, players), players)
+        assert scale.others is not None and scale.others.fitted == fitted
+    for players in (1, 2):
+        assert scale_for(normalize_rules(None, players), players).others is None
