@@ -282,6 +282,10 @@ def fit(games: int, processes: int) -> dict[str, dict[str, Any]]:
                 "points": len(pairs),
                 "knots": knots(kind, pairs, bins=min(120, max(8, len(pairs) // 500))),
             }
+            # the others' maps are learned apart (--others): kept as they are
+            old = TABLES_NOW.get(key, {})
+            fields = ("others_games", "others_points", "others")
+            tables[key] |= {f: old[f] for f in fields if f in old}
             took = time.perf_counter() - started
             print(f"{key}: {len(jobs)} games, {len(pairs)} points, {took:.0f} s", flush=True)
     return tables
