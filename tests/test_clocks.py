@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
-from werkzeug.test import TestResponse
 
 from domain import fairness
 from domain.audit import audit_records
@@ -27,6 +26,7 @@ from domain.record_sheet import record_sheet
 from service.application.scheduler import Scheduler
 from service.config import Settings
 from service.http.app import create_app
+from tests.support.clocks import clocked_game, roll
 from tests.support.games import history
 from tests.support.http import send
 from tests.support.polling import poll, wait_until
@@ -221,27 +221,6 @@ def draws_in(value: Any) -> Iterator[Json]:
     elif isinstance(value, list):
         for item in value:
             yield from draws_in(item)
-
-
-def clocked_game(client: FlaskClient) -> tuple[Json, str, datetime]:
-    """A manual-dice game of two with a 5 s clock: its state, the token of the seat to play and
-    the turn's deadline."""
-    created = client.post(
-        "/v1/games",
-        json={"players": ["Ann", "Bob"], "dice": "manual", "clock": {"turn_seconds": 5}},
-    ).get_json()
-    game: Json = created["game"]
-    token: str = created["seats"][game["turn"]["player"]]["token"]
-    return game, token, parse_at(game["turn"]["deadline"])
-
-
-def roll(client: FlaskClient, game_id: str, token: str) -> TestResponse:
-    """The seat's roll of 1, 2, 3, 4 in a manual-dice game: the response."""
-    return client.post(
-        f"/v1/games/{game_id}/actions",
-        json={"type": "roll", "dice": [1, 2, 3, 4]},
-        headers={"Authorization": f"Bearer {token}"},
-    )
 
 
 class FakeTime:

@@ -19,6 +19,7 @@ from domain.commands import Move as MoveCommand
 from domain.commands import NewGame, Resign, Roll, Stop
 from domain.errors import TimedOut
 from domain.game import Game, chain_hash, event_records, format_at, parse_at
+from tests.support.clocks import clocked_game, roll
 from tests.support.games import history
 from tests.support.polling import wait_until
 
@@ -147,26 +148,6 @@ def test_a_computer_players_action_has_no_deadline_to_miss() -> None:
 
 
 # ------------------------------------------------------------------------------ the service
-def clocked_game(client: FlaskClient) -> tuple[Json, str, datetime]:
-    """A manual-dice game of two with a 5 s clock: its state, the token of the seat to play and
-    the turn's deadline."""
-    created = client.post(
-        "/v1/games",
-        json={"players": ["Ann", "Bob"], "dice": "manual", "clock": {"turn_seconds": 5}},
-    ).get_json()
-    game: Json = created["game"]
-    token: str = created["seats"][game["turn"]["player"]]["token"]
-    return game, token, parse_at(game["turn"]["deadline"])
-
-
-def roll(client: FlaskClient, game_id: str, token: str) -> TestResponse:
-    return client.post(
-        f"/v1/games/{game_id}/actions",
-        json={"type": "roll", "dice": [1, 2, 3, 4]},
-        headers={"Authorization": f"Bearer {token}"},
-    )
-
-
 def test_an_action_written_after_the_deadline_is_refused_and_records_only_the_timeout(
     client: FlaskClient,
 ) -> None:
