@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import io
 import json
 import subprocess
 import sys
@@ -35,8 +36,22 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleType]:
     """The client generated into a temporary directory, imported (every module of it)."""
     where = tmp_path_factory.mktemp("generated")
     config = where / "config.json"
-    # No post hooks: they only format the code (ruff), and the test imports it as generated.
-    config.write_text(json.dumps({"post_hooks": [], "package_name_override": PACKAGE}))
+    # The import's NDJSON body is sent as a file (the generator knows JSON and octet-stream),
+    # with its own content type: the override openapi.yaml names for it. The generator (0.29.1)
+    # then annotates the two-bodied call with `Unset` without importing it (upstream issue
+    # openapi-python-client#1451, fix proposed in #1478): the one post hook adds the import.
+    fix = "from ...types import Response, UNSET"
+    config.write_text(
+        json.dumps(
+            {
+                "post_hooks": [
+                    f"sed -i 's/^{fix}$/{fix}, Unset/' api/audit/import_game.py",
+                ],
+                "package_name_override": PACKAGE,
+                "content_type_overrides": {"application/x-ndjson": "application/octet-stream"},
+            }
+        )
+    )
     started = time.monotonic()
     output = ["--output-path", str(where / PACKAGE), "--meta", "none", "--config", str(config)]
     result = subprocess.run(
@@ -47,11 +62,10 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModuleType]:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    # What the generator could not read, it leaves out with a warning: nothing but the import's
-    # NDJSON request body (the generator sends JSON and octet-stream bodies only).
+    # What the generator cannot read, it leaves out with a warning: nothing is left out.
     said = result.stdout + result.stderr
     warnings = [line for line in said.splitlines() if line.startswith("WARNING")]
-    assert warnings == ["WARNING parsing POST /v1/games/import within audit."], said
+    assert warnings == [], said
     print(f"generated in {time.monotonic() - started:.1f} s")
     sys.path.insert(0, str(where))
     try:
@@ -156,6 +170,13 @@ def test_the_generated_client_plays_a_whole_game_against_a_real_server(
         lines = export.payload.read().decode("utf-8").splitlines()
         assert json.loads(lines[0])["format"] == "cantstop-game"
         assert [json.loads(line)["hash"] for line in lines[1:]] == [e.hash_ for e in events]
+        # The export imported again, as the NDJSON body it is, through the generated call.
+        imported = module(api("audit.import_game")).sync(
+            client=client,
+            body=generated.types.File(payload=io.BytesIO("\n".join(lines).encode() + b"\n")),
+        )
+        assert isinstance(imported, m.Imported), imported
+        assert imported.game.id != str(game_id) and imported.game.version == state.version
         board = module(api("audit.board_picture")).sync(game_id, client=client)
         assert board.payload.read().startswith(b"<?xml")
         sheet = module(api("solitaire.get_record_sheet"))
