@@ -285,3 +285,22 @@ def test_an_installed_wheel_holds_every_template_and_asset() -> None:
     assert files
     missing = [str(p.relative_to(ROOT)) for p in files if p.resolve() not in packaged]
     assert not missing, missing
+
+
+def test_the_lobby_links_the_rated_leaderboards_of_the_standard_rules(client: FlaskClient) -> None:
+    """Each link names the pool a game of those rules rates in, and opens before its first
+    rated game as an empty ranking (any other unknown pool stays 404)."""
+    from domain.ratings import pool
+
+    page = client.get("/", headers={"Accept": "text/html"}).get_data(as_text=True)
+    links = re.findall(r'href="/leaderboards/([0-9]p-[0-9a-f]{10})"', page)
+    expected = []
+    for players in (2, 3, 4):
+        game = create(client, {"players": [f"P{n}" for n in range(players)]})["game"]
+        expected.append(pool(game["rules"], players))
+    assert links == expected
+    for link in links:
+        shown = client.get(f"/leaderboards/{link}", headers={"Accept": "text/html"})
+        assert shown.status_code == 200
+        assert "No account has played 10 rated games" in shown.get_data(as_text=True)
+    assert client.get("/leaderboards/2p-0000000000").status_code == 404

@@ -23,6 +23,8 @@ from typing import Any
 
 from flask import Blueprint, Response, render_template
 
+from domain.ratings import pool as pool_of
+from domain.rules import normalize_rules
 from service.application.accounts import BOTS
 from service.application.errors import ApplicationError, NotFound
 from service.application.games import parse_game_id
@@ -61,6 +63,12 @@ INDEX = {
 RECENT_GAMES = 10  # on a profile
 LEADERBOARD_ROWS = 100
 RULE_NAMES = (("jumping", "jumping"), ("forced_move", "forced move"), ("steep_hill", "steep hill"))
+# The pools the lobby links to: the standard rules for 2, 3 and 4 players, as their games rate
+# in them (``domain.ratings.pool`` of the rules a game records).
+STANDARD_POOLS = tuple(
+    (pool_of(normalize_rules(None, n).to_dict(), n), normalize_rules(None, n).to_dict(), n)
+    for n in (2, 3, 4)
+)
 
 
 @pages.after_request
@@ -76,7 +84,8 @@ def _page_headers(response: Response) -> Response:
 def root() -> Response:
     """The lobby to a browser; the JSON index (as before) to an API client."""
     if wants_page():
-        response = Response(render_template("pages/lobby.html"), mimetype="text/html")
+        rated = [(pool, pool_text(rules, n)) for pool, rules, n in STANDARD_POOLS]
+        response = Response(render_template("pages/lobby.html", rated=rated), mimetype="text/html")
     else:
         response = json_response(INDEX)
     response.vary.add("Accept")
@@ -234,7 +243,11 @@ def leaderboard_page(pool: str) -> Response:
     rt = runtime()
     board = rt.ratings.leaderboard(rt.views, pool, LEADERBOARD_ROWS)
     if board is None:
-        raise NotFound(f"no rated games in pool {pool!r}")
+        standard = next((s for s in STANDARD_POOLS if s[0] == pool), None)
+        if standard is None:
+            raise NotFound(f"no rated games in pool {pool!r}")
+        # A pool the lobby links to, before its first rated game: an empty ranking, not a 404.
+        board = {"pool": pool, "rules": standard[1], "players": standard[2], "ranking": []}
     return _html(
         "pages/leaderboard.html",
         board=board,
