@@ -166,6 +166,12 @@ def on_a_phone(browser: Browser, server: Server, paths: list[str]) -> None:
             page.goto(path)
             width = page.evaluate("document.documentElement.scrollWidth")
             assert width <= phone["width"], f"wider than the screen: {width} px on {path}"
+            # A chart's labels stay readable (they shrank to about 6 px with the chart).
+            heights = page.evaluate(
+                "[...document.querySelectorAll('svg.chart text')]"
+                ".map(t => t.getBoundingClientRect().height)"
+            )
+            assert all(h >= 11 for h in heights), f"labels of {min(heights)} px on {path}"
             shot(page, "phone-" + path.strip("/").split("/")[0])
     finally:
         ctx.close()

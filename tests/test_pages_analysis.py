@@ -131,6 +131,16 @@ def test_a_solitaire_games_chart_is_turns_to_finish(browser: Browser, server: Se
         chart = page.get_by_role("figure", name=re.compile(r"^Turns to finish"))
         expect(chart).to_be_visible(timeout=30_000)
         expect(chart.locator("polyline.analysis-line")).to_have_count(1)
+        # On a phone the labels stay readable, and the seats' table scrolls in its own box
+        # with a hint saying so, while the page itself never scrolls sideways.
+        heights = page.evaluate(
+            "[...document.querySelectorAll('svg.chart text')]"
+            ".map(t => t.getBoundingClientRect().height)"
+        )
+        assert heights and min(heights) >= 11, heights
+        expect(page.get_by_role("region", name=re.compile("scrolls sideways"))).to_be_visible()
+        expect(page.get_by_text("The table scrolls sideways")).to_be_visible()
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
         shot(page, "replay-analysis-solitaire")
 
 

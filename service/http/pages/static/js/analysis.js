@@ -311,7 +311,8 @@ export async function showAnalysis(box, gameId, names, link, upto = null) {
     svg,
     legend,
     found.length ? list : h("p", { class: "muted", text: "Nothing to mark yet." }),
-    seatTable(analysis, names),
+    h("p", { class: "hint scroll-hint", text: "The table scrolls sideways: Luck, Skill lost, Drift, Decisions and Blunders follow." }),
+    h("div", { class: "table-scroll", tabindex: "0", role: "region", "aria-label": "Luck and play, per player (scrolls sideways)" }, seatTable(analysis, names)),
     pointsTable(analysis, names, title),
     h("p", { class: "hint" }, "The values are the expert's; docs/analysis.md explains them. Offline: ", h("code", { text: "cantstop analyse EXPORT" }), "."),
   );
