@@ -36,6 +36,7 @@ from service.application.receipts import verify as verify_receipt
 from service.application.standings import rated_game
 from service.config import ConfigError, ServerSettings, Settings
 from service.live.hub import LiveConfig
+from service.persistence.backup import BackupError, backup_sqlite, sqlite_path
 from service.persistence.errors import StoreUnavailable
 from service.persistence.settings import postgres_connect_error
 from service.render.sheet import render_csv, render_pdf, render_text
@@ -394,6 +395,26 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_backup(args: argparse.Namespace) -> int:
+    """A consistent copy of the SQLite store while it serves (docs/reliability.md)."""
+    settings = Settings.from_env()
+    source = sqlite_path(settings.database_url)
+    if source is None:
+        print(
+            "cantstop: backup copies a SQLite store; back PostgreSQL up with pg_dump "
+            "(docs/reliability.md, Backups)",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        size = backup_sqlite(source, Path(args.destination))
+    except BackupError as exc:
+        print(f"cantstop: {exc}", file=sys.stderr)
+        return 1
+    print(f"backed up {source} to {args.destination} ({size} bytes)", file=sys.stderr)
+    return 0
+
+
 def cmd_projections(args: argparse.Namespace) -> int:
     """``status``: each view's place in the log and whether its code changed. ``rebuild
     [NAME]``: fill a new generation of the view(s) from the log while the service keeps answering
@@ -618,6 +639,12 @@ def build_parser() -> argparse.ArgumentParser:
         "analyst", help="one analysis worker process (cantstop worker starts them)"
     )
     analyst.set_defaults(func=cmd_analyst)
+
+    backup = sub.add_parser(
+        "backup", help="copy the SQLite store while it serves (PostgreSQL: pg_dump)"
+    )
+    backup.add_argument("destination", help="the backup's file (must not exist)")
+    backup.set_defaults(func=cmd_backup)
 
     proj = sub.add_parser(
         "projections", help="the views kept in the store: their status, or rebuild them"
