@@ -1,0 +1,210 @@
+"""Bytes stored per finished game, by part: what an operator pays for each game kept.
+
+Plays ``--games`` two-player games to the end in process (bench/inproc.py's players: the WSGI
+app called directly, two moves a turn, then stop), on a fresh SQLite file or, with
+``--postgres URL``, a fresh database on that server, and prints what the store grew by, per game:
+
+- on disk, the views caught up as the worker keeps them, by table and index (SQLite's
+  ``dbstat`` after a checkpoint; PostgreSQL's relation sizes after VACUUM), grouped into parts:
+  events, the events' indexes, snapshots, secrets, views, the rest; the empty store's size is
+  subtracted first;
+- and the events' own bytes, by what they hold (each stored event's payload: its hash chain, its
+  timestamps and topics, the rest), which is what an encoding can save.
+
+    python -m bench.bytes [--games 200] [--postgres postgresql://postgres@127.0.0.1/postgres]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+# The events' and snapshots' tables: stored_events and stored_snapshots in SQLite,
+# cantstop_events and cantstop_snapshots in PostgreSQL (and their indexes).
+EVENTS = ("stored_events", "cantstop_events")
+SNAPSHOTS = ("stored_snapshots", "cantstop_snapshots")
+PARTS: tuple[tuple[str, Callable[[str], bool]], ...] = (
+    ("events", lambda n: n in EVENTS),
+    ("events' indexes", lambda n: any(n.startswith(t) or n.endswith(t + "_1") for t in EVENTS)),
+    ("snapshots", lambda n: any(t in n for t in SNAPSHOTS)),
+    ("secrets", lambda n: "seed_commitments" in n or "receipt_keys" in n),
+    ("views", lambda n: n.startswith("cantstop_view")),
+    ("other tables", lambda n: True),
+)
+
+
+def part_of(name: str) -> str:
+    return next(part for part, matches in PARTS if matches(name))
+
+
+def play(url: str, games: int) -> None:
+    os.environ["CANTSTOP_DATABASE_URL"] = url
+    os.environ["CANTSTOP_RATE_LIMITS"] = "off"
+    from bench.inproc import Games, WsgiClient
+    from service.http.app import create_app
+
+    app = create_app(create_tables=True)
+    player, finished, seen = Games(WsgiClient(app)), 0, None
+    while finished < games:
+        player.act()
+        if player.game["status"] == "finished" and player.game["id"] != seen:
+            finished, seen = finished + 1, player.game["id"]
+    runtime = app.extensions["cantstop"]
+    for view in runtime.all_views():  # as the worker keeps them, at the end of the log
+        runtime.views.catch_up(view)
+    runtime.close()
+
+
+def created(url: str) -> None:
+    os.environ["CANTSTOP_DATABASE_URL"] = url
+    from service.http.app import create_app
+
+    create_app(create_tables=True).extensions["cantstop"].close()
+
+
+# ------------------------------------------------------------------------------- SQLite
+def sqlite_sizes(path: str) -> dict[str, int]:
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return dict(db.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name").fetchall())
+
+
+def sqlite_rows(path: str) -> list[tuple[str, bytes]]:
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        return db.execute("SELECT topic, state FROM stored_events").fetchall()
+
+
+# ---------------------------------------------------------------------------- PostgreSQL
+def pg_sizes(url: str) -> dict[str, int]:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM")
+        rows = conn.execute(
+            "SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = current_schema() AND c.relkind IN ('r', 'i', 't')"
+        ).fetchall()
+        toast = conn.execute(
+            "SELECT c.relname, pg_total_relation_size(c.reltoastrelid) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = current_schema() AND c.relkind = 'r' AND c.reltoastrelid <> 0"
+        ).fetchall()
+    sizes = {name: size for name, size in rows}
+    for name, size in toast:
+        sizes[name] = sizes.get(name, 0) + size
+    return sizes
+
+
+def pg_rows(url: str) -> list[tuple[str, bytes]]:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(url) as conn:
+        query = sql.SQL("SELECT topic, state FROM {}").format(sql.Identifier(EVENTS[1]))
+        return [(t, bytes(s)) for t, s in conn.execute(query)]
+
+
+def pg_database(server: str) -> tuple[str, Callable[[], None]]:
+    import psycopg
+
+    name = f"cantstop_bytes_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(server, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    head, sep, query = server.partition("?")
+    url = f"{head.rpartition('/')[0]}/{name}{sep}{query}"
+
+    def drop() -> None:
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    return url, drop
+
+
+# ------------------------------------------------------------------------------ report
+HASHES = re.compile(rb'"(?:prev_hash|hash|last_hash)":"[0-9a-f]{64}"')
+STAMPS = re.compile(rb'"timestamp":\{"_type_":"datetime_iso","_data_":"[^"]*"\},?')
+
+
+def payload_parts(rows: list[tuple[str, bytes]]) -> Counter[str]:
+    """The events' bytes by what they hold (a row's ids and version are ~24 bytes more)."""
+    parts: Counter[str] = Counter()
+    for topic, state in rows:
+        state = bytes(state)
+        kind = "game" if topic.startswith("domain.game:") else topic.split(":")[-1].split(".")[0]
+        hashes = sum(len(m) for m in HASHES.findall(state))
+        stamps = sum(len(m) for m in STAMPS.findall(state))
+        parts[f"{kind}: hash chain"] += hashes
+        parts[f"{kind}: timestamps"] += stamps
+        parts[f"{kind}: topic"] += len(topic)
+        parts[f"{kind}: the rest"] += len(state) - hashes - stamps
+        parts[f"{kind}: count"] += 1
+    return parts
+
+
+def report(
+    before: dict[str, int], after: dict[str, int], rows: list[Any], games: int
+) -> dict[str, Any]:
+    grown: Counter[str] = Counter()
+    by_part: Counter[str] = Counter()
+    for name in set(before) | set(after):
+        delta = after.get(name, 0) - before.get(name, 0)
+        if delta:
+            grown[name] = delta
+            by_part[part_of(name)] += delta
+    total = sum(by_part.values())
+    payload = payload_parts(rows)
+    return {
+        "games": games,
+        "bytes_per_game": round(total / games),
+        "parts": {p: round(by_part[p] / games) for p, _ in PARTS if by_part[p]},
+        "largest": {n: round(b / games) for n, b in grown.most_common(8)},
+        "events_per_game": round(payload["game: count"] / games, 1),
+        "event_payload_per_game": {
+            k: round(v / games) for k, v in sorted(payload.items()) if not k.endswith("count")
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--games", type=int, default=200)
+    parser.add_argument("--postgres", metavar="URL", help="a server to make a database on")
+    args = parser.parse_args(argv)
+    if args.postgres:
+        url, drop = pg_database(args.postgres)
+        try:
+            created(url)
+            before = pg_sizes(url)
+            play(url, args.games)
+            result = report(before, pg_sizes(url), pg_rows(url), args.games)
+        finally:
+            drop()
+        result["store"] = "postgresql"
+    else:
+        path = os.path.join(tempfile.mkdtemp(prefix="cantstop-bytes-"), "bench.sqlite")
+        url = f"sqlite:///{path}"
+        created(url)
+        before = sqlite_sizes(path)
+        play(url, args.games)
+        result = report(before, sqlite_sizes(path), sqlite_rows(path), args.games)
+        result["store"] = "sqlite"
+    json.dump(result, sys.stdout, indent=2)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

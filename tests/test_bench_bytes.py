@@ -1,0 +1,34 @@
+"""bench/bytes.py measures what a finished game occupies, on both stores: the parts add up to the
+whole, and the events' payload is split into what an encoding could save."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import bytes as bench_bytes
+
+
+@pytest.mark.parametrize("store", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_bytes_per_game_by_part(
+    store: str,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("CANTSTOP_DATABASE_URL", "unset")  # the bench sets it; restored after
+    monkeypatch.setenv("CANTSTOP_RATE_LIMITS", "off")
+    args = ["--games", "3"]
+    if store == "postgres":
+        args += ["--postgres", request.getfixturevalue("postgres_server_url")]
+    assert bench_bytes.main(args) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["store"] == {"sqlite": "sqlite", "postgres": "postgresql"}[store]
+    assert result["games"] == 3
+    parts = result["parts"]
+    assert parts["events"] > 0 and parts["snapshots"] > 0
+    assert abs(sum(parts.values()) - result["bytes_per_game"]) <= len(parts)  # rounding
+    payload = result["event_payload_per_game"]
+    assert payload["game: hash chain"] > 0 and payload["game: timestamps"] > 0
+    assert result["events_per_game"] > 10
