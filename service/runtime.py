@@ -30,7 +30,9 @@ from service.application.webhooks import WebhookConfig, Webhooks
 from service.config import Settings
 from service.live.hub import Hub, LiveConfig
 from service.live.redis_link import RedisLink
+from service.persistence.creations import Creations
 from service.persistence.settings import persistence_env
+from service.persistence.sqlite import SQLiteStore
 from service.persistence.startup import schema_lock
 from service.persistence.views import View, Views
 
@@ -57,6 +59,7 @@ class Runtime:
             {**os.environ, **settings.extra_env}, self.games.stored_keys()
         )
         self.accounts = Accounts(self.games, self.games.credentials())
+        self.creations = creations_of(self.games, create=create_tables)
         self.games.principals = lambda token: self.accounts.authenticate(token, "play").handle
         self.lobby = Lobby(self.games)
         # Webhooks: their tables beside the events; delivered by the scheduler's dispatcher.
@@ -167,3 +170,16 @@ class Runtime:
             self._dispatcher.close()  # attempts under way end by their deadline
         self.hub.close()
         self.games.close()
+
+
+def creations_of(games: Games, *, create: bool) -> Creations | None:
+    """The first answers of creating requests with a key (service/http/idempotent.py), in the
+    store's database; None for a store without one (an in-memory store in a few tests)."""
+    datastore = getattr(games.recorder, "datastore", None)
+    if datastore is None:
+        return None
+    dialect = "sqlite" if isinstance(games.factory, SQLiteStore) else "postgres"
+    creations = Creations(datastore, dialect)
+    if create:
+        creations.create_table()
+    return creations

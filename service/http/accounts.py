@@ -24,6 +24,7 @@ from service.http.core import (
     me,
     runtime,
 )
+from service.http.idempotent import creates
 
 accounts_api = Blueprint("accounts", __name__)
 
@@ -56,6 +57,7 @@ def token_json(issued: Issued) -> dict[str, Any]:
 
 
 @accounts_api.post("/v1/accounts")
+@creates
 def sign_up() -> Response:
     data = load(SIGN_UP, json_body())
     issued = runtime().accounts.sign_up(data["handle"], data.get("password"), bot=data["bot"])

@@ -34,6 +34,7 @@ from service.http.core import (
     this_request,
     version_arg,
 )
+from service.http.idempotent import creates
 
 games_api = Blueprint("games", __name__)
 
@@ -81,6 +82,7 @@ def commit_seed() -> Response:
 
 
 @games_api.post("/v1/games")
+@creates
 def create_game() -> Response:
     fields = load(CREATE_GAME, json_body())
     commitment = fields.pop("seed_commitment", None)
@@ -186,6 +188,7 @@ def which_seat(game_id: str) -> Response:
 
 
 @games_api.post("/v1/games/<game_id>/rematch")
+@creates
 def rematch(game_id: str) -> Response:
     """Claim your seat in the one rematch of a finished game, with your token of it; the claim
     that creates it may bring a client seed and a seed commitment (no body: neither)."""

@@ -1,0 +1,126 @@
+"""Creating requests with an ``Idempotency-Key``: a retry gets the first answer, created once.
+
+A client whose answer to ``POST /v1/games`` (or a rematch, a challenge, a seek, a webhook, a
+sign-up) was lost cannot tell whether it was made; retried without a key, it makes a second one,
+whose tokens the first answer held. With a key, the first request claims it in the store
+(service/persistence/creations.py) before creating; a retry on any host with the same key, the
+same credentials and the same request gets that first answer again (``Idempotent-Replayed:
+true``) and creates nothing; with another request, 422 ``idempotency_key_reused``; while the
+first is still being answered, 409 ``idempotency_key_in_use`` with ``Retry-After``. A refused or
+failed request gives its key back: it created nothing, and a retry is judged afresh.
+
+The answer holds new secrets (seat and personal tokens, a webhook's signing secret), so it is
+stored sealed with a key derived from the Idempotency-Key, which the store never holds: the row
+is found by a digest of the credentials sent and the key. Without credentials the key is the
+only thing that tells one caller from another, so it must then be at least
+``MIN_ANONYMOUS_KEY`` characters (a random UUID is 36).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from collections.abc import Callable
+from functools import wraps
+from typing import Any, TypeVar, cast
+
+import nacl.exceptions
+import nacl.secret
+from flask import Response
+
+from service.application.errors import ApplicationError, IdempotencyKeyReused
+from service.http.core import BadRequest, has_body, json_bytes, runtime, this_request
+
+IDEMPOTENCY_CHARS = range(0x21, 0x7F)  # visible ASCII, as for an action's key
+MAX_KEY = 200
+MIN_ANONYMOUS_KEY = 16
+KEPT_HEADERS = ("Location", "ETag", "Content-Type")
+PRUNE_ONE_IN = 256  # requests with a key that also prune expired rows
+
+F = TypeVar("F", bound=Callable[..., Response])
+
+
+class KeyInUse(ApplicationError):
+    code = "idempotency_key_in_use"
+    retry_after = 1
+
+
+def creates(view: F) -> F:
+    """Make a creating view answer a repeated ``Idempotency-Key`` with its first answer."""
+
+    @wraps(view)
+    def keyed(*args: Any, **kwargs: Any) -> Response:
+        req = this_request()
+        key = req.headers.get("Idempotency-Key")
+        if key is None:
+            return view(*args, **kwargs)
+        credentials = req.headers.get("Authorization", "")
+        if not 1 <= len(key) <= MAX_KEY or any(ord(c) not in IDEMPOTENCY_CHARS for c in key):
+            raise BadRequest("Idempotency-Key must be 1 to 200 visible ASCII characters")
+        if not credentials and len(key) < MIN_ANONYMOUS_KEY:
+            raise BadRequest(
+                f"without credentials, an Idempotency-Key must be at least {MIN_ANONYMOUS_KEY} "
+                "characters (a random UUID): it alone tells your retries from others' requests"
+            )
+        id_ = _digest(b"creation", credentials.encode(), key.encode())
+        body = json_bytes(req) if has_body(req) else b""
+        fingerprint = _digest(b"request", req.path.encode(), body)
+        creations = runtime().creations
+        if creations is None:  # a store without tables of its own (tests' in-memory store)
+            return view(*args, **kwargs)
+        now = time.time()
+        if random.randrange(PRUNE_ONE_IN) == 0:
+            creations.prune(now)
+        found = creations.claim(id_, fingerprint, now)
+        if found is not None:
+            if found.fingerprint != fingerprint:
+                raise IdempotencyKeyReused("this Idempotency-Key was used for another request")
+            if found.answer is None:
+                raise KeyInUse("a request with this Idempotency-Key is being answered; retry")
+            return _replayed(_open(key, found.answer))
+        try:
+            response = view(*args, **kwargs)
+        except BaseException:
+            creations.release(id_, now)
+            raise
+        if 200 <= response.status_code < 300:
+            creations.complete(id_, now, _seal(key, response))
+        else:
+            creations.release(id_, now)
+        return response
+
+    return cast(F, keyed)
+
+
+def _digest(*parts: bytes) -> str:
+    return hashlib.sha256(b"\0".join(parts)).hexdigest()
+
+
+def _box(key: str) -> nacl.secret.SecretBox:
+    secret = hashlib.blake2b(key.encode(), digest_size=32, person=b"cantstop-answer").digest()
+    return nacl.secret.SecretBox(secret)
+
+
+def _seal(key: str, response: Response) -> bytes:
+    kept = {h: response.headers[h] for h in KEPT_HEADERS if h in response.headers}
+    answer = {
+        "status": response.status_code,
+        "headers": kept,
+        "body": response.get_data(as_text=True),
+    }
+    return bytes(_box(key).encrypt(json.dumps(answer).encode()))
+
+
+def _open(key: str, sealed: bytes) -> dict[str, Any]:
+    try:
+        opened: dict[str, Any] = json.loads(_box(key).decrypt(sealed))
+    except nacl.exceptions.CryptoError as exc:  # found by this key's digest: cannot happen
+        raise IdempotencyKeyReused("this Idempotency-Key was used for another request") from exc
+    return opened
+
+
+def _replayed(answer: dict[str, Any]) -> Response:
+    headers = {**answer["headers"], "Idempotent-Replayed": "true"}
+    return Response(answer["body"], status=answer["status"], headers=headers)
