@@ -29,7 +29,6 @@ from cantstop_client import (
     LegalAction,
     Parser,
     Receipt,
-    TransportError,
     parse_export,
     verify_export,
     verify_receipt,
@@ -234,17 +233,39 @@ def test_a_lost_answer_is_retried_with_the_same_key_and_acts_once(server: str) -
         assert client.game(game_id)["version"] == stopped["game"]["version"] == before + 3
 
 
-def test_a_create_whose_answer_is_lost_is_not_sent_twice(server: str) -> None:
-    """POST /v1/games carries no idempotency key: after a lost answer the client cannot know
-    whether the game was made, so it raises instead of making a second one."""
+def test_a_create_whose_answer_is_lost_is_retried_and_made_once(server: str) -> None:
+    """POST /v1/games carries an Idempotency-Key (the same on each attempt): after a lost
+    answer the client sends it again and gets the first answer back, the game made once."""
     with FaultyProxy(int(server.rsplit(":", 1)[1])) as proxy, Client(proxy.url) as client:
         me = handle()
         client.sign_up(me, "correct horse battery")
         proxy.arm(Fault("drop", lambda line: line.startswith(b"POST /v1/games HTTP")))
-        with pytest.raises(TransportError):
-            client.create_game([{"account": me}, "Bob"])
-        assert client.retries == 0
-        assert len(client.account_games(me)["games"]) == 1  # made once, on the first attempt
+        created = client.create_game([{"account": me}, "Bob"])
+        assert proxy.applied == ["drop"] and client.retries == 1
+        games = client.account_games(me)["games"]
+        assert [g["game_id"] for g in games] == [created["game"]["id"]]  # made once
+        # The tokens answered are the game's own.
+        turn = client.game(created["game"]["id"])["turn"]
+        token = created["seats"][turn["player"]]["token"]
+        assert client.roll(created["game"]["id"], token=token)["game"]["version"] > 0
+
+
+def test_an_action_carries_if_match_with_the_version_the_client_last_saw(server: str) -> None:
+    """Decided on version v, an action is refused (412, nothing recorded) when the game moved
+    on meanwhile, unless the caller asks for no If-Match."""
+    with Client(server) as ann_client, Client(server) as other:
+        created = ann_client.create_game(["Ann", "Bob"], dice="manual", first_player=0)
+        game_id, ann = created["game"]["id"], created["seats"][0]["token"]
+        seen = ann_client.game(game_id)["version"]
+        assert ann_client.seen_version(game_id) == seen
+        other.roll(game_id, dice=[1, 1, 2, 2], token=ann)  # the game moves on elsewhere
+        with pytest.raises(ApiError) as stale:
+            ann_client.move(game_id, [2, 4], token=ann)
+        assert (stale.value.status, stale.value.code) == (412, "version_conflict")
+        assert other.game(game_id)["version"] == seen + 1  # nothing recorded
+        moved = ann_client.move(game_id, [2, 4], token=ann, if_match=False)
+        assert moved["game"]["version"] == seen + 2
+        assert ann_client.seen_version(game_id) == seen + 2
 
 
 # ------------------------------------------------------------------------------ streams

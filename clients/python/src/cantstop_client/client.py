@@ -4,14 +4,19 @@ Every call raises ``ApiError`` when the server refuses (its problem+json, with `
 ``code`` and ``detail``) and ``TransportError`` when the server cannot be reached even after
 retrying. What is retried, and why it is safe:
 
-- reads (GET), withdrawals (DELETE) and actions (``POST …/actions``) on a connection error, a
-  429, 502, 503 or 504: an action carries an ``Idempotency-Key`` header, the same on every
-  attempt of one call, so the server records it at most once and answers a repeat with the first
-  answer (even when the first attempt was recorded but its answer was lost);
-- every other POST (create a game, sign up, challenge, accept, seek…) only when it certainly
-  never reached the server (the connection could not be made) or was refused by the rate limiter
-  (429 with Retry-After): it carries no key, so sending it again after a lost answer could do it
-  twice.
+- reads (GET), withdrawals (DELETE), actions (``POST …/actions``) and creations (a game, a
+  rematch, a sign-up, a challenge, a seek) on a connection error, a 429, 502, 503 or 504, or a
+  409 ``idempotency_key_in_use``: each carries an ``Idempotency-Key`` header, the same on every
+  attempt of one call, so the server records or creates it at most once and answers a repeat with
+  the first answer (even when the first attempt was done but its answer was lost);
+- every other POST (join, accept, decline, cancel…) only when it certainly never reached the
+  server (the connection could not be made) or was refused by the rate limiter (429 with
+  Retry-After): it carries no key, so sending it again after a lost answer could do it twice.
+
+An action also carries ``If-Match`` with the version of the game this client last saw (from
+``game``, ``wait_turn``, a creation, a join or the previous action), unless told otherwise: an
+action is decided on a position, and is refused (412 ``version_conflict``, nothing recorded) if
+the game has moved on, so a retry can never land in a later turn than the one it was decided in.
 
 A 429 without ``Retry-After`` (``too_many_challenges``: a cap, not a window) is not retried.
 
@@ -89,6 +94,7 @@ class Client:
         self.max_wait = max_wait
         self.retries = 0  # attempts repeated so far, all calls together (for logs and tests)
         self._retries_lock = threading.Lock()
+        self._seen: dict[str, int] = {}  # each game's version as last seen (for If-Match)
         self._http = http or httpx.Client(
             base_url=self.base_url,
             timeout=httpx.Timeout(timeout, connect=10.0),
@@ -110,6 +116,16 @@ class Client:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _saw(self, state: Mapping[str, Any]) -> None:
+        """Remember the version of a game as this client last saw it (for ``If-Match``)."""
+        with self._retries_lock:
+            self._seen[str(state["id"])] = int(state["version"])
+
+    def seen_version(self, game_id: str) -> int | None:
+        """The version of the game this client last saw, or None."""
+        with self._retries_lock:
+            return self._seen.get(game_id)
+
     # ------------------------------------------------------------------ accounts and tokens
     def sign_up(self, handle: str, password: str | None = None, *, bot: bool = False) -> SignedUp:
         """Create an account (``bot=True``: a bot account, no password, its token the only
@@ -119,7 +135,7 @@ class Client:
             body["bot"] = True
         if password is not None:
             body["password"] = password
-        answer = cast(SignedUp, self._json("POST", "/v1/accounts", json=body, auth=False))
+        answer = cast(SignedUp, self._creating("/v1/accounts", json=body, auth=False))
         self.token = answer["token"]
         return answer
 
@@ -222,7 +238,9 @@ class Client:
             "seed_commitment": seed_commitment,
         }
         body.update({k: v for k, v in optional.items() if v is not None})
-        return cast(Created, self._json("POST", "/v1/games", json=body))
+        created = cast(Created, self._creating("/v1/games", json=body))
+        self._saw(created["game"])
+        return created
 
     def join(
         self,
@@ -240,7 +258,9 @@ class Client:
         if bot is not None:
             body["bot"] = bot
         path = f"/v1/games/{game_id}/players"
-        return cast(Joined, self._json("POST", path, json=body, token=token))
+        joined = cast(Joined, self._json("POST", path, json=body, token=token))
+        self._saw(joined["game"])
+        return joined
 
     def leave(self, game_id: str, seat: int, *, token: str | None = None) -> None:
         self._call("DELETE", f"/v1/games/{game_id}/players/{seat}", token=token)
@@ -248,7 +268,10 @@ class Client:
     def game(self, game_id: str, *, version: int | None = None) -> GameState:
         """The state (now, or just after event ``version``), with ``legal_actions``."""
         params = {"version": version}
-        return cast(GameState, self._json("GET", f"/v1/games/{game_id}", params=params))
+        state = cast(GameState, self._json("GET", f"/v1/games/{game_id}", params=params))
+        if version is None:
+            self._saw(state)
+        return state
 
     def seat(self, game_id: str, *, token: str | None = None) -> int:
         """The seat the token holds in the game."""
@@ -261,25 +284,31 @@ class Client:
         *,
         token: str | None = None,
         idempotency_key: str | None = None,
-        if_match: int | None = None,
+        if_match: int | bool | None = True,
     ) -> ActionResult:
         """Send one action body (``{"type": "roll"}``, ``{"type": "move", "sums": [6, 8]}``,
         ``{"type": "stop"}``, ``{"type": "resign"}``, or any entry of ``legal_actions``).
 
         Every attempt of this call carries the same ``Idempotency-Key`` (a fresh random one
         unless given), so retries never act twice. ``if_match``: refuse (412
-        ``version_conflict``) unless the game is still at that version. The answer holds the
-        state after, the events recorded and the signed receipt."""
-        headers = {"Idempotency-Key": idempotency_key or f"cantstop-client-{uuid.uuid4().hex}"}
-        if if_match is not None:
-            headers["If-Match"] = f'"{if_match}"'
+        ``version_conflict``) unless the game is still at that version: by default (``True``)
+        the version this client last saw of the game (none if it saw none), a version given,
+        or ``False``/``None`` for none (the action then applies to whatever position is current
+        when it arrives). The answer holds the state after, the events recorded and the signed
+        receipt."""
+        headers = {"Idempotency-Key": idempotency_key or _new_key()}
+        version = self.seen_version(game_id) if if_match is True else if_match
+        if version is not None and version is not False:
+            headers["If-Match"] = f'"{int(version)}"'
         path = f"/v1/games/{game_id}/actions"
-        return cast(
+        result = cast(
             ActionResult,
             self._json(
                 "POST", path, json=dict(action), headers=headers, token=token, idempotent=True
             ),
         )
+        self._saw(result["game"])
+        return result
 
     def roll(
         self,
@@ -344,7 +373,9 @@ class Client:
         return cast(Receipt, self._json("GET", f"/v1/games/{game_id}/receipt", auth=False))
 
     def rematch(self, game_id: str, *, token: str | None = None) -> Joined:
-        return cast(Joined, self._json("POST", f"/v1/games/{game_id}/rematch", token=token))
+        joined = cast(Joined, self._creating(f"/v1/games/{game_id}/rematch", token=token))
+        self._saw(joined["game"])
+        return joined
 
     # ------------------------------------------------------------------ challenges and seeks
     def challenge(
@@ -358,7 +389,7 @@ class Client:
         """Challenge an account. A built-in bot (``expert``…) accepts at once: the answer is
         then ``accepted`` with its ``game_id``."""
         body = {"to": to, **_terms(rules, rated, clock)}
-        return cast(Challenge, self._json("POST", "/v1/challenges", json=body))
+        return cast(Challenge, self._creating("/v1/challenges", json=body))
 
     def challenges(self) -> ChallengeLists:
         """The pending challenges to you (``incoming``) and from you (``outgoing``)."""
@@ -370,7 +401,9 @@ class Client:
     def accept_challenge(self, challenge_id: str) -> Accepted:
         """Accept a challenge to you: the answer holds the game, both seats bound."""
         path = f"/v1/challenges/{challenge_id}/accept"
-        return cast(Accepted, self._json("POST", path))
+        accepted = cast(Accepted, self._json("POST", path))
+        self._saw(accepted["game"])
+        return accepted
 
     def decline_challenge(self, challenge_id: str) -> Challenge:
         path = f"/v1/challenges/{challenge_id}/decline"
@@ -391,7 +424,7 @@ class Client:
         """Ask to be paired with someone of the same pool; the game is announced on the
         account stream (``game_started``)."""
         body = {"players": players, **_terms(rules, rated, clock)}
-        return cast(Seek, self._json("POST", "/v1/seeks", json=body))
+        return cast(Seek, self._creating("/v1/seeks", json=body))
 
     def get_seek(self, seek_id: str) -> Seek:
         return cast(Seek, self._json("GET", f"/v1/seeks/{seek_id}"))
@@ -465,6 +498,11 @@ class Client:
         chosen = token or self.token
         return {"Authorization": f"Bearer {chosen}"} if chosen else {}
 
+    def _creating(self, path: str, **options: Any) -> dict[str, Any]:
+        """A creating POST with one Idempotency-Key on every attempt, retried as actions are."""
+        headers = {**options.pop("headers", {}), "Idempotency-Key": _new_key()}
+        return self._json("POST", path, headers=headers, idempotent=True, **options)
+
     def _json(self, method: str, path: str, **options: Any) -> dict[str, Any]:
         response = self._call(method, path, **options)
         value = response.json()
@@ -506,7 +544,9 @@ class Client:
             wait = retry_after(response)
             # A 429 is a refusal before any work: safe to repeat, but only when it says when
             # (a rate limit); one without Retry-After (too_many_challenges) is not transient.
-            transient = status in RETRIED_STATUSES and (status != 429 or wait is not None)
+            transient = (status in RETRIED_STATUSES and (status != 429 or wait is not None)) or (
+                status == 409 and safe and _problem_code(response) == "idempotency_key_in_use"
+            )
             allowed = safe or status == 429
             in_time = wait is None or wait <= self.max_wait
             if transient and allowed and in_time and attempt < self.attempts:
@@ -543,6 +583,18 @@ TURN_ENDS = frozenset(
         "SeatJoined",
     }
 )
+
+
+def _new_key() -> str:
+    return f"cantstop-client-{uuid.uuid4().hex}"  # 48 characters: enough without credentials
+
+
+def _problem_code(response: httpx.Response) -> str | None:
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    return body.get("code") if isinstance(body, dict) else None
 
 
 def _settled(state: GameState, seat: int) -> bool:
