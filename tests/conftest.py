@@ -111,6 +111,8 @@ def openapi_spec() -> OpenAPI:
             "application/problem+json": json.loads,
             "text/csv": lambda data: data.decode("utf-8"),
             "text/event-stream": lambda data: data.decode("utf-8"),
+            # NDJSON bodies are text (openapi.yaml: a string of JSON lines, as generators read it).
+            "application/x-ndjson": lambda data: data.decode("utf-8"),
         }
     )
     return OpenAPI.from_file_path(str(ROOT / "openapi.yaml"), config=config)

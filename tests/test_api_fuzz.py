@@ -82,6 +82,11 @@ def _json(response: Response, media_type: str) -> dict[str, Any]:
     return {}
 
 
+CREATING = frozenset(
+    {"createGame", "rematch", "signUp", "createChallenge", "createSeek", "createWebhook"}
+)
+
+
 def refused_by_state(case: Case, response: Response) -> bool:
     """Whether a refusal of schema-valid data depends on what the server holds. Each one here is
     documented in openapi.yaml; the document cannot say it in a schema:
@@ -95,6 +100,8 @@ def refused_by_state(case: Case, response: Response) -> bool:
     - joinGame: a computer player for a lobby with manual dice (422); a rated lobby joined
       without an account (422); joinGame and leaveGame:
       ``If-Match`` naming another version (412 version_conflict), as for act;
+    - a creating POST (CREATING) with an Idempotency-Key: one used already for another request
+      (422 idempotency_key_reused), or one under 16 characters sent without credentials (422);
     - getRecordSheet: a seat the game does not have, or none for a multiplayer game (422);
     - importGame: an export or transcript that does not verify (422 import_invalid: the hash
       chain and the rules judge it), or an NDJSON body that is no export (no schema describes an
@@ -104,6 +111,11 @@ def refused_by_state(case: Case, response: Response) -> bool:
     problem = _json(response, "application/problem+json")
     code, detail = problem.get("code"), str(problem.get("detail", ""))
     body = case.body if isinstance(case.body, dict) else {}
+    if operation in CREATING and (
+        code == "idempotency_key_reused"
+        or (code == "invalid_request" and detail.startswith("without credentials, an Idempotency"))
+    ):
+        return True
     if operation == "createGame":
         if code == "invalid_request" and "rated game" in detail:
             return True

@@ -86,6 +86,12 @@ class Vault(Aggregate):
     def remember(self, scoped_key: str, fingerprint: str, first: int, last: int, at: str) -> None:
         self.keys[scoped_key] = {"fingerprint": fingerprint, "first": first, "last": last, "at": at}
 
+    @event("KeyRefused")
+    def refuse(self, scoped_key: str, fingerprint: str, code: str, detail: str, at: str) -> None:
+        """The key's action was refused, finally (#43: one key, one answer on every host)."""
+        self.keys[scoped_key] = {"fingerprint": fingerprint, "refused": code, "detail": detail}
+        self.keys[scoped_key]["at"] = at
+
     def seat_for(self, token: str) -> int | None:
         """The seat holding ``token``."""
         return match_token(self.token_hashes, token)

@@ -27,6 +27,20 @@ class ConcurrentAction(ApplicationError):
     code = "concurrent_action"
 
 
+class RecordedRefusal(ApplicationError):
+    """The first answer to an Idempotency-Key was a refusal: every repeat is refused alike."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
+
+
+class TurnMovedOn(ApplicationError):
+    """The game's turn began after the request arrived: it was not decided on this turn."""
+
+    code = "turn_moved_on"
+
+
 class IdempotencyKeyReused(ApplicationError):
     code = "idempotency_key_reused"
 

@@ -32,7 +32,7 @@ from eventsourcing.utils import get_topic, strtobool
 
 from domain import fairness, strategies
 from domain.audit import HEX64
-from domain.commands import Command, NewGame, to_dict, visible_ascii
+from domain.commands import Command, NewGame, Resign, to_dict, visible_ascii
 from domain.errors import DomainError, InvalidRequest, TimedOut
 from domain.game import Draw, Game, event_record, event_records, format_at
 from domain.view import game_state
@@ -48,6 +48,7 @@ from service.application.aggregates import (
     vault_id,
 )
 from service.application.errors import (
+    ApplicationError,
     ConcurrentAction,
     IdempotencyKeyReused,
     NotFound,
@@ -55,6 +56,8 @@ from service.application.errors import (
     RatedGameInProgress,
     RatedNeedsClock,
     ReadOnly,
+    RecordedRefusal,
+    TurnMovedOn,
     Unauthorized,
     VersionConflict,
     describe,
@@ -191,6 +194,23 @@ def parse_game_id(raw: str) -> uuid.UUID:
         _PARSED.clear()
     _PARSED[raw] = parsed
     return parsed
+
+
+# How far apart two hosts' clocks may be (NTP keeps them within milliseconds): a turn stamped
+# by one host this much after a request reached another is taken to have begun after it.
+CLOCK_SKEW = timedelta(milliseconds=250)
+
+
+def moved_on(game: Game, command: Command, arrived: datetime) -> None:
+    """Refuse an action that arrived before the turn now on began (#43: a request a host held
+    while frozen must not land in a later turn than the one it was decided in). A resignation
+    is not tied to a turn."""
+    started = game.turn_started_at
+    if started is not None and started > arrived + CLOCK_SKEW and not isinstance(command, Resign):
+        raise TurnMovedOn(
+            "the game moved on to a turn that began after this request arrived: it was not "
+            "decided on this position; fetch the game and decide again"
+        )
 
 
 def check_version(game: Game, if_match: Collection[int] | None) -> None:
@@ -912,11 +932,7 @@ class Games(Application[uuid.UUID]):
             fingerprint = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
             record = vault.recall(scoped, now)
             if record is not None:
-                if record["fingerprint"] != fingerprint:
-                    raise IdempotencyKeyReused(
-                        "this Idempotency-Key was used for a different action"
-                    )
-                return self._replay(game_id, record["first"], record["last"])
+                return self._answer(game_id, record, fingerprint)
         # First on the game as this worker last saw it (no query); the store's optimistic
         # check refuses the insert if another worker recorded something meanwhile. A refusal
         # or a conflict is judged again on the latest version, read from the store.
@@ -926,20 +942,23 @@ class Games(Application[uuid.UUID]):
                 # at it and the events are stamped with it, however long the request waited.
                 at = datetime.now(UTC)
                 try:
+                    moved_on(game, command, now)
                     if game.timed_out(at):
                         if not fresh:
                             continue  # perhaps: judged on the latest version
                         self._record_timeout(game, at)
                     new_events = self._apply(game, seat, command, if_match, at)
-                except (DomainError, VersionConflict):
+                except (DomainError, VersionConflict, TurnMovedOn) as refused:
                     if not fresh:
                         continue
-                    # Refused on the latest version: unless the same key was recorded meanwhile
-                    # (a concurrent repeat of this very request), which answers as it did.
+                    # Refused on the latest version: unless the same key was answered meanwhile
+                    # (a concurrent repeat of this very request), which answers as it did. A
+                    # key's refusal is its final answer too, kept in the vault for every host.
                     if idempotency_key is not None:
                         replay = self._recalled(game_id, scoped, fingerprint, now)
                         if replay is not None:
                             return replay
+                        self._refused(game_id, scoped, fingerprint, refused, now)
                     raise
                 if vault is not None:
                     vault.remember(
@@ -1011,11 +1030,34 @@ class Games(Application[uuid.UUID]):
     ) -> ActionResult | None:
         """The first answer to this key, if it is recorded now (read afresh)."""
         record = self._vault(game_id).recall(scoped, now)
-        if record is None:
-            return None
+        return None if record is None else self._answer(game_id, record, fingerprint)
+
+    def _answer(
+        self, game_id: uuid.UUID, record: Mapping[str, Any], fingerprint: str
+    ) -> ActionResult:
+        """The key's first answer again: the events it recorded, or its refusal raised."""
         if record["fingerprint"] != fingerprint:
             raise IdempotencyKeyReused("this Idempotency-Key was used for a different action")
+        if "refused" in record:
+            raise RecordedRefusal(record["refused"], record["detail"])
         return self._replay(game_id, record["first"], record["last"])
+
+    def _refused(
+        self,
+        game_id: uuid.UUID,
+        scoped: str,
+        fingerprint: str,
+        refused: DomainError | ApplicationError,
+        now: datetime,
+    ) -> None:
+        """Keep a key's refusal as its answer: a late copy of the request (a host that froze
+        with it, a retry) is then refused alike on every host, never recorded in a later
+        turn. The game's history gains nothing. If another answer was kept first, that one
+        stands (read again by whoever asks)."""
+        vault = self._vault(game_id)
+        vault.refuse(scoped, fingerprint, refused.code, refused.detail, now.isoformat())
+        with suppress(IntegrityError):
+            self.save(vault)
 
     def _stored_as(self, game_id: uuid.UUID, records: list[dict[str, Any]]) -> bool:
         """Whether exactly these events (by their hashes) are the ones stored."""

@@ -13,7 +13,7 @@ from domain.commands import Command, NewGame, Roll, parse_action
 from domain.errors import IllegalAction
 from domain.game import format_at
 from service.application.accounts import is_personal
-from service.application.errors import Unauthorized
+from service.application.errors import RecordedRefusal, Unauthorized
 from service.application.games import Seat, parse_game_id
 from service.http import schemas
 from service.http.core import (
@@ -34,7 +34,7 @@ from service.http.core import (
     this_request,
     version_arg,
 )
-from service.http.idempotent import creates
+from service.http.idempotent import creates, creates_signed_in
 
 games_api = Blueprint("games", __name__)
 
@@ -188,7 +188,7 @@ def which_seat(game_id: str) -> Response:
 
 
 @games_api.post("/v1/games/<game_id>/rematch")
-@creates
+@creates_signed_in
 def rematch(game_id: str) -> Response:
     """Claim your seat in the one rematch of a finished game, with your token of it; the claim
     that creates it may bring a client seed and a seed commitment (no body: neither)."""
@@ -217,6 +217,13 @@ def act(game_id: str) -> Response:
         result = games.act(gid, seat, command, if_match=if_match, idempotency_key=key)
     except IllegalAction as exc:
         return error_problem(exc, legal_actions=games.state(gid)["legal_actions"])
+    except RecordedRefusal as exc:  # the key's first answer was this refusal
+        extra = {}
+        if exc.code == "illegal_action":
+            extra["legal_actions"] = games.state(gid)["legal_actions"]
+        refused = error_problem(exc, **extra)
+        refused.headers["Idempotent-Replayed"] = "true"
+        return refused
     headers = etag(result.version)
     if result.replayed:
         headers["Idempotent-Replayed"] = "true"

@@ -49,14 +49,23 @@ class KeyInUse(ApplicationError):
 
 def creates(view: F) -> F:
     """Make a creating view answer a repeated ``Idempotency-Key`` with its first answer."""
+    return _keyed(view, needs_credentials=False)
 
+
+def creates_signed_in(view: F) -> F:
+    """``creates`` for a view that needs credentials: without any, the view refuses it (401)
+    before the key is looked at, as every refusal of the token comes first."""
+    return _keyed(view, needs_credentials=True)
+
+
+def _keyed(view: F, *, needs_credentials: bool) -> F:
     @wraps(view)
     def keyed(*args: Any, **kwargs: Any) -> Response:
         req = this_request()
         key = req.headers.get("Idempotency-Key")
-        if key is None:
-            return view(*args, **kwargs)
         credentials = req.headers.get("Authorization", "")
+        if key is None or (needs_credentials and not credentials):
+            return view(*args, **kwargs)
         if not 1 <= len(key) <= MAX_KEY or any(ord(c) not in IDEMPOTENCY_CHARS for c in key):
             raise BadRequest("Idempotency-Key must be 1 to 200 visible ASCII characters")
         if not credentials and len(key) < MIN_ANONYMOUS_KEY:

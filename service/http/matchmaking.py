@@ -10,7 +10,7 @@ from flask import Blueprint, Response
 from service.application.errors import NotFound
 from service.http import schemas
 from service.http.core import json_body, json_response, load, me, runtime
-from service.http.idempotent import creates
+from service.http.idempotent import creates_signed_in
 
 matchmaking_api = Blueprint("matchmaking", __name__)
 
@@ -27,7 +27,7 @@ def _id(raw: str, what: str) -> uuid.UUID:
 
 
 @matchmaking_api.post("/v1/challenges")
-@creates
+@creates_signed_in
 def challenge() -> Response:
     data = load(CHALLENGE, json_body())
     principal = me("play")
@@ -69,7 +69,7 @@ def cancel_challenge(challenge_id: str) -> Response:
 
 
 @matchmaking_api.post("/v1/seeks")
-@creates
+@creates_signed_in
 def seek() -> Response:
     data = load(SEEK, json_body())
     principal = me("play")

@@ -13,7 +13,7 @@ from domain.game import format_at
 from service.application.accounts import Principal
 from service.application.webhooks import EVENT_TYPES, MAX_DESCRIPTION, MAX_URL
 from service.http.core import bearer_token, int_arg, json_body, json_response, load, runtime
-from service.http.idempotent import creates
+from service.http.idempotent import creates_signed_in
 from service.persistence.webhooks import AttemptRow, WebhookRow
 
 webhooks_api = Blueprint("webhooks", __name__)
@@ -67,7 +67,7 @@ def attempt_json(row: AttemptRow) -> dict[str, Any]:
 
 
 @webhooks_api.post("/v1/account/webhooks")
-@creates
+@creates_signed_in
 def create_webhook() -> Response:
     principal = manager()
     data = load(WEBHOOK_REQUEST, json_body())
