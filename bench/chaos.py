@@ -40,6 +40,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,13 @@ def free_port() -> int:
         sock.bind((HOST, 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def seconds_until(stamp: str) -> float:
+    """Seconds from now to an RFC 3339 instant of the service ("…Z")."""
+    return (
+        datetime.fromisoformat(stamp.replace("Z", "+00:00")) - datetime.now(UTC)
+    ).total_seconds()
 
 
 def wait_for(check: Callable[[], bool], seconds: float, what: str) -> None:
@@ -288,7 +296,7 @@ def send(
 # ------------------------------------------------------------------------------ the round
 @dataclass
 class Answer:
-    at: float  # seconds into the round
+    at: float  # seconds into the round when the answer (or the want of one) was known
     host: str
     status: int  # 0: no answer (timeout, refused connection)
     replayed: bool = False
@@ -314,7 +322,8 @@ class Keyed:
     command: Json
     token: str
     if_match: int | None
-    turn: int
+    turn: int  # the turn it was decided in
+    seen: int = 0  # the version it was decided on
     answers: list[Answer] = field(default_factory=list)  # during play
     probes: list[Answer] = field(default_factory=list)  # the end's replay
 
@@ -538,8 +547,9 @@ class Round:
     def act(self, game: str, seat: int, token: str, state: Json) -> None:
         command = self.choose(state)
         if_match = state["version"] if self.rng.random() < IF_MATCH_CHANCE else None
+        turn = state["turn"]["number"]
         keyed = Keyed(
-            game, seat, uuid.uuid4().hex, command, token, if_match, state["turn"]["number"]
+            game, seat, uuid.uuid4().hex, command, token, if_match, turn, state["version"]
         )
         with self.lock:
             self.keyed.append(keyed)
@@ -605,6 +615,90 @@ class Round:
                 conn.close()
             reader.reconnects += 1
 
+    # ----------------------------------------------------------------- a client caught
+    def straggler_game(self, host: Host) -> tuple[str, dict[int, str]] | None:
+        clock = {"turn_seconds": TURN_SECONDS}
+        body = {"players": ["Early", "Late"], "clock": clock, "rules": {"columns_to_win": 1}}
+        reply = send(host.port, "POST", "/v1/games", body)
+        self.note(reply, "/v1/games")
+        if reply is None or reply.status != 201:
+            return None
+        data = reply.json()
+        game = str(data["game"]["id"])
+        with self.lock:
+            self.games[game] = "caught"
+        return game, {i: s["token"] for i, s in enumerate(data["seats"])}
+
+    def straggle(
+        self,
+        made: tuple[str, dict[int, str]],
+        frozen: Host,
+        healthy: Host,
+        come_round: threading.Event,
+    ) -> None:
+        """A client caught by a freeze, as #43 found one: its roll (a key, no If-Match) goes to
+        the frozen host and gets no answer; retried on a healthy host after the turn's
+        deadline, it is refused (409 turn_timed_out); the other seat plays its turn there; when
+        the caught client's turn has come round, the frozen host thaws with the roll in it."""
+        game, tokens = made
+        state = self.state_on(healthy, game)
+        if state is None:
+            come_round.set()
+            return
+        seat, deadline = state["turn"]["player"], state["turn"]["deadline"]
+        number, roll = state["turn"]["number"], {"type": "roll"}
+        keyed = Keyed(
+            game, seat, uuid.uuid4().hex, roll, tokens[seat], None, number, state["version"]
+        )
+        with self.lock:
+            self.keyed.append(keyed)
+        path = f"/v1/games/{game}/actions"
+        headers = self.key_headers(keyed)
+        reply = send(frozen.port, "POST", path, keyed.command, headers)
+        self.note(reply, path)
+        keyed.answers.append(self.answer(frozen, reply))
+        time.sleep(max(0.0, seconds_until(deadline)) + 0.3)
+        reply = send(healthy.port, "POST", path, keyed.command, headers)
+        self.note(reply, path)
+        keyed.answers.append(self.answer(healthy, reply))
+        # The other seat's turn, on the healthy host, until the caught seat is to roll again.
+        until = time.monotonic() + 10
+        while time.monotonic() < until:
+            state = self.state_on(healthy, game)
+            if state is None or state["status"] == "finished":
+                break
+            turn = state["turn"]
+            if turn["player"] == seat and turn["phase"] == "roll":
+                break
+            if turn["player"] == seat:  # the refused retry did not end the turn: not caught
+                break
+            command = {"type": "stop"} if turn["phase"] == "roll" and turn["runners"] else None
+            command = command or self.choose(state)
+            other = Keyed(
+                game,
+                turn["player"],
+                uuid.uuid4().hex,
+                command,
+                tokens[turn["player"]],
+                state["version"],
+                turn["number"],
+                state["version"],
+            )
+            with self.lock:
+                self.keyed.append(other)
+            reply = send(healthy.port, "POST", path, command, self.key_headers(other))
+            self.note(reply, path)
+            other.answers.append(self.answer(healthy, reply))
+        come_round.set()
+
+    def state_on(self, host: Host, game: str) -> Json | None:
+        reply = send(host.port, "GET", f"/v1/games/{game}")
+        self.note(reply, "/v1/games/{id}")
+        if reply is None or reply.status != 200:
+            return None
+        state: Json = reply.json()
+        return state
+
     # ----------------------------------------------------------------- the faults
     def inject(self, schedule: list[str]) -> None:
         gap = self.seconds / (len(schedule) + 1)
@@ -637,9 +731,21 @@ class Round:
             wait_for(host.ready, 60, f"{host.name} after its kill")
             return "kill -9 of the host's processes, then started again"
         if kind == "freeze":
+            healthy = [h for h in self.hosts if h is not host]
+            game = self.straggler_game(healthy[0]) if healthy else None
             host.signal(signal.SIGSTOP)
             host.frozen = True
-            time.sleep(hold)
+            began = time.monotonic()
+            come_round = threading.Event()
+            if game is not None:
+                threading.Thread(
+                    target=self.straggle, args=(game, host, healthy[0], come_round), daemon=True
+                ).start()
+            # Thawed once the caught client's turn has come round (then its late roll lands
+            # in a turn it never saw, #43 item 1), and after 5 s at least; 15 s at most.
+            come_round.wait(15)
+            time.sleep(max(0.5, 5 - (time.monotonic() - began)))
+            hold = time.monotonic() - began
             host.signal(signal.SIGCONT)
             host.frozen = False
             return f"SIGSTOP for {hold:.1f} s"
@@ -737,6 +843,7 @@ def key_checks(rnd: Round, histories: dict[str, list[Json]]) -> list[Json]:
                     "command": keyed.command,
                     "if_match": keyed.if_match,
                     "decided_in_turn": keyed.turn,
+                    "decided_on_version": keyed.seen,
                     "refused": refusals[0].__dict__,
                     "recorded": recorded[0],
                     "answers": [
