@@ -1006,6 +1006,29 @@ def views_check(direct_url: str, folder: Path, env: dict[str, str]) -> Json:
     )
 
 
+def back_after_heal(rnd: Round) -> list[Json]:
+    """Each fault with ``back_after``: seconds from its heal to the first action answered 2xx
+    (by the host it struck, for a kill, a freeze or a blackhole; by any, for the stores)."""
+    answers = sorted(
+        (a for keyed in rnd.keyed for a in keyed.answers if 200 <= a.status < 300),
+        key=lambda a: a.at,
+    )
+    shown = []
+    for fault in rnd.faults:
+        own = fault["fault"] in ("kill", "freeze", "blackhole")
+        first = next(
+            (
+                a.at
+                for a in answers
+                if a.at >= fault["healed"] and (not own or a.host == fault["host"])
+            ),
+            None,
+        )
+        back = None if first is None else round(first - fault["healed"], 2)
+        shown.append({**fault, "back_after": back})
+    return shown
+
+
 # ------------------------------------------------------------------------------ main
 Fleet = tuple["Postgres", "Redis", list["Host"], dict[str, "LinkProxy"], dict[str, str]]
 SCHEDULE = ["kill", "freeze", "blackhole", "postgres", "redis"]
@@ -1128,7 +1151,7 @@ def run(hosts_n: int, seconds: float, players: int, seed: int, keep: Path | None
             "actions_sent": len(rnd.keyed),
             "answers_by_status": {str(k): v for k, v in sorted(statuses.items())},
             "requests_unanswered": rnd.unanswered,
-            "faults": rnd.faults,
+            "faults": back_after_heal(rnd),
             "checks": checks,
             "ok": all(c["ok"] for c in checks),
         }
