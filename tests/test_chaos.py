@@ -34,6 +34,7 @@ def test_a_short_round_of_faults_loses_nothing(tmp_path: Path) -> None:
     started = time.monotonic()
     report = chaos.run(HOSTS, SECONDS, 3 * HOSTS, SEED, tmp_path / "logs")
     took = time.monotonic() - started
+    (tmp_path / "report.json").write_text(json.dumps(report, indent=1, default=str))
 
     failed = {c["name"]: c for c in report["checks"] if not c["ok"]}
     unexpected = {name: c for name, c in failed.items() if name not in KNOWN}
