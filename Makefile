@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 REDOCLY := @redocly/cli@2.77.0
 SPECTRAL := @stoplight/spectral-cli@6.16.3
 
-.PHONY: install run test lint bench clean
+.PHONY: install run test lint bench chaos clean
 
 install: $(STAMP)
 
@@ -42,6 +42,10 @@ bench: install
 	$(BIN)/python -m bench.scaling
 	$(BIN)/python -m bench.streams --streams 1000
 	$(BIN)/python -m bench.views --sizes 1000,10000
+
+# The fault suite's long round (docs/reliability.md, "Fault suite"); e.g. CHAOS_ARGS='--hosts 3 --seconds 240'.
+chaos: install
+	$(BIN)/python -m bench.chaos $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
