@@ -1300,97 +1300,6 @@ HOOKS: tuple[Hook, ...] = (
     ),
     # ------------------------------------------------------------------ Werkzeug, Flask, ...
     Hook(
-        path="werkzeug.wrappers.request.Request._cached_data",
-        distribution="werkzeug",
-        instance=True,
-        used_in=("service.http.core:_sized_body",),
-        why=(
-            "A body with a Content-Length is read from the server's stream in one read and left "
-            "where get_data reads it first: no stream wrapper on every action (with the body "
-            "limit as an attribute, the request read once and no session: instr. -6.6%, "
-            "docs/performance.md, levers)."
-        ),
-        recheck="that get_data still returns _cached_data when it is set",
-        checks=(
-            Check(
-                "werkzeug.wrappers.request.Request.get_data",
-                signature=(
-                    "(self, cache: 'bool' = True, as_text: 'bool' = False"
-                    ", parse_form_data: 'bool' = False) -> 'bytes | str'"
-                ),
-                sha256="ce2b5f4a4451d3c10f7e72e9a06b0dc832d4e3512d12a26e822f051b914ddbdb",
-                contains=('rv = getattr(self, "_cached_data", None)',),
-            ),
-        ),
-    ),
-    Hook(
-        path="werkzeug.local.LocalProxy._get_current_object",
-        distribution="werkzeug",
-        instance=True,
-        used_in=("service.http.core:this_request",),
-        why=(
-            "The request itself, not the context proxy, for a view that reads it often: each "
-            "read through the proxy resolves a context variable (instr. -1.9%, "
-            "docs/performance.md, levers). Documented by Werkzeug despite the underscore."
-        ),
-        recheck="that a LocalProxy still has _get_current_object",
-        checks=(
-            Check(
-                "werkzeug.local.LocalProxy.__init__",
-                contains=('object.__setattr__(self, "_get_current_object", _get_current_object)',),
-            ),
-        ),
-    ),
-    Hook(
-        path="flask.wrappers.Request.max_content_length",
-        distribution="flask",
-        used_in=("service.http.core:request_class",),
-        why=(
-            "Flask's property, which reads the app's config through the context on every read, "
-            "is replaced by a plain class attribute (CANTSTOP_MAX_BODY_BYTES), as Werkzeug has "
-            "it (instr. -6.6% with _cached_data, docs/performance.md, levers)."
-        ),
-        recheck=(
-            "that Werkzeug still reads self.max_content_length and a view may still set it per "
-            "request"
-        ),
-        checks=(
-            Check(
-                "flask.wrappers.Request.max_content_length.fget",
-                sha256="9a5760c214e021c800d06dbc93a3d71e92035aed017554d9b6bdf341b0ee5cc4",
-            ),
-            Check(
-                "werkzeug.wrappers.request.Request.stream.fget",
-                sha256="364cb4d7807688325355a79e37094a79097732a60df14e5d590197f3f68d988e",
-                contains=("max_content_length=self.max_content_length",),
-            ),
-        ),
-    ),
-    Hook(
-        path="flask.wrappers.Request.routing_exception",
-        distribution="flask",
-        used_in=("service.http.core:request_class",),
-        why=(
-            "Set as the request is built (a doubled slash, an over-long request line or header "
-            "block) and raised by Flask in place of the view, as for a route that does not "
-            "match: no before_request hook (instr. -1.7%, docs/performance.md, levers)."
-        ),
-        recheck=(
-            "that routing leaves it alone when it matches, and dispatch_request still raises it"
-        ),
-        checks=(
-            Check(
-                "flask.ctx.RequestContext.match_request",
-                sha256="919ccbf8eafa1cce9c10473ad1d46e7884a55a5c1ed3e3dd347b708a1927c661",
-            ),
-            Check(
-                "flask.app.Flask.dispatch_request",
-                sha256="62c7e9d15772724aeb88c4791f5b935855709f153ec6d606b9b0c6966ccff1ff",
-                contains=("if req.routing_exception is not None:",),
-            ),
-        ),
-    ),
-    Hook(
         path="flask_limiter.Limiter._Limiter__inject_headers",
         distribution="flask-limiter",
         used_in=("service.http.limits:init_app",),
@@ -1412,34 +1321,6 @@ HOOKS: tuple[Hook, ...] = (
                     "(self, response: 'flask.wrappers.Response') -> 'flask.wrappers.Response'"
                 ),
                 sha256="aa6d828bc55063a1525eff3d853151ab3133ec4a644327a6e29af9c008b222bd",
-            ),
-        ),
-    ),
-    Hook(
-        path="marshmallow.fields.Field._deserialize",
-        distribution="marshmallow",
-        used_in=(
-            "service.http.schemas:_StrictBoolean._deserialize",
-            "service.http.schemas:ColumnsToWin._deserialize",
-            "service.http.schemas:PlayerField._deserialize",
-        ),
-        why=(
-            "Custom fields, as marshmallow documents them (strict booleans, an integer or "
-            "'by_players', a player)."
-        ),
-        recheck="that deserialize still calls _deserialize(value, attr, data, **kwargs)",
-        checks=(
-            Check(
-                "marshmallow.fields.Field._deserialize",
-                signature=(
-                    "(self, value: 'typing.Any', attr: 'str | None'"
-                    ", data: 'typing.Mapping[str, typing.Any] | None'"
-                    ", **kwargs) -> '_InternalT'"
-                ),
-            ),
-            Check(
-                "marshmallow.fields.Field.deserialize",
-                contains=("self._deserialize(value, attr, data, **kwargs)",),
             ),
         ),
     ),
