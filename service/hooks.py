@@ -1298,30 +1298,4 @@ HOOKS: tuple[Hook, ...] = (
             ),
         ),
     ),
-    # ------------------------------------------------------------------ Werkzeug, Flask, ...
-    Hook(
-        path="flask_limiter.Limiter._Limiter__inject_headers",
-        distribution="flask-limiter",
-        used_in=("service.http.limits:init_app",),
-        why=(
-            "Flask-Limiter puts Retry-After on every answer of a limited endpoint; an "
-            "after_request hook registered before init_app registers this one runs after it "
-            "and keeps Retry-After only on a 429 or 503."
-        ),
-        recheck="that init_app still registers this method as an after_request hook",
-        checks=(
-            Check(
-                "flask_limiter.Limiter.init_app",
-                sha256="d4f415977155cf90c9c265f606ddef4043788e9eaf7fb7bbd5c01d9cdc4c79f9",
-                contains=("app.after_request(partial(Limiter.__inject_headers, self))",),
-            ),
-            Check(
-                "flask_limiter.Limiter._Limiter__inject_headers",
-                signature=(
-                    "(self, response: 'flask.wrappers.Response') -> 'flask.wrappers.Response'"
-                ),
-                sha256="aa6d828bc55063a1525eff3d853151ab3133ec4a644327a6e29af9c008b222bd",
-            ),
-        ),
-    ),
 )
