@@ -1282,20 +1282,4 @@ HOOKS: tuple[Hook, ...] = (
             ),
         ),
     ),
-    Hook(
-        path="gunicorn.http.errors.ParseException",
-        distribution="gunicorn",
-        used_in=("service.http.core:install_error_handlers",),
-        why=(
-            "gunicorn reads a chunked body as the app asks for it: a bad chunk is raised by the "
-            "view's read, as one of these, and answered 400 malformed_request, not 500."
-        ),
-        recheck="that a bad chunk is still raised from wsgi.input.read as a ParseException",
-        checks=(
-            Check(
-                "gunicorn.http.errors.InvalidChunkSize",
-                contains=("class InvalidChunkSize(ParseException):",),
-            ),
-        ),
-    ),
 )

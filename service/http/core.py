@@ -16,7 +16,6 @@ from typing import Any
 import flask
 import orjson
 from flask import Flask, Response, current_app, render_template, request
-from gunicorn.http.errors import ParseException as ServerParseError
 from marshmallow import Schema, ValidationError
 from werkzeug.datastructures import MIMEAccept
 from werkzeug.exceptions import (
@@ -104,6 +103,7 @@ STATUS = {
     "too_many_seeks": 429,
     "shutting_down": 503,
     # HTTP
+    "malformed_request": 400,
     "not_acceptable": 406,
     "method_not_allowed": 405,
     "payload_too_large": 413,
@@ -136,6 +136,10 @@ class BadRequest(HttpProblem):
 
 class NotAcceptable(HttpProblem):
     code = "not_acceptable"
+
+
+class MalformedBody(HttpProblem):
+    code = "malformed_request"
 
 
 def request_class(*, max_body_bytes: int, max_line: int, max_headers: int) -> type[flask.Request]:
@@ -345,12 +349,6 @@ def install_error_handlers(app: Flask) -> None:
                 response.headers[name] = value
         return response
 
-    @app.errorhandler(ServerParseError)
-    def _unreadable_body(exc: ServerParseError) -> Response:
-        # gunicorn reads a chunked body as the app asks for it: a bad chunk size or a chunk
-        # without its line end is raised here, by the view's read, not before the request.
-        return problem(400, "malformed_request", f"the request's body cannot be read: {exc}")
-
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception) -> Response:
         log.exception("unexpected error on %s %s", request.method, request.path)
@@ -458,6 +456,13 @@ def whole_body(req: flask.Request) -> bytes:
         if isinstance(exc.__context__, BlockingIOError):
             raise stalled_body() from None
         raise
+    except HTTPException:
+        raise
+    except Exception as exc:
+        # The server reads a chunked body as the app asks for it: a chunk it cannot parse (a
+        # size that is no number, a chunk longer than it said) is raised by this read, as the
+        # server's own exception (PEP 3333 names none). The body is the client's: 400.
+        raise MalformedBody(f"the request's body cannot be read: {exc}") from None
     limit = req.max_content_length
     if limit is not None and len(data) >= limit and "CONTENT_LENGTH" not in req.environ:
         raise RequestEntityTooLarge()
