@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 REDOCLY := @redocly/cli@2.77.0
 SPECTRAL := @stoplight/spectral-cli@6.16.3
 
-.PHONY: install run test lint bench chaos clean
+.PHONY: install run test newest lint bench chaos clean
 
 install: $(STAMP)
 
@@ -26,6 +26,11 @@ run: install
 test: install
 	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)  # the browser tests' Chromium
 	$(BIN)/python -m pytest -q -n auto $(PYTEST_ARGS)  # pytest-xdist: one worker per core
+
+# The store's and server's tests against the newest release of each library within pyproject.toml's
+# bounds, in a throwaway venv installed from the package registry (fails without it): tests/newest.py.
+newest: install
+	$(BIN)/python tests/newest.py $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check domain service tests bench clients

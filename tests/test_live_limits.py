@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import flask
 import pytest
 import redis
 from flask import Flask
 from flask.testing import FlaskClient
+from limits import RateLimitItemPerSecond
 
 from service.config import ConfigError, Settings, parse_limits
 from service.http.app import create_app
+from service.http.limits import Limiter, RateLimited, Rule, client_address
 
 LIMITS = "create=2/minute, action=3/10s"
 
@@ -191,3 +194,38 @@ def test_whole_history_reads_are_limited_per_address_when_asked(database_url: st
         assert other.status_code == 200
     finally:
         app.extensions["cantstop"].close()
+
+
+def test_counts_go_to_memory_while_redis_is_down_and_back_once_it_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    limiter = Limiter("redis://127.0.0.1:9/0")  # nothing listens there
+    rules = (Rule("create", RateLimitItemPerSecond(1, 3600), client_address, frozenset({"POST"})),)
+    app = Flask(__name__)
+
+    def check() -> str:
+        with app.test_request_context("/", method="POST"):
+            try:
+                limiter.check(flask.request._get_current_object(), rules)  # type: ignore[attr-defined]
+            except RateLimited:
+                return "refused"
+            return "counted"
+
+    assert check() == "counted"  # Redis refused the connection: counted in memory
+    assert limiter.down_since is not None
+    assert limiter.recheck_at > limiter.down_since  # Redis is asked again later, not now
+    limiter.recheck_at = float("inf")  # (however slow this machine is)
+    assert check() == "refused"  # the memory's count
+    hits: list[str] = []
+
+    def hit(item: Any, *keys: str, cost: int = 1) -> bool:
+        hits.append(keys[1])
+        return True
+
+    monkeypatch.setattr(limiter.storage, "check", lambda: True)  # Redis answers again
+    monkeypatch.setattr(limiter.shared, "hit", hit)
+    monkeypatch.setattr(limiter.shared, "get_window_stats", lambda item, *keys: (0.0, 1))
+    assert check() == "refused"  # not asked before its time
+    limiter.recheck_at = 0.0  # its time
+    assert check() == "counted" and hits == ["a:unknown"]  # counted in Redis again
+    assert limiter.down_since is None

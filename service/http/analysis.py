@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from flask import Blueprint, Response, g, request
+from flask import Blueprint, Response, request
 
 from service.application.analyst import Kept
 from service.application.errors import ApplicationError
@@ -24,7 +24,6 @@ def analysis(game_id: str) -> Response:
         response.headers["ETag"] = f'"{answer.version}"'
         return response
     body = {"status": answer.status, "progress": round(answer.progress, 3)}
-    g.retry_after = answer.retry_after  # kept as it is by the rate limiter's hook (limits.py)
     return json_response(body, 202, headers={"Retry-After": str(answer.retry_after)})
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from flask import Flask, Request, Response, request
 from flask.sessions import NullSession, SessionInterface, SessionMixin
+from flask.typing import ResponseReturnValue
 from flask_cors import CORS
 
 from service.config import Settings
@@ -16,7 +17,12 @@ from service.http.accounts import accounts_api
 from service.http.analysis import analysis_api
 from service.http.audit import audit_api
 from service.http.bots import bots_api
-from service.http.core import GameIdConverter, install_error_handlers, request_class
+from service.http.core import (
+    GameIdConverter,
+    install_error_handlers,
+    request_class,
+    this_request,
+)
 from service.http.fairplay import fair_play_api
 from service.http.games import games_api
 from service.http.matchmaking import matchmaking_api
@@ -63,7 +69,16 @@ class NoSessions(SessionInterface):
 
 class App(Flask):
     """Flask, answering OPTIONS (without CORS) with 204 and ``Allow``: Flask's own answer is
-    an empty 200 labelled text/html."""
+    an empty 200 labelled text/html; and raising a request's own refusal (``request_class``:
+    a doubled slash, an over-long request line or header block) in place of its view, once
+    routing has found the route (a path that names nothing is 404 first, as in Flask)."""
+
+    def dispatch_request(self) -> ResponseReturnValue:
+        req = this_request()
+        refusal = getattr(req, "refusal", None)  # (a request class of our own has it)
+        if refusal is not None and req.routing_exception is None:
+            raise refusal
+        return super().dispatch_request()
 
     def make_default_options_response(self) -> Response:
         response = super().make_default_options_response()

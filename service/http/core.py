@@ -10,12 +10,12 @@ import logging
 import re
 import uuid
 from collections.abc import Mapping
+from io import BytesIO
 from typing import Any
 
 import flask
 import orjson
 from flask import Flask, Response, current_app, render_template, request
-from gunicorn.http.errors import ParseException as ServerParseError
 from marshmallow import Schema, ValidationError
 from werkzeug.datastructures import MIMEAccept
 from werkzeug.exceptions import (
@@ -107,6 +107,7 @@ STATUS = {
     "too_many_seeks": 429,
     "shutting_down": 503,
     # HTTP
+    "malformed_request": 400,
     "not_acceptable": 406,
     "method_not_allowed": 405,
     "payload_too_large": 413,
@@ -141,36 +142,42 @@ class NotAcceptable(HttpProblem):
     code = "not_acceptable"
 
 
+class MalformedBody(HttpProblem):
+    code = "malformed_request"
+
+
 def request_class(*, max_body_bytes: int, max_line: int, max_headers: int) -> type[flask.Request]:
-    """Flask's request with the service's limits, checked as the request is built: no
+    """Flask's request with the service's limits, judged as the request is built: no
     ``before_request`` hook and no read of the request context, because a registered hook costs
     Flask's machinery around it on every request before it does anything, and each read of
     ``flask.request`` resolves a context variable (docs/performance.md (levers)).
 
-    - The body limit (``max_body_bytes``, 413) is a plain attribute, as Werkzeug has it; a view
-      may still raise it for its own request (the import). Flask's property read the app's
-      config through two context lookups each time.
+    - The body limit (``max_body_bytes``, 413) is set on each request through Flask's own
+      per-request setter (Flask 3.1): the app's config is not read through the context on
+      every read. A view may still raise it for its own request (the import).
     - gunicorn's own limits are raised (service/gunicorn_settings.py) so that the app answers
       an over-long request line (414) or header block (431) itself, as problem+json. Such a
-      request is refused the way Flask refuses one that matches no route: the refusal is the
-      request's ``routing_exception``, raised in place of the view (after the other
-      ``before_request`` hooks) and answered by the error handlers. A request that also
-      matches no route, or not with its method, is 404 or 405 (routing finds that later)."""
+      request is refused the way Flask refuses one that matches no route: the refusal is kept
+      as the request's ``refusal`` and raised by ``App.dispatch_request`` (http/app.py) in
+      place of the view, after the ``before_request`` hooks, and answered by the error
+      handlers. A request that also matches no route, or not with its method, is 404 or 405:
+      routing's own refusal comes first."""
 
     class Request(flask.Request):
-        max_content_length = max_body_bytes
+        refusal: HTTPException | None = None  # raised in place of the view (App)
 
         def __init__(self, environ: dict[str, Any], *args: Any, **kwargs: Any) -> None:
             super().__init__(environ, *args, **kwargs)
+            self.max_content_length = max_body_bytes
             if environ.get("PATH_INFO", "")[:2] == "//":
                 # Werkzeug's routing drops leading slashes: //v1/games was /v1/games. A path
                 # with doubled slashes names nothing, there as anywhere (url_map.merge_slashes).
-                self.routing_exception = NotFound()
+                self.refusal = NotFound()
                 return
             uri = environ.get("RAW_URI") or environ.get("REQUEST_URI") or self.full_path
             if len(uri) > max_line:
                 detail = f"the request target is longer than {max_line} bytes"
-                self.routing_exception = RequestURITooLarge(detail)
+                self.refusal = RequestURITooLarge(detail)
                 return
             size = 0
             for name, value in environ.items():  # a loop and a slice: a third cheaper here
@@ -178,7 +185,7 @@ def request_class(*, max_body_bytes: int, max_line: int, max_headers: int) -> ty
                     size += len(name) + len(value)
             if size > max_headers:
                 detail = f"the request's header fields are larger than {max_headers} bytes in all"
-                self.routing_exception = RequestHeaderFieldsTooLarge(detail)
+                self.refusal = RequestHeaderFieldsTooLarge(detail)
 
     return Request
 
@@ -346,12 +353,6 @@ def install_error_handlers(app: Flask) -> None:
                 response.headers[name] = value
         return response
 
-    @app.errorhandler(ServerParseError)
-    def _unreadable_body(exc: ServerParseError) -> Response:
-        # gunicorn reads a chunked body as the app asks for it: a bad chunk size or a chunk
-        # without its line end is raised here, by the view's read, not before the request.
-        return problem(400, "malformed_request", f"the request's body cannot be read: {exc}")
-
     @app.errorhandler(Exception)
     def _unexpected(exc: Exception) -> Response:
         log.exception("unexpected error on %s %s", request.method, request.path)
@@ -386,7 +387,9 @@ def has_body(req: flask.Request) -> bool:
 
 def this_request() -> flask.Request:
     """The request itself, not Flask's context proxy, for a view that reads it often: each read
-    through ``flask.request`` is a context lookup (docs/performance.md, levers)."""
+    through ``flask.request`` is a context lookup (docs/performance.md, levers).
+    ``_get_current_object`` is a public door despite its underscore: Werkzeug documents it on
+    ``LocalProxy`` (werkzeug.local) and Flask's "Notes On Proxies" tells to use it for this."""
     req: flask.Request = request._get_current_object()  # type: ignore[attr-defined]
     return req
 
@@ -457,6 +460,13 @@ def whole_body(req: flask.Request) -> bytes:
         if isinstance(exc.__context__, BlockingIOError):
             raise stalled_body() from None
         raise
+    except HTTPException:
+        raise
+    except Exception as exc:
+        # The server reads a chunked body as the app asks for it: a chunk it cannot parse (a
+        # size that is no number, a chunk longer than it said) is raised by this read, as the
+        # server's own exception (PEP 3333 names none). The body is the client's: 400.
+        raise MalformedBody(f"the request's body cannot be read: {exc}") from None
     limit = req.max_content_length
     if limit is not None and len(data) >= limit and "CONTENT_LENGTH" not in req.environ:
         raise RequestEntityTooLarge()
@@ -469,13 +479,14 @@ def stalled_body() -> RequestTimeout:
     return RequestTimeout("the client sent nothing more of the body in time")
 
 
-def _sized_body(req: flask.Request, environ: Mapping[str, Any]) -> bytes | None:
+def _sized_body(req: flask.Request, environ: dict[str, Any]) -> bytes | None:
     """The body of a request that says its length (``Content-Length``, no ``Transfer-Encoding``:
     nearly every client), read from the server's stream as Werkzeug would, without its stream
     wrapper: layers of Python calls on every action for what one read does (docs/performance.md
     (levers)). None for any other request, which takes Werkzeug's way. Too long a body is 413, a
-    short one 422, like any body that is not a JSON document; Werkzeug's ``get_data`` answers
-    the same bytes afterwards."""
+    short one 422, like any body that is not a JSON document. The bytes read are left as the
+    environ's ``wsgi.input`` (PEP 3333's, which the app may replace), so that Werkzeug's
+    ``get_data`` or ``stream``, if anything reads them afterwards, answers the same bytes."""
     length = environ.get("CONTENT_LENGTH")
     if not length or not length.isdigit() or not length.isascii():
         return None
@@ -491,7 +502,7 @@ def _sized_body(req: flask.Request, environ: Mapping[str, Any]) -> bytes | None:
         raise stalled_body() from None
     if len(data) != size:  # the client went away mid-body, or sent less than it said
         raise BadRequest(f"the body ended after {len(data)} of its {size} bytes")
-    req._cached_data = data  # what get_data reads first (werkzeug.wrappers.Request)
+    environ["wsgi.input"] = BytesIO(data)  # read whole: later readers get the same bytes
     return data
 
 

@@ -3,6 +3,10 @@
 Requests are loaded strictly (unknown fields, wrong types → 422 invalid_request). Rule *values*
 (ranges, combinations) and dice are judged by the domain, so that a transcript and an HTTP client
 get the same answer with the same code.
+
+The custom fields implement ``_deserialize``: marshmallow's public door for them despite the
+underscore ("Custom Fields" in its docs: subclass ``Field`` and implement ``_serialize`` and/or
+``_deserialize``; the method's docstring says concrete fields should implement it).
 """
 
 from __future__ import annotations
