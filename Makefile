@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 REDOCLY := @redocly/cli@2.77.0
 SPECTRAL := @stoplight/spectral-cli@6.16.3
 
-.PHONY: install run test lint bench clean
+.PHONY: install run test test-newest lint bench clean
 
 install: $(STAMP)
 
@@ -26,6 +26,17 @@ run: install
 test: install
 	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)  # the browser tests' Chromium
 	$(BIN)/python -m pytest -q -n auto $(PYTEST_ARGS)  # pytest-xdist: one worker per core
+
+# The store's tests against the newest release of each library whose pin was loosened once the
+# store used only its public API (psycopg, psycopg-pool: pyproject.toml), in a venv of their own.
+NEWEST := /tmp/cantstop-newest
+STORE_TESTS := tests/test_fast_paths.py tests/test_outages.py tests/test_log_reader.py tests/test_views.py
+test-newest:
+	rm -rf $(NEWEST) && $(PYTHON) -m venv $(NEWEST)
+	$(NEWEST)/bin/python -m pip install --quiet --upgrade pip
+	$(NEWEST)/bin/python -m pip install --quiet --upgrade --upgrade-strategy eager -e '.[dev]'
+	$(NEWEST)/bin/python -m pip list 2>/dev/null | grep -iE '^(psycopg|psycopg-pool|eventsourcing) '
+	$(NEWEST)/bin/python -m pytest -q -n auto $(STORE_TESTS)
 
 lint: install
 	$(BIN)/ruff check domain service tests bench clients
