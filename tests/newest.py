@@ -29,6 +29,7 @@ TESTS = (
     "tests/test_views.py",
     "tests/test_server_edges.py",
     "tests/test_library_hooks.py",
+    "tests/test_store_public_doors.py",
 )
 UPPER = ("<", "<=", "==", "~=")
 

@@ -17,10 +17,10 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any
 
 import psycopg
 import pytest
@@ -31,6 +31,7 @@ from bench.http import processes, tree
 from service.application.games import Games
 from service.config import Settings
 from service.http.app import create_app
+from service.persistence.errors import NoAnswer
 from service.persistence.guard import COOLDOWN
 from tests.support.http import HOST, Reply, problem, send
 from tests.support.polling import wait_until
@@ -341,44 +342,51 @@ def test_a_statement_waits_at_most_the_query_timeout_but_creating_the_tables_wai
         app.extensions["cantstop"].close()
 
 
+@pytest.mark.postgres
+def test_a_read_past_the_query_timeout_is_cancelled_and_its_connection_replaced(
+    postgres_url: str,
+) -> None:
+    """A statement through the store's cursors (reads, the side tables, the views) that runs
+    past the query timeout is cancelled by the server at the deadline: NoAnswer, its connection
+    closed, and the next statement answered on another."""
+    app = create_app(Settings(database_url=postgres_url, pg_query_timeout=1), create_tables=True)
+    try:
+        datastore = app.extensions["cantstop"].games.recorder.datastore
+        started = time.monotonic()
+        with pytest.raises(OperationalError) as failed, datastore.transaction() as curs:
+            curs.execute("SELECT pg_sleep(30)")
+        assert time.monotonic() - started < PROMPT
+        assert isinstance(failed.value.__cause__, NoAnswer)
+        with datastore.transaction() as curs:
+            curs.execute("SELECT 1 AS one")
+            assert curs.fetchone() == {"one": 1}
+        with psycopg.connect(postgres_url, autocommit=True) as conn:  # cancelled, not running
+            running = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(30)' "
+                "AND state = 'active'"
+            ).fetchone()
+            assert running == (0,)
+    finally:
+        app.extensions["cantstop"].close()
+
+
 # ------------------------------------------------------------ faults below the guard
-class FastInsert(Protocol):
-    """A guarded recorder with an insert of its own (store.py), which ``Faults`` replaces."""
-
-    _insert: Callable[..., Any]
-
-
 class Faults:
-    """Faults injected into eventsourcing's own recorder, beneath the service's guard (which
-    retries, then answers 503): where a dropped connection or a stopped server shows itself.
+    """Faults injected into the store's own insert (``_insert``, beneath the service's guard,
+    which retries, then answers 503): where a dropped connection or a stopped server shows
+    itself.
 
-    The next ``insert_events`` writes its events, then loses its answer (as a connection dropped
-    after COMMIT); with ``down_after_commit`` the store is unreachable from then on (nothing is
+    The next insert writes its events, then loses its answer (as a connection dropped after
+    COMMIT); with ``down_after_commit`` the store is unreachable from then on (nothing is
     written) until the test sets ``down`` back to False."""
 
     def __init__(self, games: Games, *, down_after_commit: bool = False) -> None:
         self.lose_answer = True
         self.down = False
         self.fired: list[str] = []
-        recorder = games.recorder
-        guarded = type(recorder)
-        library = next(c for c in guarded.__mro__ if c.__module__.startswith("eventsourcing."))
-        faults = self
-
-        class Faulty(library):  # type: ignore[misc, valid-type]
-            def insert_events(self, stored_events: Any, **kwargs: Any) -> Any:
-                def insert(events: Any) -> Any:
-                    return super(Faulty, self).insert_events(events, **kwargs)
-
-                return faults._faulty(insert, down_after_commit)(stored_events)
-
-        if guarded is library:  # nothing stands between the service and the library
-            recorder.__class__ = Faulty
-        else:
-            recorder.__class__ = type(f"Faulty{guarded.__name__}", (guarded, Faulty), {})
-        fast_insert = getattr(recorder, "_insert", None)
-        if fast_insert is not None:  # SQLite's own insert, beneath the same guard
-            cast(FastInsert, recorder)._insert = self._faulty(fast_insert, down_after_commit)
+        recorder: Any = games.recorder
+        # Every insert of both stores' recorders goes through it, with or without snapshots.
+        recorder._insert = self._faulty(recorder._insert, down_after_commit)
 
     def _faulty(self, insert: Any, down_after_commit: bool) -> Any:
         def faulty_insert(*args: Any) -> Any:

@@ -31,7 +31,6 @@ from typing import Any
 from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.domain import Aggregate, event
 from eventsourcing.persistence import IntegrityError
-from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.utils import get_topic, strtobool
 
 from domain.commands import NewGame
@@ -63,7 +62,7 @@ class TooManyChallenges(ApplicationError):
 def slots_of(games: Games) -> Slots:
     """The caps' slots, in the store's database (created unless the store's tables are not)."""
     recorder: Any = games.recorder
-    dialect = "postgres" if isinstance(recorder, PostgresApplicationRecorder) else "sqlite"
+    dialect = recorder.dialect
     slots = Slots(recorder.datastore, dialect)
     if strtobool(games.env.get("CREATE_TABLE") or "yes"):
         slots.create_table()

@@ -36,7 +36,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
-from eventsourcing.postgres import PostgresApplicationRecorder
 
 from domain.game import format_at
 from service.application.errors import ApplicationError, NotFound
@@ -298,7 +297,7 @@ class Webhooks:
     def of(cls, games: Games, config: WebhookConfig, *, create: bool) -> Webhooks:
         """The webhooks kept in ``games``' store (its tables created if ``create``)."""
         recorder: Any = games.recorder
-        dialect = "postgres" if isinstance(recorder, PostgresApplicationRecorder) else "sqlite"
+        dialect = recorder.dialect
         tables = WebhookTables(recorder.datastore, dialect)
         if create:
             tables.create_table()

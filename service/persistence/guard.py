@@ -8,7 +8,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from eventsourcing.persistence import (
     DatabaseError,
@@ -135,15 +135,8 @@ def guarded_write(call: Callable[[], T], *, breaker: Breaker, writes: WriteHealt
     return result
 
 
-def _plain(kwargs: dict[str, Any]) -> bool:
-    """Whether an ``insert_events`` call asks for nothing but the events: the library's
-    ``Application.save`` passes ``tracking=None`` (only a process application tracks), which
-    must not send a game's creation down the library's slower path."""
-    return not kwargs or kwargs == {"tracking": None}
-
-
 def _no_answer(exc: BaseException) -> bool:
-    """Whether ``exc`` (or what caused it: the library wraps psycopg's errors) is ``NoAnswer``,
+    """Whether ``exc`` (or what caused it: the stores wrap the drivers' errors) is ``NoAnswer``,
     or SQLite's lock that stayed taken for the whole lock timeout: asking again at once would
     only wait as long again."""
     cause: BaseException | None = exc
@@ -156,44 +149,6 @@ def _no_answer(exc: BaseException) -> bool:
             return True
         cause = cause.__cause__
     return False
-
-
-class _Guarded:
-    """Recorder methods through ``guarded``, without eventsourcing's own ten retries."""
-
-    breaker = BREAKER
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.writes = WriteHealth()
-
-    def _inherited(self, name: str, *args: Any, **kwargs: Any) -> Callable[[], Any]:
-        """The library's method ``name`` with these arguments, to call once: without
-        eventsourcing.utils.retry's wrapper (its ten retries), where it has one."""
-        inherited = getattr(super(), name)
-        # library hook: see service/hooks.py
-        raw = getattr(inherited, "__wrapped__", None)
-        if raw is not None:
-            return lambda: raw(self, *args, **kwargs)
-        return lambda: inherited(*args, **kwargs)
-
-    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        return guarded(self._inherited(name, *args, **kwargs), breaker=self.breaker)
-
-    def insert_events(self, *args: Any, **kwargs: Any) -> Any:
-        call = self._inherited("insert_events", *args, **kwargs)
-        return guarded_write(call, breaker=self.breaker, writes=self.writes)
-
-    def select_events(self, *args: Any, **kwargs: Any) -> Any:
-        return self._call("select_events", *args, **kwargs)
-
-
-class _GuardedLog(_Guarded):
-    def select_notifications(self, *args: Any, **kwargs: Any) -> Any:
-        return self._call("select_notifications", *args, **kwargs)
-
-    def max_notification_id(self) -> Any:
-        return self._call("max_notification_id")
 
 
 SQLITE_BREAKER = Breaker(cooldown=0)

@@ -21,7 +21,6 @@ import uuid
 from typing import Any, NamedTuple
 
 from eventsourcing.persistence import Notification
-from eventsourcing.postgres import PostgresApplicationRecorder
 
 from service.persistence.guard import guarded
 
@@ -60,7 +59,7 @@ class LogReader:
     ) -> None:
         self.recorder = recorder
         self.topics = list(topics)
-        self.postgres = isinstance(recorder, PostgresApplicationRecorder)
+        self.postgres = recorder.dialect == "postgres"
         self.position = position
 
     def read(self, limit: int) -> list[Notification]:

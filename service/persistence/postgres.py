@@ -1,60 +1,75 @@
-"""PostgreSQL: the library's recorders with bounded waits, every option of the URL, and writers
-that do not queue behind one another."""
+"""PostgreSQL: the service's own recorders (eventsourcing's public recorder interfaces) on
+psycopg and a ``psycopg_pool.ConnectionPool`` the service builds itself: bounded waits, every
+option of the URL, and writers that do not queue behind one another.
+
+The tables are the ones eventsourcing's own PostgreSQL recorders make (``<app>_events`` with a
+``notification_id``, ``<app>_snapshots``), plus the ``tx`` column and index the log reads by
+(``log.py``): a store written by either is read and written by the other
+(tests/test_fast_paths.py compares them row by row).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
 import hashlib
+import heapq
 import json
 import logging
+import os
 import select
+import socket
 import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
 
 import psycopg
+import psycopg_pool
 from eventsourcing.persistence import (
     AggregateRecorder,
+    ApplicationRecorder,
     DatabaseError,
     DataError,
+    InfrastructureFactory,
     IntegrityError,
     InterfaceError,
     InternalError,
+    Notification,
     NotSupportedError,
     OperationalError,
     PersistenceError,
+    ProcessRecorder,
     ProgrammingError,
+    StoredEvent,
+    Subscription,
+    TrackingRecorder,
 )
-from eventsourcing.postgres import (
-    PostgresAggregateRecorder,
-    PostgresApplicationRecorder,
-    PostgresFactory,
-)
-from psycopg.abc import PQGen
-from psycopg.rows import tuple_row
+from eventsourcing.utils import strtobool
+from psycopg.rows import dict_row, tuple_row
 from psycopg.sql import Identifier
 
 from service.config import Settings
 from service.persistence.errors import NoAnswer
 from service.persistence.guard import (
+    BREAKER,
     ROWS_PER_STATEMENT,
-    _Guarded,
-    _GuardedLog,
-    _plain,
+    WriteHealth,
+    guarded,
     guarded_write,
 )
 
 log = logging.getLogger("cantstop.store")
 
 CANCEL_TIMEOUT = 1.0  # seconds to ask the server to cancel a statement that took too long
+# The server ends a session left idle inside a transaction this long (as eventsourcing's
+# datastore sets it): a process that stopped mid-transaction holds no lock for longer.
+IDLE_IN_TRANSACTION_TIMEOUT_MS = 5000
 # Inside this, statements have no deadline: creating the tables, whose migration (the ``tx``
 # column added to an existing table of events) rewrites the table and takes what it takes.
 _UNBOUNDED: contextvars.ContextVar[bool] = contextvars.ContextVar("unbounded", default=False)
-R = TypeVar("R")
 
 
 @contextlib.contextmanager
@@ -66,62 +81,168 @@ def _unbounded() -> Iterator[None]:
         _UNBOUNDED.reset(token)
 
 
-def _deadline_of(conn: Any) -> float | None:
-    """How long ``conn`` waits for the server now: its deadline (``DeadlineConnection``), or no
-    bound for another connection or inside ``_unbounded``."""
-    return None if _UNBOUNDED.get() else getattr(conn, "deadline", None)
+# ------------------------------------------------------------------------ the query deadline
+class _Wait:
+    """One wait for the server on one connection, watched by ``Deadlines``."""
+
+    __slots__ = ("conn", "due", "expired", "lock", "over")
+
+    def __init__(self, conn: Any, due: float) -> None:
+        self.conn = conn
+        self.due = due
+        self.lock = threading.Lock()  # held while the wait is ended, and to finish it
+        self.over = False  # the waiter has finished (its connection may serve another)
+        self.expired = False
+
+    def __lt__(self, other: _Wait) -> bool:
+        return self.due < other.due
 
 
-class DeadlineConnection(psycopg.Connection[Any]):
-    """A pooled PostgreSQL connection whose every wait for the server ends after ``deadline``
-    seconds (``CANTSTOP_PG_QUERY_TIMEOUT``; subclassed with it by ``bounded``).
+class Deadlines:
+    """Ends every wait for the server that passes its deadline (``CANTSTOP_PG_QUERY_TIMEOUT``).
 
     A server that stops answering without closing its connections (a stopped or frozen process,
     a network that drops packets) is otherwise waited for as long as the kernel keeps the
     connection, which for a stopped process is for ever: every request that reads or writes,
-    and /healthz, hung (docs/performance.md, levers: the query deadline). psycopg waits for every
-    statement, commit and rollback through ``wait``; given no timeout of its own, this one gives
-    it the deadline (``wait`` takes a timeout since psycopg 3.3.6, which pyproject.toml asks
-    for). On expiry the server is asked to cancel the statement (a locked or busy server stops
-    it; a stopped one is given ``CANCEL_TIMEOUT``), the connection is closed (the pool replaces
-    it) and ``NoAnswer`` is raised."""
+    and /healthz, hung (docs/performance.md, levers: the query deadline). psycopg offers no
+    deadline of its own for a statement, so one thread per process watches the waits: at a
+    wait's deadline it asks the server to cancel the statement (``Connection.cancel_safe``: a
+    locked or busy server stops it; a stopped one is given ``CANCEL_TIMEOUT``), and if the
+    statement still has not returned, shuts the connection's socket down (``Connection.fileno``),
+    which ends libpq's wait with an error. The waiter then closes the connection (the pool
+    replaces it) and raises ``NoAnswer``. Watching a wait costs a clock read and a heap push."""
+
+    def __init__(self) -> None:
+        self._reset()
+        # A child process has none of its parent's threads: it starts its own when it waits.
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._heap: list[_Wait] = []
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._next = float("inf")  # when the thread wakes next (inf: it sleeps until told)
+        self._thread: threading.Thread | None = None
+
+    def watch(self, conn: Any, deadline: float) -> _Wait:
+        wait = _Wait(conn, time.monotonic() + deadline)
+        with self._lock:
+            heapq.heappush(self._heap, wait)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="pg-deadlines", daemon=True)
+                self._thread.start()
+        if wait.due < self._next:
+            self._wake.set()
+        return wait
+
+    @staticmethod
+    def finish(wait: _Wait) -> bool:
+        """The wait is over: whether it passed its deadline (its connection must go)."""
+        with wait.lock:
+            wait.over = True
+            return wait.expired
+
+    def _run(self) -> None:
+        while True:
+            now = time.monotonic()
+            due: list[_Wait] = []
+            with self._lock:
+                heap = self._heap
+                while heap and (heap[0].over or heap[0].due <= now):
+                    wait = heapq.heappop(heap)
+                    if not wait.over:
+                        due.append(wait)
+                self._next = heap[0].due if heap else float("inf")
+                self._wake.clear()
+            for wait in due:
+                threading.Thread(target=self._end, args=(wait,), daemon=True).start()
+            if self._next == float("inf"):
+                self._wake.wait()
+            else:
+                self._wake.wait(max(0.0, self._next - time.monotonic()))
+
+    @staticmethod
+    def _end(wait: _Wait) -> None:
+        with wait.lock:
+            if wait.over:
+                return
+            wait.expired = True
+            with contextlib.suppress(Exception):
+                wait.conn.cancel_safe(timeout=CANCEL_TIMEOUT)
+        time.sleep(0.05)  # a cancelled statement returns at once
+        with wait.lock:
+            if wait.over:
+                return
+            # A duplicate of the descriptor: shutting the socket down ends libpq's wait on it;
+            # the waiter closes the connection itself.
+            with contextlib.suppress(Exception):
+                _shut_down(wait.conn.fileno())
+
+
+def _shut_down(fd: int) -> None:
+    with socket.socket(fileno=os.dup(fd)) as duplicate:
+        duplicate.shutdown(socket.SHUT_RDWR)
+
+
+DEADLINES = Deadlines()
+
+
+class _Bounded:
+    """Waits for the server on ``conn`` inside it end within ``deadline`` seconds."""
+
+    __slots__ = ("conn", "deadline", "wait")
+
+    def __init__(self, conn: Any, deadline: float | None) -> None:
+        self.conn = conn
+        self.deadline = None if _UNBOUNDED.get() else deadline
+        self.wait: _Wait | None = None
+
+    def __enter__(self) -> None:
+        if self.deadline is not None:
+            self.wait = DEADLINES.watch(self.conn, self.deadline)
+
+    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+        if self.wait is None or not DEADLINES.finish(self.wait):
+            return
+        assert self.deadline is not None
+        error = _give_up(self.conn, self.deadline, cancel=False)
+        if exc is not None:  # else the answer came after all, as the connection was ended
+            raise error from exc
+
+
+class BoundedCursor(psycopg.Cursor[Any]):
+    """psycopg's cursor whose every statement waits for the server at most ``deadline``
+    seconds (set per datastore by ``bounded``)."""
 
     deadline: float | None = None
 
     @classmethod
-    def bounded(cls, deadline: float) -> type[DeadlineConnection]:
-        return type("DeadlineConnection", (cls,), {"deadline": deadline})
+    def bounded(cls, deadline: float | None) -> type[psycopg.Cursor[Any]]:
+        if deadline is None:
+            return psycopg.Cursor
+        return type("BoundedCursor", (cls,), {"deadline": deadline})
 
-    # library hook: see service/hooks.py
-    def wait(self, gen: PQGen[R], interval: float = 0.1, timeout: float | None = None) -> R:
-        deadline = _deadline_of(self)
-        if timeout is not None or deadline is None:
-            return super().wait(gen, interval, timeout)
-        started = time.monotonic()
-        try:
-            return super().wait(gen, interval, deadline)
-        except psycopg.OperationalError as exc:
-            if time.monotonic() - started < deadline:
-                raise  # the connection failed before the deadline: psycopg has judged it
-            raise _give_up(self, deadline) from exc
+    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        with _Bounded(self.connection, self.deadline):
+            return super().execute(query, params, **kwargs)
 
 
-def _give_up(conn: Any, deadline: float) -> NoAnswer:
+def _give_up(conn: Any, deadline: float, *, cancel: bool = True) -> NoAnswer:
     """Cancel ``conn``'s statement if the server still listens, close ``conn``: the error."""
-    with contextlib.suppress(Exception):
-        conn.cancel_safe(timeout=CANCEL_TIMEOUT)
+    if cancel:
+        with contextlib.suppress(Exception):
+            conn.cancel_safe(timeout=CANCEL_TIMEOUT)
     with contextlib.suppress(Exception):
         conn.close()
     log.warning("the database did not answer within %g s: connection closed", deadline)
     return NoAnswer(f"the database did not answer within {deadline:g} s")
 
 
-def _exchange(conn: Any) -> Any:
+def _exchange(conn: Any, deadline: float | None) -> Any:
     """The last result of the statement just sent on ``conn``'s libpq connection (what
-    ``PQexec`` returns), waited for within ``conn``'s deadline (``DeadlineConnection``)."""
-    # library hook: see service/hooks.py
+    ``PQexec`` returns), waited for within ``deadline`` seconds (libpq's non-blocking calls,
+    psycopg.pq, and poll: no other thread is involved)."""
     pgconn = conn.pgconn
-    deadline = _deadline_of(conn)
     end = None if deadline is None else time.monotonic() + deadline
     poller = None
     last = None
@@ -143,14 +264,8 @@ def _exchange(conn: Any) -> Any:
         last = result
 
 
-class GuardedPostgresAggregateRecorder(_Guarded, PostgresAggregateRecorder):
-    def create_table(self) -> None:
-        with _unbounded():
-            super().create_table()
-
-
-# psycopg's errors as eventsourcing's PostgresDatastore.get_connection turns them into the
-# library's (which ``guarded`` judges: retry, 503, conflict); the first that matches.
+# psycopg's errors as eventsourcing's (which ``guarded`` judges: retry, 503, conflict), as
+# eventsourcing's own PostgreSQL datastore maps them; the first that matches.
 _LIBRARY_ERRORS: tuple[tuple[type[psycopg.Error], type[PersistenceError]], ...] = (
     (psycopg.InterfaceError, InterfaceError),
     (psycopg.OperationalError, OperationalError),
@@ -170,17 +285,99 @@ def _library_error(exc: psycopg.Error) -> PersistenceError:
     return PersistenceError(str(exc))
 
 
+# ------------------------------------------------------------------------------ the datastore
+class PostgresDatastore:
+    """The pool (psycopg_pool's, built here: every option of the URL, autocommit connections
+    whose cursors have the deadline), and transactions on it: what the recorders, the views and
+    the side tables (service/persistence/tables.py) read and write through."""
+
+    dialect = "postgres"
+
+    def __init__(
+        self,
+        params: dict[str, Any],
+        *,
+        schema: str = "",
+        pool_size: int = 5,
+        max_overflow: int = 10,
+        connect_timeout: float = 30,
+        max_waiting: int = 0,
+        conn_max_age: float = 3600.0,
+        deadline: float | None = None,
+    ) -> None:
+        self.schema = schema.strip() or "public"
+        self.deadline = deadline or None
+        kwargs = dict(params)
+        idle = f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT_MS}"
+        kwargs["options"] = f"{kwargs['options']} {idle}" if kwargs.get("options") else idle
+        kwargs.update(
+            autocommit=True,
+            row_factory=dict_row,
+            cursor_factory=BoundedCursor.bounded(self.deadline),
+        )
+        self.pool: psycopg_pool.ConnectionPool[Any] = psycopg_pool.ConnectionPool(
+            kwargs=kwargs,
+            min_size=pool_size,
+            max_size=pool_size + max_overflow,
+            open=False,  # on first use: a process that never touches the store never connects
+            timeout=connect_timeout,
+            max_waiting=max_waiting,
+            max_lifetime=conn_max_age,
+        )
+        self._opening = threading.Lock()
+
+    def bounded(self, conn: Any) -> _Bounded:
+        """A block whose waits on ``conn`` end within the deadline (the cursors' own are)."""
+        return _Bounded(conn, self.deadline)
+
+    def open(self) -> None:
+        if self.pool.closed:
+            with self._opening:
+                if self.pool.closed:
+                    self.pool.open(wait=False)
+
+    @contextlib.contextmanager
+    def get_connection(self) -> Iterator[Any]:
+        """A connection of the pool; psycopg's errors as the library's."""
+        try:
+            self.open()
+            with self.pool.connection() as conn:
+                yield conn
+        except psycopg.Error as exc:
+            raise _library_error(exc) from exc
+
+    @contextlib.contextmanager
+    def transaction(self, *, commit: bool = False) -> Iterator[Any]:
+        """A cursor (rows by column name) in one transaction, committed at the end with
+        ``commit``, else rolled back."""
+        with self.get_connection() as conn:
+            transaction = conn.transaction(force_rollback=not commit)
+            with self.bounded(conn):
+                transaction.__enter__()
+            try:
+                yield conn.cursor()
+            except BaseException as exc:
+                with self.bounded(conn), contextlib.suppress(psycopg.Error):
+                    transaction.__exit__(type(exc), exc, exc.__traceback__)
+                raise
+            with self.bounded(conn):
+                transaction.__exit__(None, None, None)
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+# --------------------------------------------------------------------------- the recorders
 def _columns(event: Any) -> tuple[Any, ...]:
     return (event.originator_id, event.originator_version, event.topic, event.state)
 
 
 def _values_insert(
-    recorder: PostgresAggregateRecorder, rows: int, *, numbered: bool, first: int = 1
+    recorder: GuardedPostgresAggregateRecorder, rows: int, *, numbered: bool, first: int = 1
 ) -> str:
     """``INSERT INTO <recorder's table> (…) VALUES (…), …`` for ``rows`` stored events, with
     psycopg's ``%s`` placeholders or libpq's ``$1``, ``$2``, … from ``first``."""
-    # library hook: see service/hooks.py
-    table = Identifier(recorder.datastore.schema, recorder.events_table_name).as_string()
+    table = recorder.table
     if numbered:
         values = ",".join(
             "({},{},{},{})".format(*(f"${n}" for n in range(first + 4 * i, first + 4 * i + 4)))
@@ -203,6 +400,12 @@ _NO_SUCH_STATEMENT = b"26000"  # invalid_sql_statement_name: not prepared in thi
 # duplicate_prepared_statement: prepared already in this session (by an earlier client of a
 # pooled server connection); a name is its text's hash, so it is the same statement.
 _SAME_STATEMENT = b"42P05"
+# The storage parameters eventsourcing's PostgreSQL recorders give their tables.
+_TABLE_WITH = (
+    "WITH (autovacuum_enabled = true, autovacuum_vacuum_threshold = 100000000, "
+    "autovacuum_vacuum_scale_factor = 0.5, autovacuum_analyze_threshold = 1000, "
+    "autovacuum_analyze_scale_factor = 0.01)"
+)
 
 
 def _params(rows: Iterable[Any]) -> list[bytes]:
@@ -235,42 +438,167 @@ def _raise_for(pgconn: Any, result: Any) -> None:
     raise error(message)
 
 
-class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorder):
+def _no_tracking(kwargs: dict[str, Any]) -> None:
+    """The library's ``Application.save`` passes ``tracking=None``; only a process
+    application tracks, and the service keeps its views' positions itself (views.py)."""
+    if kwargs.get("tracking") is not None:
+        raise NotImplementedError("the service's recorders do not record tracking")
+
+
+class GuardedPostgresAggregateRecorder(AggregateRecorder):
+    """Stored events of one table (snapshots), each operation through ``guarded``: at most two
+    tries, then 503, and the breaker."""
+
+    dialect = "postgres"
+    breaker = BREAKER
+
+    def __init__(self, datastore: PostgresDatastore, events_table_name: str) -> None:
+        if len(events_table_name) > 63:  # PostgreSQL would truncate it
+            raise ProgrammingError(f"Identifier too long: {events_table_name}")
+        self.datastore = datastore
+        self.events_table_name = events_table_name
+        self.table = Identifier(datastore.schema, events_table_name).as_string()
+        self.writes = WriteHealth()
+
+    def create_table_statements(self) -> list[str]:
+        return [
+            f"CREATE TABLE IF NOT EXISTS {self.table} (originator_id uuid NOT NULL, "
+            "originator_version bigint NOT NULL, topic text, state bytea, "
+            f"PRIMARY KEY (originator_id, originator_version)) {_TABLE_WITH}"
+        ]
+
+    def create_table(self) -> None:
+        with _unbounded(), self.datastore.transaction(commit=True) as curs:
+            for statement in self.create_table_statements():
+                curs.execute(statement, prepare=False)
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
+        _no_tracking(kwargs)
+        if not stored_events:
+            return None
+        return guarded_write(
+            lambda: self._insert_plain(stored_events), breaker=self.breaker, writes=self.writes
+        )
+
+    def _insert_plain(self, stored_events: Sequence[StoredEvent]) -> None:
+        params = [value for row in stored_events for value in _columns(row)]
+        statement = _values_insert(self, len(stored_events), numbered=False)
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            curs.execute(statement, params)
+
+    def select_events(
+        self,
+        originator_id: uuid.UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        statement = f"SELECT * FROM {self.table} WHERE originator_id = %s"
+        params: list[Any] = [originator_id]
+        if gt is not None:
+            params.append(gt)
+            statement += " AND originator_version > %s"
+        if lte is not None:
+            params.append(lte)
+            statement += " AND originator_version <= %s"
+        statement += " ORDER BY originator_version" + (" DESC" if desc else " ASC")
+        if limit is not None:
+            params.append(limit)
+            statement += " LIMIT %s"
+
+        def select() -> list[StoredEvent]:
+            with self.datastore.get_connection() as conn, conn.cursor() as curs:
+                curs.execute(statement, params, prepare=True)
+                rows = curs.fetchall()
+            return [
+                StoredEvent(
+                    originator_id=row["originator_id"],
+                    originator_version=row["originator_version"],
+                    topic=row["topic"],
+                    state=bytes(row["state"]),
+                )
+                for row in rows
+            ]
+
+        return guarded(select, breaker=self.breaker)
+
+
+class GuardedPostgresApplicationRecorder(GuardedPostgresAggregateRecorder, ApplicationRecorder):
     """Writers to different games do not queue behind one another.
 
-    eventsourcing locks the whole events table on every insert (and sends a NOTIFY, which takes
-    a global lock at commit), so that notification ids are committed in order and a reader of
-    the log never passes over an id that commits later. Measured here (docs/performance.md), that
-    lock halved what two workers could write. The service's own insert (``_insert``) takes no
-    such lock and sends no NOTIFY; the library's path, which does, is taken only for what the
-    service never asks (an insert with tracking). Instead, every row records the transaction that
-    wrote it (column ``tx``), and ``LogReader`` reads the log by transaction: only rows of
-    transactions that have all finished (below the snapshot's xmin), so none is passed over."""
+    eventsourcing's own recorder locks the whole events table on every insert (and sends a
+    NOTIFY, which takes a global lock at commit), so that notification ids are committed in
+    order and a reader of the log never passes over an id that commits later. Measured here
+    (docs/performance.md), that lock halved what two workers could write. This insert
+    (``_insert``) takes no such lock and sends no NOTIFY. Instead, every row records the
+    transaction that wrote it (column ``tx``), and ``LogReader`` reads the log by transaction:
+    only rows of transactions that have all finished (below the snapshot's xmin), so none is
+    passed over."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, datastore: PostgresDatastore, events_table_name: str) -> None:
+        super().__init__(datastore, events_table_name)
         self._statements: dict[tuple[int, str, int, bool], tuple[bytes, bytes]] = {}
         # The statements each pooled connection's session has prepared, by connection.
         self._prepared: weakref.WeakKeyDictionary[Any, set[bytes]] = weakref.WeakKeyDictionary()
         self._prepared_lock = threading.Lock()
-        # libpq's parameters are built for the library's default column types (``_params``).
-        assert self.datastore.originator_id_type == "uuid"
 
-    # library hook: see service/hooks.py
-    def insert_events(self, stored_events: Any, **kwargs: Any) -> Any:
-        if not _plain(kwargs) or not stored_events:
-            return super().insert_events(stored_events, **kwargs)
+    def create_table_statements(self) -> list[str]:
+        return [
+            f"CREATE TABLE IF NOT EXISTS {self.table} (originator_id uuid NOT NULL, "
+            "originator_version bigint NOT NULL, topic text, state bytea, "
+            "notification_id bigserial, "
+            f"PRIMARY KEY (originator_id, originator_version)) {_TABLE_WITH}",
+            "CREATE UNIQUE INDEX IF NOT EXISTS "
+            f"{Identifier(self.events_table_name + '_notification_id_idx').as_string()} "
+            f"ON {self.table} (notification_id ASC)",
+        ]
+
+    def create_table(self) -> None:
+        with _unbounded():  # the ALTER below rewrites an existing table, once
+            super().create_table()
+            index = Identifier(self.datastore.schema, f"{self.events_table_name}_tx").as_string()
+            with self.datastore.transaction(commit=True) as curs:
+                # Run only when missing: IF NOT EXISTS still takes the table's lock first (the
+                # ALTER's blocks reads too), so a host starting beside a long transaction on
+                # the table would stall every request until it ends (deploy/README.md).
+                curs.execute(
+                    "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = %s::regclass "
+                    "AND attname = 'tx' AND NOT attisdropped) AS has_column, "
+                    "to_regclass(%s) IS NOT NULL AS has_index",
+                    (self.table, index),
+                )
+                found = curs.fetchone() or {}
+                if not found.get("has_column"):
+                    curs.execute(
+                        f"ALTER TABLE {self.table} ADD COLUMN IF NOT EXISTS tx xid8 NOT NULL "
+                        "DEFAULT pg_current_xact_id()"
+                    )
+                if not found.get("has_index"):
+                    curs.execute(
+                        f'CREATE INDEX IF NOT EXISTS "{self.events_table_name}_tx" '
+                        f"ON {self.table} (tx, notification_id)"
+                    )
+
+    def insert_events(self, stored_events: Sequence[StoredEvent], **kwargs: Any) -> Any:
+        _no_tracking(kwargs)
+        if not stored_events:
+            return None  # as eventsourcing's recorder answers nothing inserted
         return guarded_write(
             lambda: self._insert(stored_events), breaker=self.breaker, writes=self.writes
         )
 
     def insert_with_snapshots(
-        self, stored_events: Any, snapshots: AggregateRecorder, stored_snapshots: Any
+        self,
+        stored_events: Any,
+        snapshots: AggregateRecorder,
+        stored_snapshots: Any,
     ) -> Any:
         """Insert events and the snapshots they make due in one statement (a data-modifying
         ``WITH``): all rows or none, one round trip. As on SQLite, a stray snapshot row at the
         same version is replaced."""
-        assert isinstance(snapshots, PostgresAggregateRecorder)
+        assert isinstance(snapshots, GuardedPostgresAggregateRecorder)
         return guarded_write(
             lambda: self._insert(stored_events, (snapshots, stored_snapshots)),
             breaker=self.breaker,
@@ -281,7 +609,7 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
         self, stored_events: Any, with_snapshots: tuple[Any, Any] | None = None
     ) -> list[int]:
         """The events in one statement on an autocommit connection: its own transaction, all
-        rows or none, in one round trip. (The library's insert pipelines BEGIN, the INSERT, a
+        rows or none, in one round trip. (eventsourcing's insert pipelines BEGIN, the INSERT, a
         sync and COMMIT: about eleven waits on the socket, and twice the CPU in this process;
         docs/performance.md.) The rows are plain ``VALUES`` (psycopg dumps uuid, integer, text
         and bytea in C), and the statement is text built once per shape, so psycopg parses it
@@ -289,52 +617,56 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
         (``_execute_prepared``)."""
         snapshots, stored_snapshots = with_snapshots or (None, ())
         events = list(stored_events)
-        # library hook: see service/hooks.py
-        pool = self.datastore.pool
+        datastore = self.datastore
+        pool = datastore.pool
         if len(events) <= PREPARED_ROWS and not pool.closed:
-            # The pool's connection straight, not through the library's get_connection and the
-            # pool's connection(): two generator context managers on the hottest path
-            # (docs/performance.md, levers). Errors become the library's, as there; the pool
-            # checks the connection when it is given back, as there.
+            # The pool's connection straight, not through get_connection and the pool's
+            # connection(): two generator context managers on the hottest path
+            # (docs/performance.md, levers). The pool checks the connection when it is given
+            # back, as there.
             try:
                 conn = pool.getconn()
                 try:
-                    assert conn.autocommit  # else putconn would roll the insert back
                     return self._execute_prepared(conn, events, snapshots, stored_snapshots)
                 finally:
                     pool.putconn(conn)
             except psycopg.Error as exc:
                 raise _library_error(exc) from exc
-        # The library's way: a pool not opened yet (get_connection opens it), or more events
-        # than a command makes (an import).
-        with (
-            self.datastore.get_connection() as conn,
-            conn.cursor(row_factory=tuple_row) as curs,
-        ):
-            assert conn.autocommit
+        # A pool not opened yet (get_connection opens it), or more events than a command makes
+        # (an import).
+        with datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as curs:
             if len(events) <= ROWS_PER_STATEMENT:
                 return self._execute(curs, events, snapshots, stored_snapshots, prepare=True)
             # More rows than one statement may bind (an import): one transaction, in chunks.
             ids: list[int] = []
-            with conn.transaction():
+            transaction = conn.transaction()
+            with datastore.bounded(conn):
+                transaction.__enter__()
+            try:
                 for start in range(0, len(events), ROWS_PER_STATEMENT):
                     chunk = events[start : start + ROWS_PER_STATEMENT]
                     first = stored_snapshots if start == 0 else ()
                     ids += self._execute(curs, chunk, snapshots, first, prepare=False)
+            except BaseException as exc:
+                with datastore.bounded(conn), contextlib.suppress(psycopg.Error):
+                    transaction.__exit__(type(exc), exc, exc.__traceback__)
+                raise
+            with datastore.bounded(conn):
+                transaction.__exit__(None, None, None)
             return ids
 
     def _execute_prepared(
         self, conn: Any, events: list[Any], snapshots: Any, stored_snapshots: Any
     ) -> list[int]:
-        """The statement through libpq itself, prepared once per session: psycopg's cursor,
-        its prepared-statement manager and its adapters cost as much again as the call itself
-        (docs/performance.md, levers). It is sent, and
-        its answer waited for within the connection's deadline (``_exchange``), letting go of
-        the GIL meanwhile, as psycopg does. ``conn`` is this thread's alone (the pool's); it is
-        in autocommit, so the statement is its own transaction."""
+        """The statement through libpq itself (psycopg.pq, on ``Connection.pgconn``), prepared
+        once per session: psycopg's cursor, its prepared-statement manager and its adapters
+        cost as much again as the call itself (docs/performance.md, levers). It is sent, and
+        its answer waited for within the deadline (``_exchange``), letting go of the GIL
+        meanwhile, as psycopg does. ``conn`` is this thread's alone (the pool's); it is in
+        autocommit, so the statement is its own transaction."""
         name, text = self._statement(len(events), snapshots, len(stored_snapshots), True)
-        # library hook: see service/hooks.py
         pgconn = conn.pgconn
+        deadline = None if _UNBOUNDED.get() else self.datastore.deadline
         with self._prepared_lock:
             prepared = self._prepared.setdefault(conn, set())
         params = _params(stored_snapshots) + _params(events)
@@ -342,14 +674,14 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
         for attempt in (1, 2):
             if name not in prepared:
                 pgconn.send_prepare(name, text, _PARAM_TYPES * count)
-                result = _exchange(conn)
+                result = _exchange(conn, deadline)
                 if result.status != psycopg.pq.ExecStatus.COMMAND_OK and (
                     result.error_field(psycopg.pq.DiagnosticField.SQLSTATE) != _SAME_STATEMENT
                 ):
                     _raise_for(pgconn, result)
                 prepared.add(name)
             pgconn.send_query_prepared(name, params, _PARAM_FORMATS * count)
-            result = _exchange(conn)
+            result = _exchange(conn, deadline)
             if result.status == psycopg.pq.ExecStatus.TUPLES_OK:
                 return sorted(int(result.get_value(i, 0)) for i in range(result.ntuples))
             sqlstate = result.error_field(psycopg.pq.DiagnosticField.SQLSTATE)
@@ -396,51 +728,119 @@ class GuardedPostgresApplicationRecorder(_GuardedLog, PostgresApplicationRecorde
             )
         return text.encode()
 
-    # library hook: see service/hooks.py
-    def create_table(self) -> None:
-        with _unbounded():  # the ALTER below rewrites an existing table, once
-            super().create_table()
-            table = f'"{self.datastore.schema}"."{self.events_table_name}"'
-            index = f'"{self.datastore.schema}"."{self.events_table_name}_tx"'
-            with self.datastore.transaction(commit=True) as curs:
-                # Run only when missing: IF NOT EXISTS still takes the table's lock first (the
-                # ALTER's blocks reads too), so a host starting beside a long transaction on
-                # the table would stall every request until it ends (deploy/README.md).
-                curs.execute(
-                    "SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = %s::regclass "
-                    "AND attname = 'tx' AND NOT attisdropped) AS has_column, "
-                    "to_regclass(%s) IS NOT NULL AS has_index",
-                    (table, index),
+    def select_notifications(
+        self,
+        start: int | None,
+        limit: int,
+        stop: int | None = None,
+        topics: Sequence[str] = (),
+        *,
+        inclusive_of_start: bool = True,
+    ) -> Sequence[Notification]:
+        where: list[str] = []
+        params: list[Any] = []
+        if start is not None:
+            where.append("notification_id >= %s" if inclusive_of_start else "notification_id > %s")
+            params.append(start)
+        if stop is not None:
+            where.append("notification_id <= %s")
+            params.append(stop)
+        if topics:
+            where.append("topic = ANY(%s)")
+            params.append(list(topics))
+        statement = f"SELECT * FROM {self.table}"
+        if where:
+            statement += " WHERE " + " AND ".join(where)
+        statement += " ORDER BY notification_id LIMIT %s"
+        params.append(limit)
+
+        def select() -> list[Notification]:
+            with self.datastore.get_connection() as conn, conn.cursor() as curs:
+                curs.execute(statement, params, prepare=True)
+                rows = curs.fetchall()
+            return [
+                Notification(
+                    id=row["notification_id"],
+                    originator_id=row["originator_id"],
+                    originator_version=row["originator_version"],
+                    topic=row["topic"],
+                    state=bytes(row["state"]),
                 )
-                found = curs.fetchone() or {}
-                if not found.get("has_column"):
-                    curs.execute(
-                        f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS tx xid8 NOT NULL "
-                        "DEFAULT pg_current_xact_id()"
-                    )
-                if not found.get("has_index"):
-                    curs.execute(
-                        f'CREATE INDEX IF NOT EXISTS "{self.events_table_name}_tx" ON {table} '
-                        "(tx, notification_id)"
-                    )
+                for row in rows
+            ]
+
+        return guarded(select, breaker=self.breaker)
+
+    def max_notification_id(self) -> int | None:
+        def select() -> int | None:
+            with self.datastore.get_connection() as conn, conn.cursor() as curs:
+                curs.execute(f"SELECT MAX(notification_id) AS max FROM {self.table}")
+                row = curs.fetchone()
+            return None if row is None or row["max"] is None else int(row["max"])
+
+        return guarded(select, breaker=self.breaker)
+
+    def subscribe(
+        self, gt: int | None = None, topics: Sequence[str] = ()
+    ) -> Subscription[ApplicationRecorder]:
+        """Not offered: followers read the log by ``log.LogReader``."""
+        raise NotImplementedError("the service's followers read the log by LogReader")
 
 
-class PostgresStore(PostgresFactory):
-    """eventsourcing's PostgreSQL factory with bounded waits and every option of the URL."""
-
-    aggregate_recorder_class = GuardedPostgresAggregateRecorder
-    application_recorder_class = GuardedPostgresApplicationRecorder
+class PostgresStore(InfrastructureFactory[TrackingRecorder]):
+    """The service's infrastructure on PostgreSQL (``PERSISTENCE_MODULE``, settings.py): the
+    pool with every option of the URL and the deadline. Events and snapshots only: the service
+    keeps the positions of its views itself (views.py), so no tracking or process recorder."""
 
     def __init__(self, env: Any) -> None:
         super().__init__(env)
-        options = json.loads(self.env.get("CANTSTOP_PG_OPTIONS") or "{}")
-        # The pool has not connected yet: it opens on first use, with these.
-        pool = self.datastore.pool
-        # library hook: see service/hooks.py
-        kwargs = pool.kwargs
-        assert isinstance(kwargs, dict)
-        kwargs.update(options)
-        deadline = float(self.env.get("CANTSTOP_PG_QUERY_TIMEOUT") or Settings.pg_query_timeout)
-        if deadline > 0:
-            # library hook: see service/hooks.py
-            pool.connection_class = DeadlineConnection.bounded(deadline)
+        get = self.env.get
+        params: dict[str, Any] = json.loads(get("CANTSTOP_PG_OPTIONS") or "{}")
+        params.update(
+            dbname=get("POSTGRES_DBNAME") or "postgres",
+            host=get("POSTGRES_HOST") or "127.0.0.1",
+            port=get("POSTGRES_PORT") or "5432",
+            user=get("POSTGRES_USER") or "postgres",
+        )
+        if get("POSTGRES_PASSWORD"):
+            params["password"] = get("POSTGRES_PASSWORD")
+        deadline = float(get("CANTSTOP_PG_QUERY_TIMEOUT") or Settings.pg_query_timeout)
+        self.datastore = PostgresDatastore(
+            params,
+            schema=get("POSTGRES_SCHEMA") or "",
+            pool_size=int(get("POSTGRES_POOL_SIZE") or 5),
+            max_overflow=int(get("POSTGRES_MAX_OVERFLOW") or 10),
+            connect_timeout=float(get("POSTGRES_CONNECT_TIMEOUT") or 30),
+            max_waiting=int(get("POSTGRES_MAX_WAITING") or 0),
+            conn_max_age=float(get("POSTGRES_CONN_MAX_AGE") or 3600),
+            deadline=deadline if deadline > 0 else None,
+        )
+
+    def _create_table(self) -> bool:
+        return bool(strtobool(self.env.get("CREATE_TABLE") or "yes"))
+
+    def _prefix(self) -> str:
+        # As eventsourcing's factory names them: the application's name, lower case.
+        return self.env.name.lower() or "stored"
+
+    def aggregate_recorder(self, purpose: str = "events") -> AggregateRecorder:
+        name = f"{self._prefix()}_{purpose}"
+        recorder = GuardedPostgresAggregateRecorder(self.datastore, name)
+        if self._create_table():
+            recorder.create_table()
+        return recorder
+
+    def application_recorder(self) -> ApplicationRecorder:
+        recorder = GuardedPostgresApplicationRecorder(self.datastore, f"{self._prefix()}_events")
+        if self._create_table():
+            recorder.create_table()
+        return recorder
+
+    def tracking_recorder(self, tracking_recorder_class: Any = None) -> TrackingRecorder:
+        raise NotImplementedError("the service tracks its views itself (views.py)")
+
+    def process_recorder(self) -> ProcessRecorder:
+        raise NotImplementedError("the service tracks its views itself (views.py)")
+
+    def close(self) -> None:
+        self.datastore.close()

@@ -1,4 +1,5 @@
-"""The eventsourcing settings for ``CANTSTOP_DATABASE_URL``, and why a PostgreSQL URL fails."""
+"""The store's settings (eventsourcing's environment) for ``CANTSTOP_DATABASE_URL``, and why a
+PostgreSQL URL fails."""
 
 from __future__ import annotations
 
@@ -56,7 +57,6 @@ def persistence_env(settings: Settings, *, create_table: bool) -> dict[str, str]
         "POSTGRES_POOL_SIZE": str(settings.pg_pool_size),
         "POSTGRES_MAX_OVERFLOW": str(settings.pg_max_overflow),
         "POSTGRES_CONNECT_TIMEOUT": str(CONNECT_TIMEOUT),
-        "POSTGRES_PRE_PING": "n",  # a dead pooled connection fails once; guarded() retries
         "CANTSTOP_PG_OPTIONS": json.dumps(options),
         "CANTSTOP_PG_QUERY_TIMEOUT": str(settings.pg_query_timeout),
         "CREATE_TABLE": create,
@@ -66,7 +66,7 @@ def persistence_env(settings: Settings, *, create_table: bool) -> dict[str, str]
 def postgres_connect_error(settings: Settings) -> str | None:
     """Why one connection with the pool's own parameters fails, in libpq's words (the first
     line, such as 'database "x" does not exist'), or None when it succeeds or the store is not
-    PostgreSQL. For a failure at start: the library's pool reports only that it timed out."""
+    PostgreSQL. For a failure at start: the pool reports only that it timed out."""
     params = postgres_params(settings)
     if params is None:
         return None

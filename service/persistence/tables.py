@@ -1,5 +1,5 @@
 """Tables of the service's own beside the events: rows that are taken, changed or erased (seed
-commitments, accounts' secrets, webhooks' queue), which events cannot be. Through the library's
+commitments, accounts' secrets, webhooks' queue), which events cannot be. Through the store's
 datastore, with the store's bounded waits and its errors (``guarded``). ``Sql`` is the cursor
 these and the views (service/persistence/views.py) write SQL through, the same on both stores.
 """

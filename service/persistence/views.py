@@ -42,12 +42,11 @@ from typing import Any, ClassVar, NamedTuple
 
 import psycopg
 from eventsourcing.persistence import Notification, OperationalError
-from eventsourcing.postgres import PostgresApplicationRecorder
 
 from service.errors import describe
 from service.persistence.guard import guarded
 from service.persistence.log import START, Head, LogReader, Position
-from service.persistence.sqlite import _library_sqlite_error
+from service.persistence.sqlite import library_error
 from service.persistence.tables import Sql
 
 log = logging.getLogger("cantstop.views")
@@ -116,7 +115,7 @@ class Views:
     ) -> None:
         self.recorder = recorder
         self.datastore = recorder.datastore
-        self.postgres = isinstance(recorder, PostgresApplicationRecorder)
+        self.postgres = recorder.dialect == "postgres"
         self.to_domain_event = to_domain_event
         self.create = create
         self.processed = 0  # events this process applied to views (tests read it)
@@ -157,7 +156,7 @@ class Views:
             try:
                 return call()
             except sqlite3.Error as exc:
-                raise _library_sqlite_error(exc) from exc
+                raise library_error(exc) from exc
             except psycopg.OperationalError as exc:
                 raise OperationalError(str(exc)) from exc
 
