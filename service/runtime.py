@@ -32,7 +32,6 @@ from service.live.hub import Hub, LiveConfig
 from service.live.redis_link import RedisLink
 from service.persistence.creations import Creations
 from service.persistence.settings import persistence_env
-from service.persistence.sqlite import SQLiteStore
 from service.persistence.startup import schema_lock
 from service.persistence.views import View, Views
 
@@ -178,8 +177,7 @@ def creations_of(games: Games, *, create: bool) -> Creations | None:
     datastore = getattr(games.recorder, "datastore", None)
     if datastore is None:
         return None
-    dialect = "sqlite" if isinstance(games.factory, SQLiteStore) else "postgres"
-    creations = Creations(datastore, dialect)
+    creations = Creations(datastore, games.recorder.dialect)
     if create:
         creations.create_table()
     return creations
