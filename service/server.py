@@ -126,15 +126,25 @@ class ClientStalled(Exception):
 class Connection:
     """One client connection: its socket and its HTTP/1.1 state."""
 
-    __slots__ = ("addr", "deadline", "h11", "local", "sock", "waiting")
+    __slots__ = ("addr", "deadline", "h11", "local", "pending", "sock", "waiting")
 
     def __init__(self, sock: socket.socket, addr: Any) -> None:
         self.sock = sock
         self.addr = addr
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+        self.pending = b""  # received after the request before: the next one's start
         self.local: tuple[str, str] | None = None
         self.deadline = 0.0
         self.waiting = False  # in the selector, waiting for its next request
+
+    def next_request(self) -> None:
+        """A new parser for the next request, given what was received after the last one.
+        h11 reads requests; the worker writes the answers itself (``ServiceWorker._respond``):
+        going through h11's writer, which checks every header again, cost as much as reading."""
+        h = self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+        if self.pending:
+            h.receive_data(self.pending)
+            self.pending = b""
 
     def next_event(self) -> Any:
         """h11's next event, reading as it needs (TimeoutError after the read timeout)."""
@@ -160,14 +170,16 @@ class Body:
         self.buffer = bytearray()
         self.done = False
         self.error: h11.RemoteProtocolError | None = None
+        self.continued = False  # 100 Continue sent
 
     def _more(self) -> bool:
         if self.done:
             return False
         conn = self.conn
         h = conn.h11
-        if h.they_are_waiting_for_100_continue:
-            conn.sock.sendall(h.send(h11.InformationalResponse(status_code=100, headers=[])))
+        if not self.continued and h.they_are_waiting_for_100_continue:
+            self.continued = True
+            conn.sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
         try:
             event = conn.next_event()
         except TimeoutError:
@@ -233,13 +245,13 @@ class _Date:
 
     def __init__(self) -> None:
         self.second = 0
-        self.text = b""
+        self.text = ""
 
-    def now(self) -> bytes:
+    def now(self) -> str:
         second = int(time.time())
         if second != self.second:
             self.second = second
-            self.text = formatdate(second, usegmt=True).encode("ascii")
+            self.text = formatdate(second, usegmt=True)
         return self.text
 
 
@@ -307,8 +319,10 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
                 if self.ppid != os.getppid():
                     self.log.info("Parent changed, shutting down: %s", self)
                     break
-        finally:
-            self._stop()
+        except SystemExit:  # SIGINT, SIGQUIT: gunicorn's quick shutdown, waiting for nothing
+            self._stop(graceful=False)
+            raise
+        self._stop(graceful=True)
 
     def _accept(self, on: bool) -> None:
         with self.lock:
@@ -360,9 +374,9 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
         with self.lock:
             self.connections -= 1
 
-    def _stop(self) -> None:
-        """Stop accepting, close the idle connections and let the requests on the threads end
-        (for graceful_timeout at most)."""
+    def _stop(self, *, graceful: bool) -> None:
+        """Stop accepting, close the idle connections and, ``graceful``, let the requests on
+        the threads end (for graceful_timeout at most)."""
         for listener in self.sockets:
             with contextlib.suppress(OSError):
                 listener.close()
@@ -374,7 +388,7 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
         for conn in idle:
             self._close(conn)
         self.end_streams()
-        deadline = time.monotonic() + self.cfg.graceful_timeout
+        deadline = time.monotonic() + (self.cfg.graceful_timeout if graceful else 0)
         while time.monotonic() < deadline:
             with self.lock:
                 if self.connections <= 0:
@@ -397,7 +411,7 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
                     return
                 if not kept or not self.alive:
                     break
-                if not conn.h11.trailing_data[0]:  # nothing more sent yet: wait in the selector
+                if not conn.pending:  # nothing more sent yet: wait in the selector
                     with self.lock:
                         conn.deadline = time.monotonic() + self.cfg.keepalive
                         conn.waiting = True
@@ -410,6 +424,7 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
 
     def _handle(self, conn: Connection) -> bool | str:
         """One request: whether the connection is kept (or ADOPTED by the live hub)."""
+        conn.next_request()
         try:
             request = conn.next_event()
         except TimeoutError:
@@ -542,34 +557,60 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
             for name, value in request.headers:
                 if name == b"connection" and b"close" in value.lower():
                     keep = False
-        out = [(name, value) for name, value in headers if name.lower() != "connection"]
-        out.append(("Date", self.date.now().decode("ascii")))
-        out.append(("Connection", "keep-alive" if keep else "close"))
+        lines = [f"{environ['SERVER_PROTOCOL']} {status}"]
+        sized = False
+        for name, value in headers:
+            lowered = name.lower()
+            if lowered == "content-length":
+                sized = True
+            elif lowered == "connection" or lowered == "transfer-encoding":
+                continue  # the worker frames the answer
+            lines.append(f"{name}: {value}")
+        empty = request.method == b"HEAD" or code in (204, 304)
+        chunked = not sized and not empty and keep  # else the end of the body is the close
+        if chunked:
+            lines.append("Transfer-Encoding: chunked")
+        elif not sized and not empty:
+            keep = False
+        lines.append(f"Date: {self.date.now()}")
+        lines.append("Connection: keep-alive" if keep else "Connection: close")
+        data = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
         sent = 0
+        sock = conn.sock
         try:
-            data = h.send(h11.Response(status_code=code, headers=out, reason=status[4:]))
-            if isinstance(result, list):  # the common case: one buffer, one write
+            if sized or empty:  # the head and the body in one write (up to RECV bytes a write)
+                for chunk in result:
+                    if chunk and not empty:
+                        sent += len(chunk)
+                        if len(data) < RECV:
+                            data += chunk
+                            continue
+                        sock.sendall(data)
+                        data = chunk
+                sock.sendall(data)
+            elif not chunked:  # up to the close: each part as it comes
                 for chunk in result:
                     if chunk:
                         sent += len(chunk)
-                        data += h.send(h11.Data(data=chunk))
-                data += h.send(h11.EndOfMessage())
-                conn.sock.sendall(data)
+                        sock.sendall(data + chunk)
+                        data = b""
+                if data:
+                    sock.sendall(data)
             else:
-                conn.sock.sendall(data)
                 for chunk in result:
                     if chunk:
                         sent += len(chunk)
-                        conn.sock.sendall(h.send(h11.Data(data=chunk)))
-                conn.sock.sendall(h.send(h11.EndOfMessage()))
-        except (OSError, h11.LocalProtocolError) as exc:
+                        data += b"%x\r\n%s\r\n" % (len(chunk), chunk)
+                        sock.sendall(data)
+                        data = b""
+                sock.sendall(data + b"0\r\n\r\n")
+        except OSError as exc:
             self.log.debug("answer not sent whole: %s", exc)
-            self._log(environ, code, sent, started)
-            return False
+            keep = False
         self._log(environ, code, sent, started)
-        if not keep or h.our_state is not h11.DONE or h.their_state is not h11.DONE:
+        if not keep or h.their_state is not h11.DONE:
             return False
-        h.start_next_cycle()
+        conn.pending = h.trailing_data[0]
         return True
 
     def _hand_over(
@@ -583,7 +624,7 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
         """A live stream: its socket is the hub's loop's now, which writes the answer from here
         on (service/live/streams.py); this thread goes back to the pool."""
         lines = [f"{environ['SERVER_PROTOCOL']} {status}", *(f"{k}: {v}" for k, v in headers)]
-        lines += [f"Date: {self.date.now().decode('ascii')}", "Connection: close"]
+        lines += [f"Date: {self.date.now()}", "Connection: close"]
         stream.adopt(conn.sock, ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
 
     def _send(self, conn: Connection, data: bytes) -> None:
