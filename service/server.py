@@ -22,6 +22,7 @@ import logging
 import os
 import selectors
 import socket
+import struct
 import sys
 import threading
 import time
@@ -147,7 +148,7 @@ class Connection:
             self.pending = b""
 
     def next_event(self) -> Any:
-        """h11's next event, reading as it needs (TimeoutError after the read timeout)."""
+        """h11's next event, reading as it needs (BlockingIOError after the read timeout)."""
         h = self.h11
         while True:
             event = h.next_event()
@@ -182,7 +183,7 @@ class Body:
             conn.sock.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
         try:
             event = conn.next_event()
-        except TimeoutError:
+        except BlockingIOError:
             raise BlockingIOError("the client sent nothing more of the body in time") from None
         except h11.RemoteProtocolError as exc:
             self.done = True
@@ -264,7 +265,12 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         server = ServerSettings.from_env()
-        self.read_timeout = float(server.read_timeout)
+        self.read_timeout = server.read_timeout
+        # The kernel's receive and send timeouts, not Python's: a socket with a Python timeout
+        # polls before every read and write (a system call and a GIL hand-over more each); a
+        # blocking one with SO_RCVTIMEO fails a read that waited that long with EAGAIN
+        # (BlockingIOError), which service/http/core.py answers 408 for a body.
+        self.io_timeout = struct.pack("ll", server.read_timeout, 0)
         self.selector = selectors.DefaultSelector()
         self.lock = threading.Lock()  # the selector and the counts, from the pool's threads
         self.idle: deque[Connection] = deque()
@@ -338,7 +344,9 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
             sock, addr = listener.accept()
         except (BlockingIOError, InterruptedError, ConnectionAbortedError):
             return
-        sock.settimeout(self.read_timeout)
+        sock.setblocking(True)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, self.io_timeout)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, self.io_timeout)
         with self.lock:
             self.connections += 1
         assert self.pool is not None
@@ -427,10 +435,10 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
         conn.next_request()
         try:
             request = conn.next_event()
-        except TimeoutError:
+        except BlockingIOError:
             if conn.h11.trailing_data[0]:
                 self.log.info(
-                    "a client sent nothing for %g s mid-request: connection closed",
+                    "a client sent nothing for %s s mid-request: connection closed",
                     self.read_timeout,
                 )
             return False
