@@ -273,7 +273,12 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
         self.io_timeout = struct.pack("ll", server.read_timeout, 0)
         self.selector = selectors.DefaultSelector()
         self.lock = threading.Lock()  # the selector and the counts, from the pool's threads
+        # Connections waiting in the selector: kept alive between requests (for keepalive
+        # seconds), and new ones until their first bytes (for the read timeout), so that a
+        # connection that sends nothing holds no thread (browsers open some ahead of need).
         self.idle: deque[Connection] = deque()
+        self.fresh: deque[Connection] = deque()
+        self.active: set[Connection] = set()  # on the pool's threads
         self.connections = 0
         self.accepting = False
         self.pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -349,8 +354,15 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, self.io_timeout)
         with self.lock:
             self.connections += 1
-        assert self.pool is not None
-        self.pool.submit(self._serve, Connection(sock, addr))
+        self._wait(Connection(sock, addr), self.fresh, self.read_timeout)
+
+    def _wait(self, conn: Connection, queue: deque[Connection], seconds: float) -> None:
+        """In the selector until the client sends (``_readable``) or ``seconds`` pass."""
+        with self.lock:
+            conn.deadline = time.monotonic() + seconds
+            conn.waiting = True
+            self.selector.register(conn.sock, selectors.EVENT_READ, conn)
+            queue.append(conn)
 
     def _readable(self, conn: Connection) -> None:
         """A kept-alive connection's next request has begun: serve it on the pool."""
@@ -363,17 +375,17 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
         self.pool.submit(self._serve, conn)
 
     def _expire(self) -> None:
-        """Close the kept-alive connections idle for longer than ``keepalive``."""
+        """Close the connections that waited in the selector for longer than they may."""
         now = time.monotonic()
         expired = []
         with self.lock:
-            idle = self.idle
-            while idle and (idle[0].deadline <= now or not idle[0].waiting):
-                conn = idle.popleft()
-                if conn.waiting:
-                    conn.waiting = False
-                    self.selector.unregister(conn.sock)
-                    expired.append(conn)
+            for queue in (self.idle, self.fresh):  # each in the order of its deadlines
+                while queue and (queue[0].deadline <= now or not queue[0].waiting):
+                    conn = queue.popleft()
+                    if conn.waiting:
+                        conn.waiting = False
+                        self.selector.unregister(conn.sock)
+                        expired.append(conn)
         for conn in expired:
             self._close(conn)
 
@@ -389,10 +401,11 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
             with contextlib.suppress(OSError):
                 listener.close()
         with self.lock:
-            idle = [conn for conn in self.idle if conn.waiting]
+            idle = [conn for conn in (*self.idle, *self.fresh) if conn.waiting]
             for conn in idle:
                 conn.waiting = False
             self.idle.clear()
+            self.fresh.clear()
         for conn in idle:
             self._close(conn)
         self.end_streams()
@@ -403,6 +416,11 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
                     break
             self.notify()
             time.sleep(0.05)
+        with self.lock:
+            active = list(self.active)
+        for conn in active:  # a thread waiting on its client's next bytes: ended now
+            with contextlib.suppress(OSError):
+                conn.sock.shutdown(socket.SHUT_RDWR)
         if self.pool is not None:
             self.pool.shutdown(wait=False, cancel_futures=True)
 
@@ -410,25 +428,26 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
     def _serve(self, conn: Connection) -> None:
         """On a pool thread: the connection's requests, while the client sends them without
         waiting; then back to the selector (kept alive) or closed."""
+        with self.lock:
+            self.active.add(conn)
+        kept: bool | str = False
         try:
             while True:
                 kept = self._handle(conn)
-                if kept is ADOPTED:
-                    with self.lock:
-                        self.connections -= 1
-                    return
-                if not kept or not self.alive:
+                if kept is ADOPTED or not kept or not self.alive or not conn.pending:
                     break
-                if not conn.pending:  # nothing more sent yet: wait in the selector
-                    with self.lock:
-                        conn.deadline = time.monotonic() + self.cfg.keepalive
-                        conn.waiting = True
-                        self.selector.register(conn.sock, selectors.EVENT_READ, conn)
-                        self.idle.append(conn)
-                    return
         except Exception:
             self.log.exception("Error handling a request")
-        self._close(conn)
+            kept = False
+        with self.lock:
+            self.active.discard(conn)
+            if kept is ADOPTED:
+                self.connections -= 1
+                return
+        if kept and self.alive:  # nothing more sent yet: wait in the selector
+            self._wait(conn, self.idle, self.cfg.keepalive)
+        else:
+            self._close(conn)
 
     def _handle(self, conn: Connection) -> bool | str:
         """One request: whether the connection is kept (or ADOPTED by the live hub)."""

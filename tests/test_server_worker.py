@@ -139,3 +139,17 @@ def test_what_the_worker_cannot_parse_is_problem_json(port: int) -> None:
 def test_the_access_log_shows_only_the_apis_query_values() -> None:
     assert logged_target("/v1/games?version=3&token=abc&x") == "/v1/games?version=3&…&…"
     assert logged_target("/v1/games") == "/v1/games"
+
+
+def test_connections_that_send_nothing_hold_no_thread(port: int) -> None:
+    """A browser opens connections ahead of need: more of them than the worker's 4 threads,
+    silent, and a request on another connection is still answered at once."""
+    silent = [socket.create_connection((HOST, port), timeout=10) for _ in range(8)]
+    try:
+        started = time.monotonic()
+        answer = exchange(port, b"POST /a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+        assert time.monotonic() - started < 5
+    finally:
+        for sock in silent:
+            sock.close()
