@@ -276,8 +276,8 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
         # Connections waiting in the selector: kept alive between requests (for keepalive
         # seconds), and new ones until their first bytes (for the read timeout), so that a
         # connection that sends nothing holds no thread (browsers open some ahead of need).
-        self.idle: deque[Connection] = deque()
-        self.fresh: deque[Connection] = deque()
+        self.idle: deque[tuple[float, Connection]] = deque()  # (deadline, connection)
+        self.fresh: deque[tuple[float, Connection]] = deque()
         self.active: set[Connection] = set()  # on the pool's threads
         self.connections = 0
         self.accepting = False
@@ -323,8 +323,7 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
                     else:
                         self._readable(data)
                 self._expire()
-                with self.lock:
-                    room = self.connections < self.cfg.worker_connections
+                room = self.connections < self.cfg.worker_connections  # (a read: no lock)
                 if room != self.accepting:
                     self._accept(room)
                 if self.ppid != os.getppid():
@@ -356,13 +355,15 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
             self.connections += 1
         self._wait(Connection(sock, addr), self.fresh, self.read_timeout)
 
-    def _wait(self, conn: Connection, queue: deque[Connection], seconds: float) -> None:
+    def _wait(
+        self, conn: Connection, queue: deque[tuple[float, Connection]], seconds: float
+    ) -> None:
         """In the selector until the client sends (``_readable``) or ``seconds`` pass."""
         with self.lock:
             conn.deadline = time.monotonic() + seconds
             conn.waiting = True
             self.selector.register(conn.sock, selectors.EVENT_READ, conn)
-            queue.append(conn)
+            queue.append((conn.deadline, conn))
 
     def _readable(self, conn: Connection) -> None:
         """A kept-alive connection's next request has begun: serve it on the pool."""
@@ -377,12 +378,14 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
     def _expire(self) -> None:
         """Close the connections that waited in the selector for longer than they may."""
         now = time.monotonic()
+        if not any(queue and queue[0][0] <= now for queue in (self.idle, self.fresh)):
+            return  # (the common case, on every turn of the loop: no lock taken)
         expired = []
         with self.lock:
             for queue in (self.idle, self.fresh):  # each in the order of its deadlines
-                while queue and (queue[0].deadline <= now or not queue[0].waiting):
-                    conn = queue.popleft()
-                    if conn.waiting:
+                while queue and queue[0][0] <= now:
+                    deadline, conn = queue.popleft()
+                    if conn.waiting and conn.deadline == deadline:  # still that wait
                         conn.waiting = False
                         self.selector.unregister(conn.sock)
                         expired.append(conn)
@@ -401,7 +404,7 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
             with contextlib.suppress(OSError):
                 listener.close()
         with self.lock:
-            idle = [conn for conn in (*self.idle, *self.fresh) if conn.waiting]
+            idle = list({conn for _, conn in (*self.idle, *self.fresh) if conn.waiting})
             for conn in idle:
                 conn.waiting = False
             self.idle.clear()
@@ -417,7 +420,7 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
             self.notify()
             time.sleep(0.05)
         with self.lock:
-            active = list(self.active)
+            active = self.active.copy()
         for conn in active:  # a thread waiting on its client's next bytes: ended now
             with contextlib.suppress(OSError):
                 conn.sock.shutdown(socket.SHUT_RDWR)
@@ -428,8 +431,7 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
     def _serve(self, conn: Connection) -> None:
         """On a pool thread: the connection's requests, while the client sends them without
         waiting; then back to the selector (kept alive) or closed."""
-        with self.lock:
-            self.active.add(conn)
+        self.active.add(conn)  # (a set's add and discard are atomic: no lock)
         kept: bool | str = False
         try:
             while True:
@@ -439,11 +441,11 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
         except Exception:
             self.log.exception("Error handling a request")
             kept = False
-        with self.lock:
-            self.active.discard(conn)
-            if kept is ADOPTED:
+        self.active.discard(conn)
+        if kept is ADOPTED:
+            with self.lock:
                 self.connections -= 1
-                return
+            return
         if kept and self.alive:  # nothing more sent yet: wait in the selector
             self._wait(conn, self.idle, self.cfg.keepalive)
         else:
