@@ -348,6 +348,10 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
             sock, addr = listener.accept()
         except (BlockingIOError, InterruptedError, ConnectionAbortedError):
             return
+        except OSError as exc:  # out of file descriptors (EMFILE): not a reason to die
+            self.log.warning("cannot accept a connection: %s", exc)
+            time.sleep(0.1)  # the listener stays readable: not a busy loop meanwhile
+            return
         sock.setblocking(True)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, self.io_timeout)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, self.io_timeout)
