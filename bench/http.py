@@ -1,6 +1,6 @@
 """`make bench`, HTTP part: the service against a Flask hello-world, side by side, as ratios.
 
-Every server runs under the same gunicorn settings (service/gunicorn_settings.py: 2 gthread workers,
+Every server runs under the same gunicorn settings (service/gunicorn_settings.py: 2 workers,
 the production defaults) with the access log off for all of them, on loopback ports of its own:
 
 - ``hello``: bench/hello.py, a Flask app answering a JSON POST with JSON (the baseline);
@@ -493,7 +493,7 @@ def main() -> None:
     wanted = args.only.split(",")
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} CPUs, {platform.python_implementation()} "
-        f"{platform.python_version()}; gunicorn settings of the service (2 gthread workers), "
+        f"{platform.python_version()}; the service's gunicorn settings (2 workers), "
         f"access log off; {args.clients} clients, {args.seconds:g} s per measurement in "
         f"{args.slices} slices, the servers taking turns; {args.rounds} rounds"
     )

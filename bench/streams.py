@@ -2,7 +2,7 @@
 defaults, while games are played under them (docs/scaling.md, "Live streams by the thousand").
 
 For each (store, Redis, N) of the command line, a fresh server is started on the settings of
-`make run` (2 gthread workers of 128 threads, the scheduler process; only
+`make run` (2 workers of 128 threads, the scheduler process; only
 CANTSTOP_DATABASE_URL, CANTSTOP_REDIS_URL with Redis on, and a free port are set: no stream limit
 is raised), on a fresh SQLite file or a fresh database on the local PostgreSQL
 (BENCH_POSTGRES_ADMIN_URL, default ``postgresql://postgres@127.0.0.1:5432/postgres``; dropped

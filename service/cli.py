@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from eventsourcing.persistence import PersistenceError
-from gunicorn.app.base import Application  # has load_config_from_file
+from gunicorn.app.base import BaseApplication
 from tqdm import tqdm  # type: ignore[import-untyped]
 
 from domain import jsondoc
@@ -41,8 +41,6 @@ from service.persistence.errors import StoreUnavailable
 from service.persistence.settings import postgres_connect_error
 from service.render.sheet import render_csv, render_pdf, render_text
 from service.runtime import Runtime
-
-GUNICORN_SETTINGS = Path(__file__).resolve().parent / "gunicorn_settings.py"
 
 
 class Unreadable(Exception):
@@ -584,9 +582,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 http += [flag, str(value)]
         return ProcessGroup(http).run()
 
-    class Server(Application):  # type: ignore[misc]
+    class Server(BaseApplication):  # type: ignore[misc]  # gunicorn's documented custom app
         def load_config(self) -> None:
-            self.load_config_from_file(str(GUNICORN_SETTINGS))
+            from service import gunicorn_settings
+
+            for name in self.cfg.settings:  # the settings the module sets
+                if hasattr(gunicorn_settings, name):
+                    self.cfg.set(name, getattr(gunicorn_settings, name))
             if args.host is not None or args.port is not None:  # else CANTSTOP_BIND
                 host, _, port = self.cfg.bind[0].rpartition(":")
                 self.cfg.set("bind", f"{args.host or host}:{args.port or port}")

@@ -138,9 +138,10 @@ def test_the_image_holds_what_the_service_reads_at_run_time() -> None:
         if keyword == "COPY"
         for source in shlex.split(args)[:-1]
     }
-    # The gunicorn settings are part of the service package; openapi.yaml goes into the wheel
-    # through the link service/http/openapi.yaml, which needs the file beside pyproject.toml.
-    assert cli.GUNICORN_SETTINGS.is_relative_to(ROOT / "service")
+    # The gunicorn settings are part of the service package (imported by `cantstop serve`);
+    # openapi.yaml goes into the wheel through the link service/http/openapi.yaml, which needs
+    # the file beside pyproject.toml.
+    assert GUNICORN_CONF.is_relative_to(ROOT / "service")
     assert "openapi.yaml" in copied
     assert {"domain", "service", "pyproject.toml"} <= copied
     readme = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"][
@@ -270,21 +271,27 @@ def test_the_image_install_step_builds_a_package_that_serves_the_api_and_the_pag
 
 
 # ---------------------------------------------------------------------------- gunicorn.conf
-def test_gunicorn_settings_import_and_use_threaded_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gunicorn_settings_import_and_use_the_services_threaded_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gunicorn.workers.base import Worker
+
+    from service.server import ServiceWorker
+
     monkeypatch.delenv("CANTSTOP_THREADS", raising=False)
     monkeypatch.setenv("CANTSTOP_WORKERS", "3")
     conf = load_gunicorn_conf()
-    assert conf.worker_class == "gthread"
+    # The service's own worker, on gunicorn's documented Worker base class: it owns its
+    # connections, so a stream's socket is handed to the live loop through no private part.
+    assert conf.worker_class == "service.server.ServiceWorker"
+    assert issubclass(ServiceWorker, Worker)
     assert conf.threads >= 32
     assert conf.workers == 3
     assert conf.worker_connections > conf.threads
     assert conf.preload_app is False  # the Application is built in each worker, after the fork
     assert conf.wsgi_app == "service.wsgi:app"
     assert callable(conf.post_fork) and callable(conf.worker_int) and callable(conf.on_starting)
-    assert cli.GUNICORN_SETTINGS == GUNICORN_CONF
-    # Streams are handed to the worker's live loop (post_worker_init wraps the app): they hold
-    # no thread, so their cap is not tied to the threads.
-    assert callable(conf.post_worker_init)
+    assert callable(conf.pre_fork) and callable(conf.child_exit)
 
 
 def test_workers_are_pinned_only_to_cpus_the_server_has_to_itself(tmp_path: Path) -> None:

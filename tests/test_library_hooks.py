@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _fresh(module_name: str) -> ModuleType:
-    """A new copy of a library module, as shipped: the service replaces some of its functions
-    (gunicorn.util.write_error) in whichever process imported service.gunicorn_settings."""
+    """A new copy of a library module, as shipped: for a callable found there whose module is
+    another package's (one put in the library's place, or re-exported from elsewhere)."""
     spec = importlib.util.find_spec(module_name)
     assert spec is not None and spec.loader is not None, module_name
     module = importlib.util.module_from_spec(spec)
@@ -52,8 +52,7 @@ def resolve(dotted: str) -> Any:
             found = getattr(found, name)
         owner = getattr(found, "__module__", None)
         if isinstance(owner, str) and callable(found) and owner.split(".")[0] != parts[0]:
-            # Put there by the service (service.gunicorn_settings, or a copy of it that a test
-            # loaded under another name).
+            # Put there by another package.
             found = _fresh(module_name)
             for name in parts[split:]:
                 found = getattr(found, name)

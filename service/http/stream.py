@@ -103,8 +103,8 @@ def _served(open_stream: Callable[[], StreamBody]) -> Response:
         response = error_problem(exc)
         response.headers["Retry-After"] = "5"
         return response
-    # Under gunicorn the connection is handed to the hub's loop once the answer's head is
-    # final (service/gunicorn_settings.py): this request's thread does not wait on the stream.
+    # Under the service's worker the connection is handed to the hub's loop once the answer's
+    # head is final (service/server.py): this request's thread does not wait on the stream.
     request.environ[ADOPT] = body
     response = Response(body, mimetype="text/event-stream")
     response.headers["Cache-Control"] = "no-cache"

@@ -1,11 +1,11 @@
 """Live games: the per-process hub behind ``GET /v1/games/{id}/stream`` (server-sent events).
 
 A stream does not hold a thread. Each worker process runs one asyncio event loop (``Hub``'s
-thread) that serves every stream of the process: under gunicorn, once the request is judged (the
-game exists, the resume point is valid, the limits allow it), its connection is handed to the loop
-(``service/gunicorn_settings.py``: the request's thread goes back to gthread at once), and the loop
-writes the answer and the events on that socket until the game ends, the client hangs up or the
-worker stops. Where the socket cannot be handed over (TLS terminated by gunicorn, another WSGI
+thread) that serves every stream of the process: under `cantstop serve`, once the request is
+judged (the game exists, the resume point is valid, the limits allow it), its connection is handed
+to the loop by the service's worker (``service/server.py``: the request's thread goes back to the
+pool at once), and the loop writes the answer and the events on that socket until the game ends,
+the client hangs up or the worker stops. Where the socket cannot be handed over (another WSGI
 server, the test client) the same stream is written into a queue that the request's thread reads:
 one implementation, two sinks.
 

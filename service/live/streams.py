@@ -329,8 +329,8 @@ class Feed:
 # -------------------------------------------------------------------------------------- hub
 class StreamBody:
     """What the stream view answers: a WSGI body for servers that iterate it (the request's
-    thread then waits on the queue), or, under gunicorn, a stream whose socket is handed to
-    the loop (``adopt``) and whose body is never iterated."""
+    thread then waits on the queue), or, under the service's worker, a stream whose socket is
+    handed to the loop (``adopt``) and whose body is never iterated."""
 
     def __init__(self, hub: Hub, stream: Stream) -> None:
         self.hub = hub

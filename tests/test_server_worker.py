@@ -1,0 +1,155 @@
+"""The service's worker class (service/server.py) frames HTTP/1.1 as a client expects: answers
+with and without a length, pipelined requests, HTTP/1.0, ``Expect: 100-continue``, and an app's
+body left unread. The app is a bare WSGI function, so what is checked is the worker's."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from service.server import logged_target
+from tests.support.http import HOST
+from tests.support.polling import wait_until
+from tests.support.servers import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+APP = """
+def app(environ, start_response):
+    path = environ["PATH_INFO"]
+    if path == "/parts":  # no length: chunked on HTTP/1.1, up to the close on HTTP/1.0
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return (b"part%d;" % i for i in range(3))
+    if path == "/unread":  # answered without reading the body
+        start_response("403 Forbidden", [("Content-Length", "2")])
+        return [b"no"]
+    body = environ["wsgi.input"].read()
+    start_response("200 OK", [("Content-Length", str(len(body)))])
+    return [body]
+"""
+
+
+@pytest.fixture(scope="module")
+def port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    folder = tmp_path_factory.mktemp("worker")
+    (folder / "bare.py").write_text(APP)
+    chosen = free_port()
+    log = (folder / "log").open("wb")
+    process = subprocess.Popen(
+        [
+            *(str(BIN / "gunicorn"), "-k", "service.server.ServiceWorker", "--threads", "4"),
+            *("-b", f"{HOST}:{chosen}", "--chdir", str(folder), "bare:app"),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
+
+    def up() -> bool:
+        with contextlib.suppress(OSError), socket.create_connection((HOST, chosen), 1):
+            return True
+        return False
+
+    try:
+        wait_until(up, 30, "the bare app")
+        yield chosen
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+        log.close()
+
+
+def exchange(port: int, data: bytes) -> bytes:
+    """Send ``data`` at once, then read until the server closes the connection."""
+    with socket.create_connection((HOST, port), timeout=10) as raw:
+        raw.sendall(data)
+        return raw.makefile("rb").read()
+
+
+def test_pipelined_requests_are_answered_in_order_on_one_connection(port: int) -> None:
+    answer = exchange(
+        port,
+        b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc"
+        b"POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\nde",
+    )
+    first, second = answer.split(b"HTTP/1.1 200 OK\r\n")[1:]
+    assert b"Connection: keep-alive\r\n" in first and first.endswith(b"\r\n\r\nabc")
+    assert b"Connection: close\r\n" in second and second.endswith(b"\r\n\r\nde")
+
+
+def test_an_answer_without_a_length_is_chunked_or_ends_with_the_connection(port: int) -> None:
+    answer = exchange(
+        port,
+        b"GET /parts HTTP/1.1\r\nHost: x\r\n\r\n"
+        b"GET /parts HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    head, _, rest = answer.partition(b"\r\n\r\n")
+    assert b"Transfer-Encoding: chunked" in head and b"Connection: keep-alive" in head
+    body, _, last = rest.partition(b"0\r\n\r\n")
+    assert body == b"6\r\npart0;\r\n6\r\npart1;\r\n6\r\npart2;\r\n"
+    # The last request of a connection needs no chunks: its end is the close.
+    head, _, body = last.partition(b"\r\n\r\n")
+    assert b"Connection: close" in head and b"Transfer-Encoding" not in head
+    assert body == b"part0;part1;part2;"
+    answer = exchange(port, b"GET /parts HTTP/1.0\r\n\r\n")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200 ") and b"Connection: close" in head
+    assert body == b"part0;part1;part2;"
+
+
+def test_a_client_that_expects_100_continue_gets_it_when_the_body_is_read(port: int) -> None:
+    with socket.create_connection((HOST, port), timeout=10) as raw:
+        raw.sendall(
+            b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n"
+        )
+        assert raw.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        raw.sendall(b"body")
+        reader = raw.makefile("rb")
+        assert reader.readline() == b"HTTP/1.1 200 OK\r\n"
+
+
+def test_a_body_left_unread_is_dropped_and_the_next_request_served(port: int) -> None:
+    answer = exchange(
+        port,
+        b"POST /unread HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
+        b"POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+    )
+    assert answer.startswith(b"HTTP/1.1 403 Forbidden\r\n")
+    assert b"Connection: keep-alive" in answer.split(b"\r\n\r\n")[0]
+    assert answer.endswith(b"\r\n\r\nok")
+
+
+def test_what_the_worker_cannot_parse_is_problem_json(port: int) -> None:
+    answer = exchange(port, b"GET / HTTP/1.1\r\nBad Header\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 400 ")
+    assert b"application/problem+json" in answer and b'"malformed_request"' in answer
+    start = time.monotonic()
+    exchange(port, b"GET / HTTP/1.1\r\nHost: x\r\n" + b"X: y\r\n" * 101 + b"\r\n")
+    assert time.monotonic() - start < 5
+
+
+def test_the_access_log_shows_only_the_apis_query_values() -> None:
+    assert logged_target("/v1/games?version=3&token=abc&x") == "/v1/games?version=3&…&…"
+    assert logged_target("/v1/games") == "/v1/games"
+
+
+def test_connections_that_send_nothing_hold_no_thread(port: int) -> None:
+    """A browser opens connections ahead of need: more of them than the worker's 4 threads,
+    silent, and a request on another connection is still answered at once."""
+    silent = [socket.create_connection((HOST, port), timeout=10) for _ in range(8)]
+    try:
+        started = time.monotonic()
+        answer = exchange(port, b"POST /a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+        assert time.monotonic() - started < 5
+    finally:
+        for sock in silent:
+            sock.close()
