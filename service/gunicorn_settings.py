@@ -50,6 +50,7 @@ from typing import Any
 from gunicorn import glogging
 from gunicorn import util as gunicorn_util
 
+from service import logformat, metrics
 from service.config import ServerSettings, Settings
 from service.http.stream import ADOPT
 from service.live.hub import LiveConfig
@@ -115,7 +116,7 @@ accesslog = _server.access_log  # CANTSTOP_ACCESS_LOG empty: no access log
 errorlog = "-"
 loglevel = _server.log_level
 # Never log request headers: Authorization carries seat tokens.
-access_log_format = '%(h)s "%(r)s" %(s)s %(b)s %(M)sms'
+access_log_format = logformat.ACCESS_TEXT  # the request id last (service/http/metrics.py)
 # The query parameters whose values the access log shows: the API's own. Any other is written
 # as "…": a client that puts its seat token in the URL (refused: 401) must not have it logged.
 LOGGED_QUERY = frozenset(
@@ -156,7 +157,9 @@ class ServerLogger(glogging.Logger):  # type: ignore[misc]  # gunicorn has no ty
         return atoms
 
 
-logger_class = ServerLogger
+logger_class: type[Any] = ServerLogger
+if _server.log_format == "json":  # CANTSTOP_LOG_FORMAT (service/logformat.py)
+    logger_class = logformat.json_logger(ServerLogger)
 
 
 # A connection's reads wait at most this long for the client's next bytes once its request has
@@ -333,6 +336,11 @@ def _hand_over(
         response.chunked = False
         response.force_close()
     return []
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    """In the master, a worker gone: its live gauges stop counting (service/metrics.py)."""
+    metrics.process_dead(worker.pid)
 
 
 def worker_int(worker: Any) -> None:

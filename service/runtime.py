@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 
+from service import metrics
 from service.application.accounts import Accounts
 from service.application.advisor import Advisor
 from service.application.analysis_jobs import AnalysisFeed, JobConfig
@@ -121,6 +122,8 @@ class Runtime:
         self.hub = Hub(self.games, self.link, LiveConfig.from_env())
         self.hub.notices = self.notices
         self.games.on_recorded = self.hub.publish
+        if settings.metrics:  # CANTSTOP_METRICS=on: events counted by type (service/metrics.py)
+            self.games.on_recorded = metrics.counting_events(self.hub.publish)
         self.notices_view.listeners.append(self.hub.publish_notices)
         self.notices_view.hooks.append(self.webhooks.on_notices)  # deliveries queued with it
 

@@ -11,7 +11,7 @@ from flask.sessions import NullSession, SessionInterface, SessionMixin
 from flask_cors import CORS
 
 from service.config import Settings
-from service.http import limits, meta
+from service.http import limits, meta, metrics
 from service.http.accounts import accounts_api
 from service.http.analysis import analysis_api
 from service.http.audit import audit_api
@@ -87,6 +87,7 @@ def create_app(settings: Settings | None = None, *, create_tables: bool = False)
     )
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["cantstop"] = Runtime(settings, create_tables=create_tables)
+    metrics.init_app(app, settings)  # X-Request-Id; /metrics if CANTSTOP_METRICS=on: first hooks
 
     meta.register(app)  # /healthz, /openapi.yaml, /docs
     app.register_blueprint(pages)  # /: the lobby or the JSON index; game, replay pages
