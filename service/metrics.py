@@ -28,7 +28,8 @@ class Metrics:
     def __init__(self) -> None:
         from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
 
-        disable_created_metrics()  # no ``_created`` series: a restart already shows as a reset
+        # No ``_created`` series: a restart already shows as a counter's reset.
+        disable_created_metrics()  # type: ignore[no-untyped-call]
 
         self.requests = Histogram(
             "cantstop_http_request_duration_seconds",

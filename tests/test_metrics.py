@@ -93,7 +93,7 @@ def requests_per_process(folder: Path) -> list[float]:
     public ``MultiProcessCollector.merge`` of that one file)."""
     counts = []
     for path in sorted(folder.glob("histogram_*.db")):
-        merged = MultiProcessCollector.merge([str(path)], accumulate=True)
+        merged = MultiProcessCollector.merge([str(path)], accumulate=True)  # type: ignore[no-untyped-call]
         counts.append(
             sum(
                 sample.value

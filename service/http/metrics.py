@@ -10,12 +10,14 @@ no hook of theirs is installed and /metrics is a 404 like any unknown path.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import itertools
 import json
 import logging
 import os
 import re
+import socket
 import threading
 import time
 import weakref
@@ -37,6 +39,8 @@ from service.runtime import Runtime
 log = logging.getLogger("cantstop.metrics")
 
 REQUEST_ID = "X-Request-Id"
+REQUEST_ID_KEY = "cantstop.request_id"  # the request's id in its WSGI environ
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Any]
 # A client's id is kept if it is short and cannot break a log line or a header.
 SAFE_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 STARTED = "cantstop.started"  # the request's start (perf_counter) in its WSGI environ
@@ -49,15 +53,18 @@ PROBLEM = "application/problem+json"
 
 # ------------------------------------------------------------------------------ request ids
 class _Ids:
-    """Ids made here: a random prefix per process (made again in a forked child) and a counter,
-    unique across the workers and hosts of a fleet without a random draw per request."""
+    """Ids made here: a prefix per process (made again in a forked child) and a counter, unique
+    across the workers and hosts of a fleet without a draw per request. The prefix is a hash of
+    host, pid and start time, not of random bytes: the bench's fixed random draws
+    (bench/instructions.py) stay the games' own."""
 
     def __init__(self) -> None:
         self.reset()
         os.register_at_fork(after_in_child=self.reset)
 
     def reset(self) -> None:
-        self.prefix = os.urandom(6).hex()
+        origin = f"{socket.gethostname()}/{os.getpid()}/{time.time_ns()}".encode()
+        self.prefix = hashlib.blake2b(origin, digest_size=6).hexdigest()
         self.counter = itertools.count(1)
 
     def make(self) -> str:
@@ -67,20 +74,25 @@ class _Ids:
 _ids = _Ids()
 
 
-def request_id(environ: dict[str, Any]) -> str:
-    """The client's ``X-Request-Id`` if it is safe, else a new one (kept in the environ, so a
-    request asked twice gets one id)."""
-    known: str | None = environ.get("cantstop.request_id")
-    if known is None:
+def with_request_ids(wsgi_app: WsgiApp) -> WsgiApp:
+    """``wsgi_app`` answering with an ``X-Request-Id``: the client's if it is safe, else a new
+    one, also kept in the environ (``REQUEST_ID_KEY``). A WSGI middleware (Flask's documented
+    ``app.wsgi_app`` wrapping) rather than an ``after_request`` hook: it adds one header to the
+    list as it goes by, without Flask's per-hook checks and header validation (a tenth of the
+    instructions: docs/performance.md)."""
+
+    def answer(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
         sent = environ.get("HTTP_X_REQUEST_ID")
-        known = sent if sent is not None and SAFE_ID.fullmatch(sent) else _ids.make()
-        environ["cantstop.request_id"] = known
-    return known
+        rid = sent if sent is not None and SAFE_ID.fullmatch(sent) else _ids.make()
+        environ[REQUEST_ID_KEY] = rid
 
+        def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            headers.append((REQUEST_ID, rid))
+            return start_response(status, headers, exc_info)
 
-def _echo_request_id(response: Response) -> Response:
-    response.headers[REQUEST_ID] = request_id(request.environ)
-    return response
+        return wsgi_app(environ, start)
+
+    return answer
 
 
 # ------------------------------------------------------------------------------ request metrics
@@ -214,7 +226,7 @@ def init_app(app: Flask, settings: Settings) -> None:
     """Request ids always; with CANTSTOP_METRICS=on, /metrics and the request hooks. Called
     before any other hook is registered, so that a request refused by one (a rate limit) is
     timed too."""
-    app.after_request(_echo_request_id)
+    app.wsgi_app = with_request_ids(app.wsgi_app)  # type: ignore[method-assign, assignment]
     if not settings.metrics:
         return
     metrics.start()
