@@ -63,6 +63,23 @@ class Metrics:
         )
         for outcome in ("delivered", "retry", "failed"):  # each series there from the start, at 0
             self.webhook_attempts.labels(outcome)
+        # Each series' child, once: ``labels()`` checks and locks on every call, a dict lookup
+        # does not (the sets of label values are bounded, so these stay small).
+        self._request_series: dict[tuple[str, str, str], Any] = {}
+        self._event_series: dict[str, Any] = {}
+
+    def request_done(self, route: str, method: str, status: str, seconds: float) -> None:
+        key = (route, method, status)
+        series = self._request_series.get(key)
+        if series is None:
+            series = self._request_series[key] = self.requests.labels(*key)
+        series.observe(seconds)
+
+    def event_recorded(self, kind: str) -> None:
+        series = self._event_series.get(kind)
+        if series is None:
+            series = self._event_series[kind] = self.events.labels(kind)
+        series.inc()
 
 
 _metrics: Metrics | None = None
@@ -89,11 +106,11 @@ def counting_events(
     tell: Callable[[Any, list[dict[str, Any]]], None],
 ) -> Callable[[Any, list[dict[str, Any]]], None]:
     """``Games.on_recorded`` that counts the events by type, then tells ``tell``."""
-    events = start().events
+    recorded = start().event_recorded
 
     def counted(game_id: Any, records: list[dict[str, Any]]) -> None:
         for record in records:
-            events.labels(record["type"]).inc()
+            recorded(record["type"])
         tell(game_id, records)
 
     return counted

@@ -74,14 +74,17 @@ class _Ids:
 _ids = _Ids()
 
 
-def with_request_ids(wsgi_app: WsgiApp) -> WsgiApp:
+def with_request_ids(wsgi_app: WsgiApp, *, timed: bool = False) -> WsgiApp:
     """``wsgi_app`` answering with an ``X-Request-Id``: the client's if it is safe, else a new
     one, also kept in the environ (``REQUEST_ID_KEY``). A WSGI middleware (Flask's documented
     ``app.wsgi_app`` wrapping) rather than an ``after_request`` hook: it adds one header to the
     list as it goes by, without Flask's per-hook checks and header validation (a tenth of the
-    instructions: docs/performance.md)."""
+    instructions: docs/performance.md). ``timed``: the start of the request is noted too
+    (``STARTED``), for the request metrics."""
 
     def answer(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        if timed:
+            environ[STARTED] = time.perf_counter()
         sent = environ.get("HTTP_X_REQUEST_ID")
         rid = sent if sent is not None and SAFE_ID.fullmatch(sent) else _ids.make()
         environ[REQUEST_ID_KEY] = rid
@@ -96,10 +99,6 @@ def with_request_ids(wsgi_app: WsgiApp) -> WsgiApp:
 
 
 # ------------------------------------------------------------------------------ request metrics
-def _started() -> None:
-    request.environ[STARTED] = time.perf_counter()
-
-
 def _observed(response: Response) -> Response:
     m = metrics.active()
     if m is None:
@@ -107,10 +106,13 @@ def _observed(response: Response) -> Response:
     started = request.environ.get(STARTED)
     seconds = time.perf_counter() - started if started is not None else 0.0
     rule = request.url_rule
-    method = request.method if request.method in METHODS else "other"
+    method = request.method
     status = response.status_code
-    m.requests.labels(UNMATCHED if rule is None else rule.rule, method, str(status)).observe(
-        seconds
+    m.request_done(
+        UNMATCHED if rule is None else rule.rule,
+        method if method in METHODS else "other",
+        str(status),
+        seconds,
     )
     if status >= 400 and response.mimetype == PROBLEM and not response.is_streamed:
         try:
@@ -223,14 +225,14 @@ def scrape() -> Response:
 
 
 def init_app(app: Flask, settings: Settings) -> None:
-    """Request ids always; with CANTSTOP_METRICS=on, /metrics and the request hooks. Called
-    before any other hook is registered, so that a request refused by one (a rate limit) is
-    timed too."""
-    app.wsgi_app = with_request_ids(app.wsgi_app)  # type: ignore[method-assign, assignment]
+    """Request ids always; with CANTSTOP_METRICS=on, /metrics and the request hook (registered
+    first, so run last of the app's after_request hooks: it sees the final status)."""
+    app.wsgi_app = with_request_ids(  # type: ignore[method-assign, assignment]
+        app.wsgi_app, timed=settings.metrics
+    )
     if not settings.metrics:
         return
     metrics.start()
-    app.before_request(_started)
     app.after_request(_observed)
     app.register_blueprint(metrics_api)
     hub = app.extensions["cantstop"].hub
