@@ -1063,6 +1063,41 @@ HOOKS: tuple[Hook, ...] = (
         ),
     ),
     Hook(
+        path="gunicorn.glogging.Logger.access",
+        distribution="gunicorn",
+        used_in=("service.logformat:JsonFormatter.format", "service.logformat:json_logger"),
+        why=(
+            "CANTSTOP_LOG_FORMAT=json: the access line's fields are read from the log record's "
+            "argument, the atoms mapping gunicorn logs the access format with (documented only "
+            "as the format's %-mapping); the JSON formatter is set on the handlers that "
+            "Logger.setup puts on the gunicorn.error and gunicorn.access loggers. Upstream: a "
+            "documented structured access record (the atoms in the record's extra)."
+        ),
+        recheck=(
+            "that access() still logs access_log_format with the atoms mapping as its one "
+            "argument on the gunicorn.access logger, and setup() still sets the handlers"
+        ),
+        checks=(
+            Check(
+                "gunicorn.glogging.Logger.access",
+                signature="(self, resp, req, environ, request_time)",
+                contains=("self.access_log.info(self.cfg.access_log_format, safe_atoms)",),
+            ),
+            Check(
+                "gunicorn.glogging.Logger.setup",
+                signature="(self, cfg)",
+                contains=("self._set_handler(", "self.access_log, cfg.accesslog"),
+            ),
+            Check(
+                "gunicorn.glogging.Logger.__init__",
+                contains=(
+                    'self.error_log = logging.getLogger("gunicorn.error")',
+                    'self.access_log = logging.getLogger("gunicorn.access")',
+                ),
+            ),
+        ),
+    ),
+    Hook(
         path="gunicorn.glogging.Logger.exception",
         distribution="gunicorn",
         used_in=(f"{GU}:ServerLogger.exception", f"{GU}:when_ready"),
