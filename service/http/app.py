@@ -34,6 +34,7 @@ CORS_ALLOW_HEADERS = [
     "If-None-Match",
     "Idempotency-Key",
     "Last-Event-ID",
+    "X-Request-Id",
 ]
 CORS_EXPOSE_HEADERS = [
     "ETag",
@@ -43,6 +44,7 @@ CORS_EXPOSE_HEADERS = [
     "X-RateLimit-Limit",
     "X-RateLimit-Remaining",
     "X-RateLimit-Reset",
+    "X-Request-Id",
 ]
 
 
