@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import ctypes
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +31,7 @@ from domain.game import format_at
 from domain.receipts import held_by, receipt_problem
 from domain.record_sheet import record_sheet
 from domain.transcript import MalformedTranscript, verify
-from service import arena_cli
+from service import arena_cli, logformat, metrics
 from service.application.analysis_jobs import JobConfig, Supervisor, arm_cpu_limit
 from service.application.errors import ApplicationError
 from service.application.ratings import LedgerFold, Ratings
@@ -563,11 +566,34 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
+def metrics_folder(environ: MutableMapping[str, str]) -> str:
+    """Where every process of this server writes its metrics (prometheus_client's multiprocess
+    mode, service/metrics.py): PROMETHEUS_MULTIPROC_DIR if set, emptied of an earlier run's
+    files (their counts would be summed in), else a new temporary folder."""
+    folder = environ.get(metrics.MULTIPROC_DIR) or ""
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+        for old in Path(folder).glob("*.db"):
+            old.unlink(missing_ok=True)
+    else:
+        folder = environ[metrics.MULTIPROC_DIR] = tempfile.mkdtemp(prefix="cantstop-metrics-")
+        owner = os.getpid()  # not a forked gunicorn worker leaving: the server itself
+
+        def remove() -> None:
+            if os.getpid() == owner:
+                shutil.rmtree(folder, ignore_errors=True)
+
+        atexit.register(remove)
+    return folder
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     settings = Settings.from_env()
     ServerSettings.from_env()  # gunicorn reads these too; refuse a bad one here, in one line
     JobConfig.from_env(os.environ)  # so do the workers (CANTSTOP_ANALYSIS_*)
     LiveConfig.from_env()
+    if settings.metrics and not args.http_only:  # before any process imports prometheus_client
+        metrics_folder(os.environ)
     if not args.http_only:  # (--http-only: started by the process group, which did this)
         # Create the tables once, before any worker starts: workers never race to create them.
         Runtime(settings, create_tables=True).close()
@@ -712,6 +738,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if ServerSettings.log_format_of(os.environ) == "json":  # CANTSTOP_LOG_FORMAT
+            logformat.use_json()
         result = args.func(args)
     except ConfigError as exc:  # a bad setting: one line, not a traceback
         print(f"cantstop: {exc}", file=sys.stderr)

@@ -178,6 +178,10 @@ class Settings:
     abandon_after: float = 7 * 24 * 3600
     bot_pause: float = 0.5
     scheduler: bool = True
+    metrics: bool = False
+    """``CANTSTOP_METRICS``: ``on`` serves ``GET /metrics`` (service/http/metrics.py)."""
+    metrics_token: str | None = None
+    """``CANTSTOP_METRICS_TOKEN``: if set, /metrics asks for it as a bearer token."""
     extra_env: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -216,7 +220,23 @@ class Settings:
             ),
             bot_pause=env_number(env, "CANTSTOP_BOT_PAUSE", 0.5, low=0, high=60),
             scheduler=env_choice(env, "CANTSTOP_SCHEDULER", "on", ("on", "off")) == "on",
+            metrics=env_choice(env, "CANTSTOP_METRICS", "off", ("off", "on")) == "on",
+            metrics_token=metrics_token(env.get("CANTSTOP_METRICS_TOKEN")),
         )
+
+
+def metrics_token(value: str | None) -> str | None:
+    """``CANTSTOP_METRICS_TOKEN``: empty (none), else at least 16 printable ASCII characters
+    (a header value, long enough not to be guessed)."""
+    value = (value or "").strip()
+    if not value:
+        return None
+    if len(value) < 16 or not re.fullmatch(r"[!-~]+", value):
+        raise ConfigError(
+            "CANTSTOP_METRICS_TOKEN must be at least 16 printable ASCII characters without "
+            "spaces, or nothing"
+        )
+    return value
 
 
 def access_log_path(value: str | None) -> str | None:
@@ -247,9 +267,16 @@ class ServerSettings:
     """``CANTSTOP_CPU_AFFINITY``: ``off`` (the kernel places the workers), ``auto`` (each
     worker keeps to one CPU when the server has its CPUs to itself) or ``on`` (always):
     service/gunicorn_settings.py."""
+    log_format: str = "text"
+    """``CANTSTOP_LOG_FORMAT``: ``text`` or ``json`` (one JSON object a line, access and
+    application logs: service/logformat.py)."""
     read_timeout: int = 20
     """``CANTSTOP_READ_TIMEOUT``: seconds a client may send nothing in the middle of a request
     (its headers or its body) before its connection is closed (a body: 408)."""
+
+    @staticmethod
+    def log_format_of(env: Mapping[str, str]) -> str:
+        return env_choice(env, "CANTSTOP_LOG_FORMAT", "text", ("text", "json"))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ServerSettings:
@@ -268,4 +295,5 @@ class ServerSettings:
             ),
             cpu_affinity=env_choice(env, "CANTSTOP_CPU_AFFINITY", "off", ("off", "auto", "on")),
             read_timeout=env_int(env, "CANTSTOP_READ_TIMEOUT", 20, low=1, high=3600),
+            log_format=cls.log_format_of(env),
         )

@@ -40,6 +40,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from gunicorn import glogging
+
+from service import logformat, metrics
 from service.config import ServerSettings, Settings
 from service.live.hub import LiveConfig
 
@@ -60,6 +63,10 @@ timeout = 60
 graceful_timeout = 10
 keepalive = 5
 accesslog = _server.access_log  # CANTSTOP_ACCESS_LOG empty: no access log
+# CANTSTOP_LOG_FORMAT=json: gunicorn's own lines and the access log as JSON objects, through
+# gunicorn's documented logger_class setting (service/logformat.py).
+if _server.log_format == "json":
+    logger_class = logformat.json_logger(glogging.Logger)
 errorlog = "-"
 loglevel = _server.log_level
 # The worker writes the access log itself (service/server.py): never the request headers
@@ -130,8 +137,10 @@ def pre_fork(server: Any, worker: Any) -> None:
 
 
 def child_exit(server: Any, worker: Any) -> None:
-    """In the master, once a worker has exited: its CPU is free."""
+    """In the master, once a worker has exited: its CPU is free, and its live gauges stop
+    counting (service/metrics.py)."""
     _cpu_of.pop(id(worker), None)
+    metrics.process_dead(worker.pid)
 
 
 def post_fork(server: Any, worker: Any) -> None:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+from typing import Any
 
+from service import metrics
 from service.application.accounts import Accounts
 from service.application.advisor import Advisor
 from service.application.analysis_jobs import AnalysisFeed, JobConfig
@@ -123,6 +125,8 @@ class Runtime:
         self.hub = Hub(self.games, self.link, LiveConfig.from_env())
         self.hub.notices = self.notices
         self.games.on_recorded = self.hub.publish
+        if settings.metrics:  # CANTSTOP_METRICS=on: events counted by type (service/metrics.py)
+            self.games.on_recorded = metrics.counting_events(self.hub.publish)
         self.notices_view.listeners.append(self.hub.publish_notices)
         self.notices_view.hooks.append(self.webhooks.on_notices)  # deliveries queued with it
 
@@ -177,7 +181,8 @@ def creations_of(games: Games, *, create: bool) -> Creations | None:
     datastore = getattr(games.recorder, "datastore", None)
     if datastore is None:
         return None
-    creations = Creations(datastore, games.recorder.dialect)
+    recorder: Any = games.recorder  # the store's own (service/persistence): it names its SQL
+    creations = Creations(datastore, recorder.dialect)
     if create:
         creations.create_table()
     return creations

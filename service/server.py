@@ -80,6 +80,7 @@ LOGGED_QUERY = frozenset(
         *("status", "open", "mode", "dice_faces", "steep_hill"),
     ]
 )
+REQUEST_ID_KEY = "cantstop.request_id"  # the request's id, set by service/http/metrics.py
 access_log = logging.getLogger("gunicorn.access")  # set up by gunicorn from its accesslog setting
 
 
@@ -667,15 +668,22 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
     def _log(self, environ: dict[str, Any], code: int, sent: int, started: float) -> None:
         if not self.cfg.accesslog:
             return
+        request = (
+            f"{environ['REQUEST_METHOD']} {logged_target(environ['RAW_URI'])} "
+            f"{environ['SERVER_PROTOCOL']}"
+        )
+        fields = {
+            "remote": environ["REMOTE_ADDR"] or "-",
+            "request": request,
+            "status": code,
+            "bytes": sent or "-",
+            "ms": int((time.monotonic() - started) * 1000),
+            "request_id": environ.get(REQUEST_ID_KEY, "-"),  # service/http/metrics.py
+        }
         access_log.info(
-            '%s "%s %s %s" %s %s %sms',
-            environ["REMOTE_ADDR"] or "-",
-            environ["REQUEST_METHOD"],
-            logged_target(environ["RAW_URI"]),
-            environ["SERVER_PROTOCOL"],
-            code,
-            sent or "-",
-            int((time.monotonic() - started) * 1000),
+            '%s "%s" %s %s %sms %s',
+            *fields.values(),
+            extra={"access": fields},  # JSON lines take the fields (service/logformat.py)
         )
 
 

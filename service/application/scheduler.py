@@ -34,6 +34,7 @@ from typing import Any
 from eventsourcing.utils import get_topic
 
 from domain.game import Game
+from service import metrics
 from service.application.errors import ApplicationError, describe
 from service.application.games import GAME_TOPICS, Games
 from service.application.timekeeper import Timekeeper
@@ -220,6 +221,7 @@ class Scheduler:
         except Exception as exc:  # one game's trouble never stops the others
             log.exception("scheduler: game %s failed: %s", game_id, describe(exc))
             after = None
+        metrics.scheduler_late((_micros(self.clock()) - was) / 1e6)  # due to done (if on)
         key = str(game_id)
 
         # Only if the plan is still the one that was due: if the index planned the game again

@@ -46,6 +46,7 @@ from typing import Any
 from standardwebhooks import Webhook
 
 from domain.game import format_at
+from service import metrics
 from service.application.errors import ApplicationError, describe
 from service.application.webhooks import (
     RESOLVE_TIMEOUT,
@@ -398,6 +399,7 @@ class Dispatcher:
                 address=outcome.address,
             )
             self.tables.finish(item, attempt, status, micros(next_at))
+            metrics.webhook_attempt(status)  # counted if CANTSTOP_METRICS=on
         except Exception as exc:  # the store failed: the delivery is due again when its lease ends
             log.warning("webhooks: delivery %s: %s", item.id, describe(exc))
         finally:

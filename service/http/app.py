@@ -12,7 +12,7 @@ from flask.typing import ResponseReturnValue
 from flask_cors import CORS
 
 from service.config import Settings
-from service.http import limits, meta
+from service.http import limits, meta, metrics
 from service.http.accounts import accounts_api
 from service.http.analysis import analysis_api
 from service.http.audit import audit_api
@@ -40,6 +40,7 @@ CORS_ALLOW_HEADERS = [
     "If-None-Match",
     "Idempotency-Key",
     "Last-Event-ID",
+    "X-Request-Id",
 ]
 CORS_EXPOSE_HEADERS = [
     "ETag",
@@ -49,6 +50,7 @@ CORS_EXPOSE_HEADERS = [
     "X-RateLimit-Limit",
     "X-RateLimit-Remaining",
     "X-RateLimit-Reset",
+    "X-Request-Id",
 ]
 
 
@@ -102,6 +104,7 @@ def create_app(settings: Settings | None = None, *, create_tables: bool = False)
     )
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions["cantstop"] = Runtime(settings, create_tables=create_tables)
+    metrics.init_app(app, settings)  # X-Request-Id; /metrics if CANTSTOP_METRICS=on: first hooks
 
     meta.register(app)  # /healthz, /openapi.yaml, /docs
     app.register_blueprint(pages)  # /: the lobby or the JSON index; game, replay pages

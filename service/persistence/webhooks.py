@@ -321,6 +321,13 @@ class WebhookTables(SideTable):
 
         return self.transaction(work)
 
+    def counts(self) -> dict[str, int]:
+        """Deliveries stored, by status (``pending``: the queue; /metrics)."""
+        rows = self.execute(
+            f"SELECT status, count(*) AS n FROM {DELIVERIES} GROUP BY status", fetch="all"
+        )
+        return {str(row["status"]): int(row["n"]) for row in rows}
+
 
 def _webhook(row: Any) -> WebhookRow:
     return WebhookRow(
