@@ -113,7 +113,8 @@ def kept(analysis: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def golden() -> dict[str, Any]:
-    return json.loads(GOLDEN.read_text())
+    recorded: dict[str, Any] = json.loads(GOLDEN.read_text())
+    return recorded
 
 
 def test_the_key_of_kept_analyses_is_the_recorded_one(golden: dict[str, Any]) -> None:
@@ -123,8 +124,8 @@ def test_the_key_of_kept_analyses_is_the_recorded_one(golden: dict[str, Any]) ->
 @pytest.mark.parametrize("name", [g[0] for g in GAMES] + ["lobby-resigned"])
 def test_the_analysis_gives_the_recorded_answers(golden: dict[str, Any], name: str) -> None:
     if name == "lobby-resigned":
-        seed, resign_at, upto = LOBBY
-        found = analyse(lobby_game(seed, resign_at), upto)
+        seed, resign_at, last = LOBBY
+        found = analyse(lobby_game(seed, resign_at), last)
     else:
         _, players, rules, seed, upto = next(g for g in GAMES if g[0] == name)
         found = analyse(play(players, rules=rules, seed=seed), upto)
