@@ -132,6 +132,9 @@ class Valuation:
             self.tail_terms += 1
             factor *= params.tail
         self._rivals: dict[int, list[float]] = {}
+        # per (seat, columns skipped, how many): the cheapest other open columns' work
+        self._cheapest: dict[tuple[int, int, int], tuple[float, ...]] = {}
+        self._need_mine = self.need - self.have[self.seat]
         rate, scale = CALIBRATION[rules.dice_faces]
         self.rate = rate if params.turns_per_work is None else params.turns_per_work
         self.scale = scale if params.work_scale is None else params.work_scale
@@ -142,12 +145,17 @@ class Valuation:
         if need <= 0:
             return 0.0
         wanted = need + self.tail_terms
-        for work, bit in self.ranked[seat]:
-            if not bit & skip:
-                values.append(work)
-                wanted -= 1
-                if not wanted:
-                    break
+        memo = (seat, skip, wanted)
+        cheapest = self._cheapest.get(memo)
+        if cheapest is None:  # the planner's hot path: few masks, asked again and again
+            found = []
+            for work, bit in self.ranked[seat]:
+                if not bit & skip:
+                    found.append(work)
+                    if len(found) == wanted:
+                        break
+            cheapest = self._cheapest[memo] = tuple(found)
+        values += cheapest
         if len(values) < need:
             return math.inf
         values.sort()
@@ -170,17 +178,18 @@ class Valuation:
                 topped |= 1 << c
             else:
                 values.append(work[c][at])
-        need = self.need - self.have[self.seat] - topped.bit_count()
+        need = self._need_mine - topped.bit_count()
         return self.turns(self._work(self.seat, values, skip, need)), topped
 
     def rivals_turns(self, topped: int) -> list[float]:
         """Every rival's turns left, once the acting player claims the ``topped`` columns."""
-        found = self._rivals.get(topped)
-        if found is None:
+        try:  # the planner's hot path: nearly always known
+            return self._rivals[topped]
+        except KeyError:
             found = self._rivals[topped] = [
                 self.turns(self._work(s, [], topped, self.need - self.have[s])) for s in self.rivals
             ]
-        return found
+            return found
 
     def turns(self, work: float) -> float:
         if work == 0:
@@ -255,16 +264,19 @@ class ExpertStrategy:
         else:
             spread_per_turn = params.variance_per_turn
             root2 = math.sqrt(2)
+            sqrt, erf = math.sqrt, math.erf
+            tie_break = params.tie_break
+            rivals_turns = valuation.rivals_turns
 
             def utility(state: State) -> float:
                 turns, topped = mine(state)
                 if turns == 0:
                     return 1.0
                 chance = 1.0
-                for theirs in valuation.rivals_turns(topped):
-                    spread = math.sqrt(spread_per_turn * (turns + theirs) + 0.25) * root2
-                    chance *= 0.5 * (1 + math.erf((theirs - turns - 0.5) / spread))
-                return chance - params.tie_break * turns
+                for theirs in rivals_turns(topped):
+                    spread = sqrt(spread_per_turn * (turns + theirs) + 0.25) * root2
+                    chance *= 0.5 * (1 + erf((theirs - turns - 0.5) / spread))
+                return chance - tie_break * turns
 
             at_bust = utility(())
 

@@ -20,9 +20,10 @@ sorted by column.
   reach would cost a second of search; the look-ahead costs a few milliseconds (and is worth
   half a turn over valuing the moves by ``horizon`` alone: 7.06 turns to 3 columns, not 7.50).
 
-The exact search values at most ``EXACT_BUDGET`` points per decision, from scratch each time
-(so a position's answer never depends on what an earlier decision left in memory); past that the
-look-ahead decides.
+The exact search is used for a decision when the points it must value number at most
+``EXACT_BUDGET``; past that the look-ahead decides. Whether it fits depends on the decision's
+points alone (they are counted, never what an earlier decision left in memory), and a point's
+exact value is the same whichever decision asks for it, so the values are kept for the turn.
 
 Rolls are judged by shape: for a *shape* of the table (per column: closed, or holding a runner
 or not, and able to take one more step or two; and how many runners are out), ``roll_groups``
@@ -37,7 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from functools import cache, lru_cache
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from domain.moves import MAX_RUNNERS, Board, Sums, pairings
 from domain.odds import distinct_rolls
@@ -59,10 +60,6 @@ look-ahead decides (measured: no loss in strength against a budget of 600). Eigh
 have about 2.5 times as many roll shapes per point: a third of the budget, and the horizon
 straight after the move instead of one roll looked at first (docs/bots.md: the same strength,
 decisions 15 times faster at the 99.9th percentile)."""
-
-
-class OverBudget(Exception):
-    """The exact search would take too long for this decision."""
 
 
 @cache
@@ -111,29 +108,6 @@ def offered(
     return tuple(sorted(options))
 
 
-@cache
-def _pairings_with_columns(
-    faces: int,
-) -> tuple[tuple[int, tuple[tuple[int, int], ...], tuple[int, ...]], ...]:
-    return tuple(
-        (n, pairs, tuple(sorted({c for pair in pairs for c in pair})))
-        for n, pairs in pairings_table(faces)
-    )
-
-
-@lru_cache(maxsize=1 << 17)
-def _offered(
-    pairs: tuple[tuple[int, int], ...], shapes: tuple[int, ...], runners_out: int, prune: bool
-) -> tuple[Sums, ...]:
-    """``offered``, for the shapes of the columns the pairs name (in ascending order) only:
-    most tables of a game share them, so rolls are judged once per such shape."""
-    columns = sorted({c for pair in pairs for c in pair})
-    shape = [CLOSED] * (columns[-1] + 1)
-    for c, s in zip(columns, shapes, strict=True):
-        shape[c] = s
-    return offered(shape, runners_out, pairs, prune)
-
-
 class Shape(NamedTuple):
     """How the rolls fall out for one shape of the table.
 
@@ -151,22 +125,57 @@ class Shape(NamedTuple):
     """Per move, the bits of the ordered rolls that offer it."""
 
 
+@cache
+def _pair_rolls(faces: int) -> tuple[tuple[int, int, int], ...]:
+    """Per pairing of two sums (a ≤ b): a, b and the bits of the ordered rolls that have it
+    (the bits of ``roll_groups``: the rolls of one row of ``pairings_table`` consecutive)."""
+    bits: dict[tuple[int, int], int] = {}
+    offset = 0
+    for n, pairs in pairings_table(faces):
+        row = ((1 << n) - 1) << offset
+        for pair in set(pairs):
+            bits[pair] = bits.get(pair, 0) | row
+        offset += n
+    return tuple((a, b, rolls) for (a, b), rolls in sorted(bits.items()))
+
+
+@lru_cache(maxsize=1 << 14)
+def _pair_offers(a: int, b: int, shape_a: int, shape_b: int, runners_out: int) -> tuple[Sums, ...]:
+    """``offered`` for the one pairing (a, b), from the shapes of its two columns."""
+    shape = [CLOSED] * (b + 1)
+    shape[a], shape[b] = shape_a, shape_b
+    return offered(shape, runners_out, ((a, b),))
+
+
 @lru_cache(maxsize=16384)
 def roll_groups(faces: int, shape: tuple[int, ...], runners_out: int, prune: bool = False) -> Shape:
-    """Every roll of ``faces``-sided dice in a table of this shape, by the moves it offers."""
+    """Every roll of ``faces``-sided dice in a table of this shape, by the moves it offers.
+
+    Pairing by pairing: a roll offers the moves its three pairings offer, so the rolls offering
+    a move are those of the pairings that offer it. With ``prune``, a roll offering a move of
+    two sums offers no move of one of them alone (``offered``)."""
     rolls: dict[Sums, int] = {}
-    busts = offset = 0
-    for n, pairs, columns in _pairings_with_columns(faces):
-        options = _offered(pairs, tuple(shape[c] for c in columns), runners_out, prune)
-        if options:
-            bits = ((1 << n) - 1) << offset
-            for move in options:
-                rolls[move] = rolls.get(move, 0) | bits
-        else:
-            busts += n
-        offset += n
+    for a, b, bits in _pair_rolls(faces):
+        for move in _pair_offers(a, b, shape[a], shape[b], runners_out):
+            rolls[move] = rolls.get(move, 0) | bits
+    offering = 0
+    for bits in rolls.values():
+        offering |= bits
+    if prune:
+        for move in [m for m in rolls if len(m) == 1]:
+            for double in rolls:
+                if len(double) == 2 and move[0] in double:
+                    rolls[move] &= ~rolls[double]
+            if not rolls[move]:
+                del rolls[move]
     moves = tuple(sorted(rolls))
-    return Shape(busts, moves, tuple(rolls[m] for m in moves))
+    return Shape(faces**4 - offering.bit_count(), moves, tuple(rolls[m] for m in moves))
+
+
+@lru_cache(maxsize=1 << 14)
+def columns_after(held: tuple[int, ...], moves: tuple[Sums, ...]) -> tuple[tuple[int, ...], ...]:
+    """The columns holding runners after each move, from those holding them before."""
+    return tuple([tuple(sorted({*held, *move})) for move in moves])
 
 
 SHIFT = 5
@@ -240,7 +249,26 @@ class TurnPlanner:
                 free[c] = FREE_MORE if self.next_space[c][placed] else FREE_ONE
         self.free_shape = tuple(free)
         self.free_columns = [c for c in columns if free[c]]
+        # steps[c][s]: how many more steps a runner at s in column c can take (0, 1, 2: more)
+        self.steps = [
+            [(2 if row[to] else 1) if (to := row[at]) else 0 for at in range(len(row))]
+            for row in self.next_space
+        ]
+        # Without jumping a step changes the packed key by the same amount wherever the
+        # runner stands (placing it aside): a point's children are then its key plus offsets
+        # that depend on the shape of its runners alone.
+        self.uniform = all(
+            delta == 1 << (SHIFT * c)
+            for c, row in enumerate(self.step_delta)
+            for at, delta in enumerate(row)
+            if at and delta
+        )
         self._shapes: dict[tuple[tuple[int, int], ...], Shape] = {}
+        # per shape of the runners: the rolls by move, and the columns each move leaves held
+        self._layouts: dict[
+            tuple[tuple[int, int], ...], tuple[Shape, tuple[tuple[int, ...], ...], list[int] | None]
+        ] = {}
+        self._held_after: dict[int, tuple[tuple[int, ...], ...]] = {}  # per point, as in its layout
         self._states: dict[int, State] = {}
         self._children: dict[int, Children] = {}
         self._stop: dict[int, float] = {}
@@ -248,9 +276,12 @@ class TurnPlanner:
         self._bust: dict[int, float] = {}
         self._look: dict[int, float] = {}
         self._value: dict[int, float] = {}
+        # the points the exact search goes on to from a point: none where it stops at once
+        self._onward: dict[int, tuple[int, ...]] = {}
+        self._moves: dict[tuple[int, tuple[Sums, ...]], list[float]] = {}
         self._estimate: dict[tuple[int, int], float] = {}
         self._horizon: dict[int, float] = {}
-        self.budget = self.exact_budget = EXACT_BUDGET if faces <= 6 else EXACT_BUDGET // 3
+        self.exact_budget = EXACT_BUDGET if faces <= 6 else EXACT_BUDGET // 3
         self.depth = LOOK_AHEAD if faces <= 6 else 0
 
     # ------------------------------------------------------------------ points and moves
@@ -264,11 +295,8 @@ class TurnPlanner:
 
     def _caps(self, key: int) -> tuple[tuple[int, int], ...]:
         """Per runner: its column and how many more steps it can take (0, 1, or 2 for more)."""
-        nxt = self.next_space
-        return tuple(
-            (c, (2 if nxt[c][step] else 1) if (step := nxt[c][s]) else 0)
-            for c, s in self.unpack(key)
-        )
+        steps = self.steps
+        return tuple([(c, steps[c][s]) for c, s in self.unpack(key)])
 
     def shape(self, key: int) -> tuple[tuple[int, ...], int]:
         """The shape of the table at this point (per column), and how many runners are out."""
@@ -308,21 +336,33 @@ class TurnPlanner:
         """(busting rolls, the point each move offered leads to, the rolls offering each)."""
         found = self._children.get(key)
         if found is None:
-            busts, moves, rolls = self.groups(key)
-            delta = self.step_delta
-            states = self._states
-            held = {c for c, _ in self.unpack(key)}
-            kids = []
-            for move in moves:  # ``after``, inlined: this is the planner's inner loop
-                kid = key
-                for c in move:
-                    kid += delta[c][kid >> (SHIFT * c) & MASK]
-                kids.append(kid)
-                if kid not in states:  # ``unpack``, knowing which columns can hold runners
-                    states[kid] = tuple(
-                        (c, kid >> (SHIFT * c) & MASK) for c in sorted(held.union(move))
-                    )
-            found = self._children[key] = (busts, tuple(kids), rolls)
+            state = self.unpack(key)
+            steps = self.steps
+            caps = tuple([(c, steps[c][s]) for c, s in state])
+            layout = self._layouts.get(caps)
+            if layout is None:
+                group = self.groups(key)
+                offsets = None
+                if self.uniform:
+                    offsets = [self.after(key, move) - key for move in group.moves]
+                layout = self._layouts[caps] = (
+                    group,
+                    columns_after(tuple([c for c, _ in state]), group.moves),
+                    offsets,
+                )
+            group, held_after, offsets = layout
+            self._held_after[key] = held_after
+            if offsets is not None:
+                kids = [key + offset for offset in offsets]
+            else:
+                delta = self.step_delta
+                kids = []
+                for move in group.moves:  # ``after``, inlined
+                    kid = key
+                    for c in move:
+                        kid += delta[c][kid >> (SHIFT * c) & MASK]
+                    kids.append(kid)
+            found = self._children[key] = (group.busts, tuple(kids), group.rolls)
         return found
 
     # ------------------------------------------------------------------ values
@@ -354,34 +394,65 @@ class TurnPlanner:
         """Rolling now, each roll followed by the move to the point of highest ``worth``.
 
         Moves are taken best first; each is credited with the rolls that offer it and no
-        better move (``Shape``)."""
+        better move (``Shape``), until every roll that does not bust is credited."""
         busts, kids, rolls = self.children(key)
         total = busts * self._bust_utility(key) if busts else 0.0
         values = [worth(kid) for kid in kids]
         covered = 0
+        rest = self.total - busts
         for i in sorted(range(len(kids)), key=values.__getitem__, reverse=True):
             fresh = rolls[i] & ~covered
             if fresh:
-                total += values[i] * fresh.bit_count()
+                n = fresh.bit_count()
+                total += values[i] * n
+                rest -= n
+                if not rest:
+                    break
                 covered |= fresh
         return total / self.total
 
     def look_ahead(self, key: int) -> float:
-        """Rolling once more, then stopping after the best move."""
+        """Rolling once more, then stopping after the best move (``_expect`` of ``utility``,
+        inlined: the planner's hottest path)."""
         found = self._look.get(key)
         if found is None:
-            found = self._look[key] = self._expect(key, self._utility)
+            busts, kids, rolls = self.children(key)
+            total = busts * self._bust_utility(key) if busts else 0.0
+            worth = self._worth
+            utility = self.utility
+            states = self._states
+            known = list(map(worth.get, kids))
+            if None in known:  # points not valued yet
+                held_after = self._held_after[key]
+                for i, value in enumerate(known):
+                    if value is None:
+                        kid = kids[i]
+                        state = states.get(kid)
+                        if state is None:  # ``unpack``, knowing which columns hold runners
+                            state = states[kid] = tuple(
+                                [(c, kid >> (SHIFT * c) & MASK) for c in held_after[i]]
+                            )
+                        known[i] = worth[kid] = utility(state)
+            values = cast("list[float]", known)
+            covered = 0
+            rest = self.total - busts
+            for i in sorted(range(len(kids)), key=values.__getitem__, reverse=True):
+                fresh = rolls[i] & ~covered
+                if fresh:
+                    n = fresh.bit_count()
+                    total += values[i] * n
+                    rest -= n
+                    if not rest:
+                        break
+                    covered |= fresh
+            found = self._look[key] = total / self.total
         return found
 
     def value(self, key: int) -> float:
-        """A "roll or stop" point, played as well as possible from here (see the module).
-
-        Raises ``OverBudget`` once it has valued ``budget`` new points in this search."""
+        """A "roll or stop" point, played as well as possible from here (see the module):
+        exact, however many points it takes (``fits`` says whether a decision may ask)."""
         found = self._value.get(key)
         if found is None:
-            self.budget -= 1
-            if self.budget < 0:
-                raise OverBudget
             stop = self.stop_value(key)
             if stop != NO_STOP and stop >= self.look_ahead(key):
                 found = stop
@@ -389,6 +460,42 @@ class TurnPlanner:
                 found = max(stop, self._expect(key, self.value))
             self._value[key] = found
         return found
+
+    def onward(self, key: int) -> tuple[int, ...]:
+        """The points ``value`` values to value this one: none where it stops at once."""
+        found = self._onward.get(key)
+        if found is None:
+            stop = self.stop_value(key)
+            if stop != NO_STOP and stop >= self.look_ahead(key):
+                found = ()
+            else:
+                found = self.children(key)[1]
+            self._onward[key] = found
+        return found
+
+    def fits(self, keys: Sequence[int]) -> bool:
+        """The exact values of these points take at most ``exact_budget`` points in all
+        (themselves and every point ``value`` reaches from them), counted afresh: the choice
+        between the exact search and the look-ahead depends on the points alone.
+
+        Points are counted as they are found, and those whose onward points are known already
+        are looked past first: a search too big for the budget is told from a few points."""
+        limit = self.exact_budget
+        seen = set(keys)
+        if len(seen) > limit:
+            return False
+        known = self._onward
+        ready = [key for key in seen if key in known]
+        later = [key for key in seen if key not in known]
+        onward = self.onward
+        while ready or later:
+            for kid in onward(ready.pop() if ready else later.pop()):
+                if kid not in seen:
+                    seen.add(kid)
+                    if len(seen) > limit:
+                        return False
+                    (ready if kid in known else later).append(kid)
+        return True
 
     def horizon(self, key: int) -> float:
         """A settled point valued as if every further roll were like the next one: the same
@@ -431,20 +538,20 @@ class TurnPlanner:
     # ------------------------------------------------------------------ decisions
     def move_values(self, runners: Sequence[int], moves: Sequence[Sums]) -> list[float]:
         """What each move leads to: exact values when every move leaves the same settled
-        columns, else the two-roll look-ahead for all of them (so they compare fairly)."""
+        columns and the search fits the budget, else the two-roll look-ahead for all of them
+        (so they compare fairly). The answer depends on the position alone: it is kept."""
         start = pack(as_state(runners))
+        memo = (start, tuple(moves))
+        found = self._moves.get(memo)
+        if found is None:
+            found = self._moves[memo] = self._move_values(start, moves)
+        return list(found)
+
+    def _move_values(self, start: int, moves: Sequence[Sums]) -> list[float]:
         children = [self.after(start, m) for m in moves]
         columns = {tuple(c for c, _ in self.unpack(child)) for child in children}
-        if len(columns) == 1 and self.settled(children[0]):
-            # a fresh search each time, so whether it fits the budget depends on the position
-            # alone, never on what an earlier decision left in memory: the same position always
-            # gets the same answer
-            self._value = {}
-            self.budget = self.exact_budget
-            try:
-                return [self.value(child) for child in children]
-            except OverBudget:
-                pass  # too far from the end of the turn yet: the look-ahead, this time
+        if len(columns) == 1 and self.settled(children[0]) and self.fits(children):
+            return [self.value(child) for child in children]
         return [self.estimate(child, self.depth) for child in children]
 
     def best_move(self, runners: Sequence[int], moves: Sequence[Sums]) -> Sums:
