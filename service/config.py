@@ -174,6 +174,12 @@ class Settings:
     pg_pool_size: int = 5
     pg_max_overflow: int = 10
     pg_query_timeout: float = 10.0
+    pg_idle_in_transaction: float = 5.0
+    """``CANTSTOP_PG_IDLE_IN_TRANSACTION_TIMEOUT``: seconds the server lets one of the service's
+    sessions sit idle inside a transaction before ending it (0: never)."""
+    pg_keepalives_idle: int = 10
+    """``CANTSTOP_PG_KEEPALIVES_IDLE``: seconds of silence before TCP keepalive probes start on
+    the service's connections (5 s apart, 3 of them: a dead peer is found within ~25 s)."""
     cors_origins: tuple[str, ...] = ()
     abandon_after: float = 7 * 24 * 3600
     bot_pause: float = 0.5
@@ -214,6 +220,10 @@ class Settings:
             pg_pool_size=env_int(env, "CANTSTOP_PG_POOL_SIZE", 5, low=1, high=1000),
             pg_max_overflow=env_int(env, "CANTSTOP_PG_MAX_OVERFLOW", 10, low=0, high=1000),
             pg_query_timeout=env_number(env, "CANTSTOP_PG_QUERY_TIMEOUT", 10.0, low=0, high=86400),
+            pg_idle_in_transaction=env_number(
+                env, "CANTSTOP_PG_IDLE_IN_TRANSACTION_TIMEOUT", 5.0, low=0, high=86400
+            ),
+            pg_keepalives_idle=env_int(env, "CANTSTOP_PG_KEEPALIVES_IDLE", 10, low=1, high=7200),
             cors_origins=parse_origins(env.get("CANTSTOP_CORS_ORIGINS")),
             abandon_after=env_int(
                 env, "CANTSTOP_ABANDON_AFTER", 7 * 24 * 3600, low=1, high=10 * 365 * 86400

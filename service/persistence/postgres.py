@@ -64,9 +64,11 @@ from service.persistence.guard import (
 log = logging.getLogger("cantstop.store")
 
 CANCEL_TIMEOUT = 1.0  # seconds to ask the server to cancel a statement that took too long
-# The server ends a session left idle inside a transaction this long (as eventsourcing's
-# datastore sets it): a process that stopped mid-transaction holds no lock for longer.
-IDLE_IN_TRANSACTION_TIMEOUT_MS = 5000
+# The server ends a session left idle inside a transaction this long (by default; the setting
+# CANTSTOP_PG_IDLE_IN_TRANSACTION_TIMEOUT): a process that stopped mid-transaction (frozen,
+# cut off between its insert and its commit) holds no lock, and holds back no other session's
+# snapshot horizon, for longer.
+IDLE_IN_TRANSACTION_TIMEOUT = 5.0
 # Inside this, statements have no deadline: creating the tables, whose migration (the ``tx``
 # column added to an existing table of events) rewrites the table and takes what it takes.
 _UNBOUNDED: contextvars.ContextVar[bool] = contextvars.ContextVar("unbounded", default=False)
@@ -304,11 +306,12 @@ class PostgresDatastore:
         max_waiting: int = 0,
         conn_max_age: float = 3600.0,
         deadline: float | None = None,
+        idle_in_transaction: float = IDLE_IN_TRANSACTION_TIMEOUT,
     ) -> None:
         self.schema = schema.strip() or "public"
         self.deadline = deadline or None
         kwargs = dict(params)
-        idle = f"-c idle_in_transaction_session_timeout={IDLE_IN_TRANSACTION_TIMEOUT_MS}"
+        idle = f"-c idle_in_transaction_session_timeout={int(idle_in_transaction * 1000)}"
         kwargs["options"] = f"{kwargs['options']} {idle}" if kwargs.get("options") else idle
         kwargs.update(
             autocommit=True,
@@ -814,6 +817,9 @@ class PostgresStore(InfrastructureFactory[TrackingRecorder]):
             max_waiting=int(get("POSTGRES_MAX_WAITING") or 0),
             conn_max_age=float(get("POSTGRES_CONN_MAX_AGE") or 3600),
             deadline=deadline if deadline > 0 else None,
+            idle_in_transaction=float(
+                get("CANTSTOP_PG_IDLE_IN_TRANSACTION_TIMEOUT") or IDLE_IN_TRANSACTION_TIMEOUT
+            ),
         )
 
     def _create_table(self) -> bool:

@@ -47,6 +47,14 @@ def persistence_env(settings: Settings, *, create_table: bool) -> dict[str, str]
         ) from None
     options = {k: v for k, v in conninfo.items() if k not in URL_FIELDS}
     options.setdefault("connect_timeout", str(LIBPQ_CONNECT_TIMEOUT))
+    # TCP keepalives, so that a connection to a host or server that vanished without closing
+    # it (a partition, a power cut) is found dead within ~25 s, on both ends: the server then
+    # ends the session (and its transaction), the pool replaces the connection. The URL's own
+    # keepalive options win.
+    options.setdefault("keepalives", "1")
+    options.setdefault("keepalives_idle", str(settings.pg_keepalives_idle))
+    options.setdefault("keepalives_interval", "5")
+    options.setdefault("keepalives_count", "3")
     return {
         "PERSISTENCE_MODULE": f"{PostgresStore.__module__}:{PostgresStore.__qualname__}",
         "POSTGRES_DBNAME": str(conninfo.get("dbname") or "postgres"),
@@ -59,6 +67,7 @@ def persistence_env(settings: Settings, *, create_table: bool) -> dict[str, str]
         "POSTGRES_CONNECT_TIMEOUT": str(CONNECT_TIMEOUT),
         "CANTSTOP_PG_OPTIONS": json.dumps(options),
         "CANTSTOP_PG_QUERY_TIMEOUT": str(settings.pg_query_timeout),
+        "CANTSTOP_PG_IDLE_IN_TRANSACTION_TIMEOUT": str(settings.pg_idle_in_transaction),
         "CREATE_TABLE": create,
     }
 
