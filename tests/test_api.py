@@ -863,7 +863,7 @@ def test_long_games_are_snapshotted_so_reads_never_replay_from_the_start(
         current = response.get_json()["game"]
         assert response.get_json()["events"][-1]["type"] == "TurnBusted"
     games: Games = app.extensions["cantstop"].games
-    every = games.snapshotting_intervals[Game]
+    every = games.SNAPSHOT_INTERVALS[Game]
     assert games.snapshots is not None  # the service keeps snapshots
     snapshots = [s.originator_version for s in games.snapshots.get(uuid.UUID(game["id"]))]
     assert set(range(every, 121, every)) <= set(snapshots)

@@ -15,11 +15,11 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import psycopg
 import pytest
-from eventsourcing.application import Application, ProcessingEvent, Repository
+from eventsourcing.application import Repository
 from eventsourcing.persistence import IntegrityError, StoredEvent
 from eventsourcing.postgres import (
     PostgresAggregateRecorder,
@@ -351,33 +351,27 @@ def test_postgres_insert_with_snapshots_stores_what_the_library_stores(
 
 # -------------------------------------------------------------------- (d) the snapshots
 class LibrarySnapshots:
-    """The library's own snapshotting (Application._take_snapshots and take_snapshot, run as
-    they are), reading each due version back from the stored events, into a list."""
-
-    snapshot_class = None
-    snapshotting_projectors: dict[type, Any] = {}  # noqa: RUF012 (the library's attribute)
+    """The library's own snapshots, as its ``Application`` with ``snapshotting_intervals`` takes
+    them on ``save``: at each event whose version is a multiple of its aggregate's interval, the
+    aggregate read back from the stored events at that version (a Repository without snapshots
+    or cache) and its Snapshot taken."""
 
     def __init__(self, games: Games) -> None:
-        self.snapshotting_intervals = games.snapshotting_intervals
+        self.intervals = games.SNAPSHOT_INTERVALS
         self.repository: Repository[uuid.UUID] = Repository(games.events)  # no snapshots, no cache
-        self.snapshots = self
-        self.taken: list[Any] = []
-
-    def put(self, snapshots: list[Any]) -> None:
-        self.taken += snapshots
-
-    def take_snapshot(self, **kwargs: Any) -> None:
-        Application.take_snapshot(cast(Any, self), **kwargs)
 
     def of(self, games: Games, aggregate_ids: list[uuid.UUID]) -> dict[tuple[uuid.UUID, int], Any]:
-        """What the library takes for the aggregates' stored events, saved in any batches: a
-        snapshot at each event whose version is a multiple of the aggregate's interval."""
-        processing = ProcessingEvent[uuid.UUID]()
+        """What the library takes for the aggregates' stored events, saved in any batches."""
+        taken = []
         for aggregate_id in aggregate_ids:
-            processing.events += list(games.events.get(aggregate_id))
-            processing.aggregates[aggregate_id] = games.repository.get(aggregate_id)
-        Application._take_snapshots(cast(Any, self), processing)
-        return snapshot_states(games, self.taken)
+            interval = self.intervals[type(self.repository.get(aggregate_id))]
+            for event in games.events.get(aggregate_id):
+                if event.originator_version % interval == 0:
+                    aggregate: Any = self.repository.get(
+                        aggregate_id, version=event.originator_version
+                    )
+                    taken.append(type(aggregate).Snapshot.take(aggregate))
+        return snapshot_states(games, taken)
 
 
 def snapshot_states(games: Games, snapshots: list[Any]) -> dict[tuple[uuid.UUID, int], Any]:
@@ -449,14 +443,14 @@ def test_snapshots_of_played_games_are_the_librarys(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """Games takes the snapshots an action makes due from the object just saved
-    (``_take_snapshots`` on ``save``, ``_snapshots_due`` on the command path ``_write``), where
+    (``_take_snapshots_of`` on ``save``, ``_snapshots_of`` on the command path ``_write``), where
     the library reads the aggregate back from the store at the due version: the same snapshots,
     of the same states, at the same versions, for a game played past two intervals."""
     with service_app(backend, tmp_path, request) as app:
         games = app.extensions["cantstop"].games
         client = app.test_client()
         game_id, tokens = created(client, {"players": ["Ann", "Bob"], "dice": "manual"})
-        play(client, game_id, tokens, until=2 * Games.snapshotting_intervals[Game] + 3)
+        play(client, game_id, tokens, until=2 * Games.SNAPSHOT_INTERVALS[Game] + 3)
         ids = [uuid.UUID(game_id), vault_id(uuid.UUID(game_id))]
         ours = the_services_snapshots(games, ids)
         assert [version for (_, version) in ours] == [20, 40]
@@ -482,9 +476,7 @@ def test_snapshots_of_an_imported_game_are_the_librarys(
         body = {"players": ["Ann", "Bob"], "dice": "manual", "first_player": 0}
         game_id, tokens = created(client, body)
         try:
-            actions = play(
-                client, game_id, tokens, until=2 * Games.snapshotting_intervals[Game] + 3
-            )
+            actions = play(client, game_id, tokens, until=2 * Games.SNAPSHOT_INTERVALS[Game] + 3)
         except AssertionError as exc:
             pytest.fail(f"the game was not played: {exc}")
         transcript = {"players": ["Ann", "Bob"], "first_player": 0, "actions": actions}

@@ -32,7 +32,7 @@ from service.http.app import create_app
 ROOT = Path(__file__).resolve().parent.parent
 Json = dict[str, Any]
 
-SNAPSHOT_EVERY = Games.snapshotting_intervals[Game]  # a game's snapshot every N events
+SNAPSHOT_EVERY = Games.SNAPSHOT_INTERVALS[Game]  # a game's snapshot every N events
 
 
 def bearer(token: str) -> dict[str, str]:

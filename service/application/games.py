@@ -22,12 +22,24 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 import orjson
-from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.application import (
+    AggregateNotFoundError,
+    Application,
+    Repository,
+    project_aggregate,
+)
 from eventsourcing.domain import Aggregate
-from eventsourcing.persistence import IntegrityError, JSONTranscoder, Mapper, StoredEvent
+from eventsourcing.persistence import (
+    IntegrityError,
+    JSONTranscoder,
+    Mapper,
+    StoredEvent,
+    Transcoder,
+    Transcoding,
+)
 from eventsourcing.utils import get_topic, strtobool
 
 from domain import fairness, strategies
@@ -243,6 +255,36 @@ def _dicer(server_seed: str, client_seed: str) -> Draw:
     return functools.partial(fairness.draw, server_seed, client_seed)
 
 
+class ServiceTranscoder(JSONTranscoder):
+    """The library's JSON transcoder, which also keeps by type the transcodings registered
+    through its public ``register``: GameEventMapper's orjson encoder applies them as the
+    library's encoder does."""
+
+    FAST = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.by_type: dict[type, Transcoding] = {}
+
+    def register(self, transcoding: Transcoding) -> None:
+        super().register(transcoding)
+        self.by_type[transcoding.type] = transcoding
+
+    def encode_json_values(self, state: dict[str, Any]) -> bytes:
+        """``state`` as ``encode`` writes it, for a state of JSON values and registered types
+        orjson passes through (a datetime): TypeError for anything else, which orjson would
+        write otherwise (a UUID as a plain string) or refuses (an integer beyond 64 bits)."""
+        by_type = self.by_type
+
+        def transcoded(value: Any) -> dict[str, Any]:
+            transcoding = by_type.get(type(value))
+            if transcoding is None:
+                raise TypeError(type(value))
+            return {"_type_": transcoding.name, "_data_": transcoding.encode(value)}
+
+        return orjson.dumps(state, default=transcoded, option=self.FAST)
+
+
 class GameEventMapper(Mapper[uuid.UUID]):
     """The library's mapper, with a faster encoder for the game's own events.
 
@@ -250,17 +292,14 @@ class GameEventMapper(Mapper[uuid.UUID]):
     before the event exists, and refuses anything else), so only its timestamp needs a
     transcoding. orjson writes the same bytes as the library's JSON encoder for them (a
     property test compares the two over random games), in about a third of the time: ~2% of
-    an action's CPU. Anything orjson refuses (an integer beyond 64 bits, a key that is not a
-    string), every other event, snapshots and a configured compressor or cipher take the
-    library's way."""
-
-    FAST = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+    an action's CPU. Anything orjson refuses, every other event, snapshots, another
+    transcoder and a configured compressor or cipher take the library's way."""
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
         transcoder = self.transcoder
         if (
             not isinstance(domain_event, Game.Event)
-            or not isinstance(transcoder, JSONTranscoder)
+            or not isinstance(transcoder, ServiceTranscoder)
             or self.compressor
             or self.cipher
             or getattr(type(domain_event), "class_version", 1) > 1
@@ -269,15 +308,8 @@ class GameEventMapper(Mapper[uuid.UUID]):
         state = dict(vars(domain_event))
         originator_id = state.pop("originator_id")
         originator_version = state.pop("originator_version")
-
-        def transcoded(value: Any) -> dict[str, Any]:
-            transcoding = transcoder.types.get(type(value))
-            if transcoding is None:
-                raise TypeError(type(value))
-            return {"_type_": transcoding.name, "_data_": transcoding.encode(value)}
-
         try:
-            encoded = orjson.dumps(state, default=transcoded, option=self.FAST)
+            encoded = transcoder.encode_json_values(state)
         except TypeError:  # orjson.JSONEncodeError: the library's encoder decides
             return super().to_stored_event(domain_event)
         return StoredEvent(
@@ -288,6 +320,36 @@ class GameEventMapper(Mapper[uuid.UUID]):
         )
 
 
+class LiveGames:
+    """The latest version of each game this worker holds: one object per game, owned under its
+    game's lock (Games.owned), changed in place by commands (no deep copy, and no query when
+    the insert's optimistic check is enough), dropped when a change cannot be saved. The least
+    recently used go first."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._games: OrderedDict[uuid.UUID, Game] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, game_id: uuid.UUID) -> Game | None:
+        with self._lock:
+            game = self._games.get(game_id)
+            if game is not None:
+                self._games.move_to_end(game_id)
+            return game
+
+    def put(self, game: Game) -> None:
+        with self._lock:
+            self._games[game.id] = game
+            self._games.move_to_end(game.id)
+            if len(self._games) > self.size:
+                self._games.popitem(last=False)
+
+    def drop(self, game_id: uuid.UUID) -> None:
+        with self._lock:
+            self._games.pop(game_id, None)
+
+
 class Games(Application[uuid.UUID]):
     """Commands and queries on games; the HTTP layer adapts this to the contract."""
 
@@ -295,13 +357,17 @@ class Games(Application[uuid.UUID]):
     # A game's past version is read from the nearest snapshot before it, plus fewer than twenty
     # events: as quick at version 5,000 as at version 10. Every action writes, few reads look
     # back: every 20 events rather than 10 makes such a read replay a few more events and saves
-    # a snapshot's write on half the actions (docs/performance.md, levers).
-    snapshotting_intervals = {Game: 20, Vault: 50}  # noqa: RUF012 (eventsourcing's own API)
+    # a snapshot's write on half the actions (docs/performance.md, levers). The service takes
+    # them itself (``_take_snapshots_of``), from the objects it saves: the library's
+    # ``snapshotting_intervals`` stay empty, or its ``save`` would read each back from the store.
+    is_snapshotting_enabled = True
+    SNAPSHOT_INTERVALS: ClassVar[dict[type[Aggregate], int]] = {Game: 20, Vault: 50}
 
     SECRETS_CACHE = 10_000
     VIEWS_CACHE = 2_000  # the latest view of this many games
     PAST_VIEWS_CACHE = 256
     LOCK_STRIPES = 256
+    LIVE_GAMES = 500
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         try:
@@ -321,10 +387,15 @@ class Games(Application[uuid.UUID]):
         self.secrets_cache: dict[uuid.UUID, Secrets] = {}
         self.imported_cache: dict[uuid.UUID, bool] = {}
         self.seeds_checked: set[uuid.UUID] = set()  # stored seeds found to match commitments
-        # The latest version of each game this worker holds is one object in the repository's
-        # cache, owned under its game's lock: commands change it in place (no deep copy), and it
-        # is evicted when a change cannot be saved. Readers get views or copies.
+        # The latest version of each game this worker holds, owned under its game's lock:
+        # commands change it in place, readers get views or copies (LiveGames). A game not held
+        # is read through a repository of its own, without the library's cache (which would
+        # deep-copy it on every read; the other aggregates keep that cache).
         self._locks = [threading.RLock() for _ in range(self.LOCK_STRIPES)]
+        self.live = LiveGames(self.LIVE_GAMES)
+        self._game_reads: Repository[uuid.UUID] = Repository(
+            event_store=self.events, snapshot_store=self.snapshots
+        )
         self.views = Views(self.VIEWS_CACHE, self.PAST_VIEWS_CACHE)
         self._saved: dict[uuid.UUID, int] = {}
         dialect = "sqlite" if isinstance(self.factory, SQLiteStore) else "postgres"
@@ -347,6 +418,11 @@ class Games(Application[uuid.UUID]):
         """The receipts' development key's table (service.persistence.keys)."""
         return self._keys
 
+    def construct_transcoder(self) -> Transcoder:
+        transcoder = ServiceTranscoder()
+        self.register_transcodings(transcoder)
+        return transcoder
+
     def construct_mapper(self) -> Mapper[uuid.UUID]:
         return self.factory.mapper(
             transcoder=self.construct_transcoder(), mapper_class=GameEventMapper
@@ -361,60 +437,54 @@ class Games(Application[uuid.UUID]):
 
     def save(self, *objs: Any, **kwargs: Any) -> Any:
         recordings = super().save(*objs, **kwargs)
+        events = [recording.domain_event for recording in recordings]
+        self._take_snapshots_of({o.id: o for o in objs if isinstance(o, Aggregate)}, events)
         if self.on_recorded is not None:
             new: dict[uuid.UUID, list[dict[str, Any]]] = {}
-            for recording in recordings:
-                if isinstance(recording.domain_event, Game.Event):
-                    game_event = recording.domain_event
-                    new.setdefault(game_event.originator_id, []).append(event_record(game_event))
+            for event in events:
+                if isinstance(event, Game.Event):
+                    new.setdefault(event.originator_id, []).append(event_record(event))
             self._tell(new)
         return recordings
 
-    def _take_snapshots(self, processing_event: Any) -> None:
-        """A snapshot when a saved aggregate passes a multiple of its interval, taken from the
-        object just saved (the library would read the whole aggregate back from the store). A
-        save that passes several multiples (an import: one save of a whole game) takes the
-        library's way, a snapshot at each of them, as the library would."""
-        aggregates, events = processing_event.aggregates, processing_event.events
-        if self._passes_several(aggregates, events):
-            super()._take_snapshots(processing_event)
-            return
-        self._snapshot(aggregates, events)
-
-    def _passes_several(self, aggregates: Mapping[uuid.UUID, Any], events: list[Any]) -> bool:
-        """Whether a save passes two multiples or more of an aggregate's interval."""
-        passed: dict[uuid.UUID, int] = {}
-        for event in events:
-            aggregate = aggregates.get(event.originator_id)
-            interval = self.snapshotting_intervals.get(type(aggregate)) if aggregate else None
-            if interval and event.originator_version % interval == 0:
-                passed[event.originator_id] = passed.get(event.originator_id, 0) + 1
-        return any(count > 1 for count in passed.values())
-
-    def _snapshot(self, aggregates: Mapping[uuid.UUID, Any], events: list[Any]) -> None:
-        due = self._snapshots_due(aggregates, events)
+    def _take_snapshots_of(self, aggregates: Mapping[uuid.UUID, Any], events: list[Any]) -> None:
+        """The snapshots a save makes due (SNAPSHOT_INTERVALS), taken from the objects just
+        saved. A save that passes several multiples of an aggregate's interval (an import: one
+        save of a whole game) takes one at each, read back from the store as the library's
+        ``take_snapshot`` does."""
+        passed = self._multiples_passed(aggregates, events)
+        several = [aggregate_id for aggregate_id, versions in passed.items() if len(versions) > 1]
+        for aggregate_id in several:
+            for version in passed.pop(aggregate_id):
+                self.take_snapshot(aggregate_id, version=version)
+        due = self._snapshots_of(aggregates, passed)
         if due:
             assert self.snapshots is not None
             self.snapshots.put(due)
 
-    def _snapshots_due(self, aggregates: Mapping[uuid.UUID, Any], events: list[Any]) -> list[Any]:
-        """Snapshots of the aggregates whose new events pass a multiple of their interval."""
+    def _multiples_passed(
+        self, aggregates: Mapping[uuid.UUID, Any], events: list[Any]
+    ) -> dict[uuid.UUID, list[int]]:
+        """The versions at multiples of their aggregate's interval among ``events``, by id."""
+        passed: dict[uuid.UUID, list[int]] = {}
         if not self.snapshots:
-            return []
-        crossed = set()
+            return passed
         for event in events:
             aggregate = aggregates.get(event.originator_id)
             if aggregate is None:
                 continue
-            interval = self.snapshotting_intervals.get(type(aggregate))
+            interval = self.SNAPSHOT_INTERVALS.get(type(aggregate))
             if interval and event.originator_version % interval == 0:
-                crossed.add(event.originator_id)
+                passed.setdefault(event.originator_id, []).append(event.originator_version)
+        return passed
+
+    @staticmethod
+    def _snapshots_of(aggregates: Mapping[uuid.UUID, Any], ids: Collection[uuid.UUID]) -> list[Any]:
+        """Snapshots of the aggregates ``ids``, as they are now."""
         due = []
-        for aggregate_id in crossed:
+        for aggregate_id in ids:
             aggregate = aggregates[aggregate_id]
-            snapshot_class = getattr(type(aggregate), "Snapshot", type(self).snapshot_class)
-            assert snapshot_class is not None
-            due.append(snapshot_class.take(aggregate))
+            due.append(type(aggregate).Snapshot.take(aggregate))
         return due
 
     def _write(self, *aggregates: Aggregate) -> None:
@@ -423,7 +493,8 @@ class Games(Application[uuid.UUID]):
         for the command path. How each store writes them: ``insert_with_snapshots``."""
         events = [event for aggregate in aggregates for event in aggregate.collect_events()]
         stored = [self.mapper.to_stored_event(e) for e in events]
-        due = self._snapshots_due({a.id: a for a in aggregates}, events)
+        by_id = {a.id: a for a in aggregates}
+        due = self._snapshots_of(by_id, self._multiples_passed(by_id, events))
         if not due:
             self.recorder.insert_events(stored)
             return
@@ -474,43 +545,46 @@ class Games(Application[uuid.UUID]):
         self._saved[game.id] = game.version
 
     def _evict(self, game_id: uuid.UUID) -> None:
-        cache = self.repository.cache
-        if cache is not None:
-            with suppress(KeyError):
-                cache.get(game_id, evict=True)
+        self.live.drop(game_id)
 
     def _latest(self, game_id: uuid.UUID, *, fresh: bool = True) -> Game:
-        """The cached object, brought up to date with one query for newer events (unless not
-        ``fresh`` and this worker holds it already)."""
-        cache = self.repository.cache
-        if not fresh and cache is not None:
-            try:
-                cached = cache.get(game_id)
-            except KeyError:
-                pass
-            else:
-                if isinstance(cached, Game):
-                    return cached
-        return self._stored(game_id)
-
-    def at_creation(self, game_id: uuid.UUID) -> Game:
-        """The game as created (version 1): one event read, however long the game is now."""
-        return self._stored(game_id, 1)
-
-    def _stored(self, game_id: uuid.UUID, version: int | None = None) -> Game:
-        """The game read through the repository: the latest (its cached object, brought up to
-        date) or as it was at ``version``. Unknown is NotFound; a stored row that cannot be
-        decoded or applied is rebuilt around (``_rebuild``)."""
+        """The game's held object, brought up to date with one query for newer events (unless
+        not ``fresh``), or read from the store and held from then on. Unknown is NotFound; a
+        stored row that cannot be decoded or applied is rebuilt around (``_rebuild``) and not
+        held."""
+        held = self.live.get(game_id)
+        if held is not None and not fresh:
+            return held
         try:
-            found: Aggregate = self.repository.get(
-                game_id, version=version, deepcopy_from_cache=False
-            )
+            found: Any
+            if held is None:
+                found = self._game_reads.get(game_id)
+            else:
+                found = project_aggregate(held, self.events.get(game_id, gt=held.version))
         except AggregateNotFoundError:
             raise NotFound(f"no game {game_id}") from None
         except (StoreUnavailable, NotFound):
             raise
         except Exception as exc:  # a stored row that cannot be decoded or applied
-            found = self._rebuild(game_id, version, exc)
+            self.live.drop(game_id)
+            found = self._rebuild(game_id, None, exc)
+        else:
+            if isinstance(found, Game) and found is not held:
+                self.live.put(found)
+        if not isinstance(found, Game):
+            raise NotFound(f"no game {game_id}")
+        return found
+
+    def at_creation(self, game_id: uuid.UUID) -> Game:
+        """The game as created (version 1): one event read, however long the game is now."""
+        try:
+            found: Aggregate = self.repository.get(game_id, version=1)
+        except AggregateNotFoundError:
+            raise NotFound(f"no game {game_id}") from None
+        except (StoreUnavailable, NotFound):
+            raise
+        except Exception as exc:  # a stored row that cannot be decoded or applied
+            found = self._rebuild(game_id, 1, exc)
         if not isinstance(found, Game):
             raise NotFound(f"no game {game_id}")
         return found
@@ -806,8 +880,7 @@ class Games(Application[uuid.UUID]):
                 issued.append(Seat(seat, name, token, bot))
             vault.seal()
         self.save(*also, game, vault)  # what made the game first, in the log too
-        if self.repository.cache is not None:  # the first action needs no read
-            self.repository.cache.put(game_id, game)
+        self.live.put(game)  # the first action needs no read
         return self.views.of(game), issued
 
     @staticmethod
