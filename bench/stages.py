@@ -156,7 +156,7 @@ def instrument(stages: Any) -> Callable[[bool], None]:
     wrap(app_games.Views, "of", "views")
     contain(app_games.Games, "act", "app")
     try:
-        from service.application.receipts import Receipts
+        from service.application.games.receipts import Receipts
     except ImportError:  # before contract 1.2
         pass
     else:

@@ -9,24 +9,24 @@ from __future__ import annotations
 import contextlib
 import os
 
-from service.application.accounts import Accounts
-from service.application.advisor import Advisor
-from service.application.analysis_jobs import AnalysisFeed, JobConfig
-from service.application.analyst import Analyst
-from service.application.challenges import Challenges
+from service.application.analysis.advisor import Advisor
+from service.application.analysis.analyst import Analyst
+from service.application.analysis.fairplay import FairPlay
+from service.application.analysis.jobs import AnalysisFeed, JobConfig
 from service.application.closing import Closing
-from service.application.fairplay import FairPlay
-from service.application.games import Games
-from service.application.lobby import Lobby
-from service.application.notices import Notices, NoticesView
-from service.application.projections import GameList, SolitaireBest
-from service.application.receipts import Receipts
-from service.application.scheduler import DueIndex, Scheduler
-from service.application.seeks import Seeks
-from service.application.standings import AccountGames, RatingsView
-from service.application.timekeeper import Timekeeper
-from service.application.webhook_delivery import Dispatcher
-from service.application.webhooks import WebhookConfig, Webhooks
+from service.application.games.lobby import Lobby
+from service.application.games.projections import GameList, SolitaireBest
+from service.application.games.receipts import Receipts
+from service.application.games.scheduler import DueIndex, Scheduler
+from service.application.games.timekeeper import Timekeeper
+from service.application.games.use_cases import Games
+from service.application.matchmaking.challenges import Challenges
+from service.application.matchmaking.seeks import Seeks
+from service.application.notify.delivery import Dispatcher
+from service.application.notify.notices import Notices, NoticesView
+from service.application.notify.webhooks import WebhookConfig, Webhooks
+from service.application.players.accounts import Accounts
+from service.application.players.standings import AccountGames, RatingsView
 from service.config import Settings
 from service.live.hub import Hub, LiveConfig
 from service.live.redis_link import RedisLink

@@ -17,7 +17,7 @@ from flask.testing import FlaskClient
 
 from domain import fairness
 from domain.game import Game
-from service.application.games import Games
+from service.application.games.use_cases import Games
 from service.config import Settings
 from service.http.app import create_app
 from service.http.core import dumps

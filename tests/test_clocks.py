@@ -23,7 +23,7 @@ from domain.commands import NewGame
 from domain.errors import GameOver, IllegalAction, InvalidRequest, NotYourTurn, TimedOut
 from domain.game import Game, chain_hash, event_records, format_at, parse_at
 from domain.record_sheet import record_sheet
-from service.application.scheduler import Scheduler
+from service.application.games.scheduler import Scheduler
 from service.config import Settings
 from service.http.app import create_app
 from tests.support.clocks import clocked_game, roll

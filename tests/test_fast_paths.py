@@ -34,7 +34,7 @@ from psycopg.conninfo import conninfo_to_dict
 from domain.commands import NewGame
 from domain.game import Game
 from service.application.aggregates import vault_id
-from service.application.games import Games
+from service.application.games.use_cases import Games
 from service.config import Settings
 from service.http.app import create_app
 from service.persistence.guard import ROWS_PER_STATEMENT

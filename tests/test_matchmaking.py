@@ -17,8 +17,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from service.application import challenges as challenges_module
-from service.application.notices import NOTICE_TYPES
-from service.application.seeks import Seeks
+from service.application.matchmaking.seeks import Seeks
+from service.application.notify.notices import NOTICE_TYPES
 from tests.support.http import HOST, bearer, call
 from tests.support.polling import wait_until
 from tests.support.servers import free_port, run_scheduler, serving
@@ -414,7 +414,7 @@ def test_the_oldest_seek_is_paired_with_the_closest_rating_of_another_account() 
 
 
 def test_every_notice_type_is_one_the_document_maps() -> None:
-    """(Webhooks subscribe to these very types: service/application/webhooks.py.)"""
+    """(Webhooks subscribe to these very types: service/application/notify/webhooks.py.)"""
     mapping = load_spec()["components"]["schemas"]["Notice"]["discriminator"]["mapping"]
     assert set(NOTICE_TYPES) == set(mapping)
 

@@ -28,7 +28,7 @@ from eventsourcing.persistence import OperationalError
 from flask import Flask
 
 from bench.http import processes, tree
-from service.application.games import Games
+from service.application.games.use_cases import Games
 from service.config import Settings
 from service.http.app import create_app
 from service.persistence.guard import COOLDOWN

@@ -20,7 +20,7 @@ from flask.testing import FlaskClient
 from openskill.models import PlackettLuce
 
 from domain.audit import audit_records, parse_export
-from service.application.scheduler import Scheduler
+from service.application.games.scheduler import Scheduler
 from service.config import Settings
 from service.http.app import create_app
 from tests.support.http import bearer

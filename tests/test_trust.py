@@ -25,7 +25,7 @@ from flask.testing import FlaskClient
 from domain import fairness
 from domain.game import Game
 from service.application.aggregates import vault_id
-from service.application.games import Games
+from service.application.games.use_cases import Games
 from service.config import Settings
 from service.http.app import create_app
 

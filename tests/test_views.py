@@ -21,7 +21,7 @@ from eventsourcing.utils import get_topic
 
 from domain.commands import NewGame
 from domain.game import Game
-from service.application.projections import GameList
+from service.application.games.projections import GameList
 from service.config import Settings
 from service.persistence.log import LogReader
 from service.persistence.views import Sql, View, Views

@@ -12,9 +12,9 @@ from flask import Blueprint, Response, request
 from domain.commands import Command, NewGame, Roll, parse_action
 from domain.errors import IllegalAction
 from domain.game import format_at
-from service.application.accounts import is_personal
 from service.application.errors import Unauthorized
-from service.application.games import Seat, parse_game_id
+from service.application.games.use_cases import Seat, parse_game_id
+from service.application.players.accounts import is_personal
 from service.http import schemas
 from service.http.core import (
     DIGITS,

@@ -23,10 +23,10 @@ from typing import Any
 
 from flask import Blueprint, Response, render_template
 
-from service.application.accounts import BOTS
 from service.application.errors import ApplicationError, NotFound
-from service.application.games import parse_game_id
-from service.application.ratings import initial
+from service.application.games.use_cases import parse_game_id
+from service.application.players.accounts import BOTS
+from service.application.players.ratings import initial
 from service.http.core import (
     BadRequest,
     asked_sheet,

@@ -35,8 +35,8 @@ from eventsourcing.utils import get_topic
 
 from domain.game import Game
 from service.application.errors import ApplicationError, describe
-from service.application.games import GAME_TOPICS, Games
-from service.application.timekeeper import Timekeeper
+from service.application.games.timekeeper import Timekeeper
+from service.application.games.use_cases import GAME_TOPICS, Games
 from service.persistence.views import Sql, View, Views
 
 log = logging.getLogger("cantstop.scheduler")

@@ -8,8 +8,7 @@ the log, which is fixed once they are recorded. The ratings fold the ledger in t
 ``seq`` never changes and nothing is ever inserted before it: a game that arrives late (another
 host's clock a little behind) simply comes next, and an exclusion counts from its own place on.
 ``cantstop ratings LEDGER`` folds a saved ledger through the same functions
-(``service.application.ratings``); rebuilding the view gives the same ledger and numbers to the
-last bit.
+(``players.ratings``); rebuilding the view gives the same ledger and numbers to the last bit.
 """
 
 from __future__ import annotations
@@ -27,9 +26,9 @@ from domain import ratings as order
 from domain.game import Game, format_at
 from service.application.aggregates import Account
 from service.application.errors import ApplicationError
-from service.application.games import Games
-from service.application.projections import IMPORT_TOPICS, IMPORTED
-from service.application.ratings import (
+from service.application.games.projections import IMPORT_TOPICS, IMPORTED
+from service.application.games.use_cases import Games
+from service.application.players.ratings import (
     RatedGame,
     Rating,
     Ratings,

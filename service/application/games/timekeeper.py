@@ -18,7 +18,7 @@ from domain import strategies
 from domain.game import Game
 from domain.position import Position
 from service.application.errors import NotFound
-from service.application.games import Games
+from service.application.games.use_cases import Games
 
 log = logging.getLogger("cantstop.timekeeper")
 

@@ -24,7 +24,7 @@ from domain.errors import IllegalAction, InvalidRequest
 from domain.game import Game
 from service.application.aggregates import Vault, match_token, new_token, token_hash
 from service.application.errors import ConcurrentAction, NotFound, NotYourSeat, Unauthorized
-from service.application.games import Games, Seat, check_bots, check_version
+from service.application.games.use_cases import Games, Seat, check_bots, check_version
 
 ATTEMPTS = 8
 T = TypeVar("T")

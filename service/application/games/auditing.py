@@ -30,7 +30,7 @@ from domain.transcript import MalformedTranscript, apply_action, verify
 from domain.view import game_state
 from service.application.aggregates import ImportedGame, Vault
 from service.application.errors import ImportInvalid, NotFound, describe
-from service.application.games import GAME_EVENT_CLASSES, GAME_TOPICS, Games
+from service.application.games.use_cases import GAME_EVENT_CLASSES, GAME_TOPICS, Games
 
 log = logging.getLogger("cantstop.audit")
 

@@ -38,9 +38,10 @@ from domain.commands import NewGame
 from domain.errors import InvalidRequest
 from domain.game import format_at, parse_at
 from domain.rules import normalize_rules
-from service.application.accounts import BOTS, Accounts, Principal
+from service.application.aggregates import moved_topics
 from service.application.errors import ApplicationError, NotFound
-from service.application.games import Games
+from service.application.games.use_cases import Games
+from service.application.players.accounts import BOTS, Accounts, Principal
 from service.persistence.slots import Slots
 from service.persistence.views import Sql, View, Views
 
@@ -137,16 +138,17 @@ class Challenge(Aggregate):
         }
 
 
-CHALLENGE_TOPICS = tuple(
-    get_topic(cls)
-    for cls in (
-        Challenge.Issued,  # type: ignore[attr-defined]
-        Challenge.Accepted,  # type: ignore[attr-defined]
-        Challenge.Declined,  # type: ignore[attr-defined]
-        Challenge.Canceled,  # type: ignore[attr-defined]
-        Challenge.Expired,  # type: ignore[attr-defined]
-    )
+_EVENTS: tuple[type[Any], ...] = (
+    Challenge.Issued,  # type: ignore[attr-defined]
+    Challenge.Accepted,  # type: ignore[attr-defined]
+    Challenge.Declined,  # type: ignore[attr-defined]
+    Challenge.Canceled,  # type: ignore[attr-defined]
+    Challenge.Expired,  # type: ignore[attr-defined]
 )
+# Stored rows name their classes by topic: Challenge lived in service.application.challenges
+# before, and the rows it stored there keep that topic (read as this class, followed by views).
+OLD_TOPICS = moved_topics("service.application.challenges", Challenge, _EVENTS)
+CHALLENGE_TOPICS = (*(get_topic(cls) for cls in _EVENTS), *OLD_TOPICS)
 
 
 @dataclass(frozen=True)

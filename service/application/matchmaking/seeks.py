@@ -45,11 +45,12 @@ from domain.errors import InvalidRequest
 from domain.game import format_at, parse_at
 from domain.ratings import pool as pool_of
 from domain.rules import normalize_rules
-from service.application.accounts import Principal
-from service.application.challenges import slots_of
+from service.application.aggregates import moved_topics
 from service.application.errors import ApplicationError, NotFound
-from service.application.games import Games
-from service.application.standings import RatingsView
+from service.application.games.use_cases import Games
+from service.application.matchmaking.challenges import slots_of
+from service.application.players.accounts import Principal
+from service.application.players.standings import RatingsView
 from service.persistence.views import Sql, View, Views
 
 log = logging.getLogger("cantstop.seeks")
@@ -143,15 +144,18 @@ class Seek(Aggregate):
         }
 
 
-SEEK_TOPICS = tuple(
-    get_topic(cls)
-    for cls in (
-        Seek.Placed,  # type: ignore[attr-defined]
-        Seek.Paired,  # type: ignore[attr-defined]
-        Seek.Withdrawn,  # type: ignore[attr-defined]
-        Seek.Expired,  # type: ignore[attr-defined]
-    )
+_EVENTS: tuple[type[Any], ...] = (
+    Seek.Placed,  # type: ignore[attr-defined]
+    Seek.Paired,  # type: ignore[attr-defined]
+    Seek.Withdrawn,  # type: ignore[attr-defined]
+    Seek.Expired,  # type: ignore[attr-defined]
 )
+# Seek lived in service.application.seeks before: its stored rows keep that topic.
+OLD_TOPICS = moved_topics("service.application.seeks", Seek, _EVENTS)
+SEEK_TOPICS = (*(get_topic(cls) for cls in _EVENTS), *OLD_TOPICS)
+SEEK_EXPIRED_TOPICS = frozenset(
+    {get_topic(Seek.Expired), "service.application.seeks:Seek.Expired"}  # type: ignore[attr-defined]
+)  # (notices show a seek's expiry)
 
 
 class SeekPool(View):

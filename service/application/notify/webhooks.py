@@ -40,8 +40,8 @@ from eventsourcing.postgres import PostgresApplicationRecorder
 
 from domain.game import format_at
 from service.application.errors import ApplicationError, NotFound
-from service.application.games import Games
-from service.application.notices import NOTICE_TYPES, Notice
+from service.application.games.use_cases import Games
+from service.application.notify.notices import NOTICE_TYPES, Notice
 from service.config import ConfigError, env_int, env_number
 from service.persistence.tables import Sql
 from service.persistence.webhooks import (

@@ -430,7 +430,7 @@ class Games(Application[uuid.UUID]):
 
     principals: Callable[[str], str] | None = None
     """A personal token's account handle, with the scope ``play`` (set by the runtime:
-    service.application.accounts); None where accounts are not served."""
+    service.application.players.accounts); None where accounts are not served."""
 
     on_recorded: Callable[[uuid.UUID, list[dict[str, Any]]], None] | None = None
     """Called after every successful save with each game's new events as served (service.live)."""

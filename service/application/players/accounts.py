@@ -37,7 +37,7 @@ from domain.errors import InvalidRequest
 from domain.game import check_handle, format_at
 from service.application.aggregates import Account, account_id
 from service.application.errors import ApplicationError, NotFound, Unauthorized
-from service.application.games import Games
+from service.application.games.use_cases import Games
 from service.persistence.accounts import Credentials, TokenRow
 
 log = logging.getLogger("cantstop.accounts")
