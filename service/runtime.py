@@ -27,6 +27,7 @@ from service.application.notify.notices import Notices, NoticesView
 from service.application.notify.webhooks import WebhookConfig, Webhooks
 from service.application.players.accounts import Accounts
 from service.application.players.standings import AccountGames, RatingsView
+from service.application.store import Store
 from service.config import Settings
 from service.live.hub import Hub, LiveConfig
 from service.live.redis_link import RedisLink
@@ -52,16 +53,17 @@ class Runtime:
             }
         )
         env.update(settings.extra_env)
-        self.games = Games(env=env)
+        self.store = Store(env=env)  # every context saves and loads through it
+        self.games = Games(self.store)
         self.receipts = Receipts.from_env(
-            {**os.environ, **settings.extra_env}, self.games.stored_keys()
+            {**os.environ, **settings.extra_env}, self.store.stored_keys()
         )
-        self.accounts = Accounts(self.games, self.games.credentials())
-        self.games.principals = lambda token: self.accounts.authenticate(token, "play").handle
+        self.accounts = Accounts(self.store, self.store.credentials())
+        self.games.seats.principals = lambda token: self.accounts.authenticate(token, "play").handle
         self.lobby = Lobby(self.games)
         # Webhooks: their tables beside the events; delivered by the scheduler's dispatcher.
         self.webhooks = Webhooks.of(
-            self.games,
+            self.store,
             WebhookConfig.from_env({**os.environ, **settings.extra_env}),
             create=create_tables,
         )
@@ -77,16 +79,16 @@ class Runtime:
         )
         # The views across games, in tables of the store (service/persistence/views.py).
         self.views = Views(
-            self.games.recorder, self.games.mapper.to_domain_event, create=create_tables
+            self.store.recorder, self.store.mapper.to_domain_event, create=create_tables
         )
         self.game_list = GameList()
         self.leaderboard = SolitaireBest()
         self.account_games = AccountGames()
         self.ratings = RatingsView(self.games)
-        self.notices_view = NoticesView(self.games)
+        self.notices_view = NoticesView(self.store)
         self.notices = Notices(self.views, self.notices_view)
-        self.challenges = Challenges(self.games, self.accounts, self.views)
-        self.seeks = Seeks(self.games, self.views, self.ratings)
+        self.challenges = Challenges(self.store, self.games, self.accounts, self.views)
+        self.seeks = Seeks(self.store, self.games, self.views, self.ratings)
         self.closing = Closing(
             self.accounts,
             self.games,
@@ -120,7 +122,7 @@ class Runtime:
         self.link = RedisLink(settings.redis_url) if settings.redis_url else None
         self.hub = Hub(self.games, self.link, LiveConfig.from_env())
         self.hub.notices = self.notices
-        self.games.on_recorded = self.hub.publish
+        self.store.on_recorded = self.hub.publish
         self.notices_view.listeners.append(self.hub.publish_notices)
         self.notices_view.hooks.append(self.webhooks.on_notices)  # deliveries queued with it
 
@@ -166,4 +168,4 @@ class Runtime:
         if self._dispatcher is not None:
             self._dispatcher.close()  # attempts under way end by their deadline
         self.hub.close()
-        self.games.close()
+        self.store.close()

@@ -23,7 +23,7 @@ from flask.testing import FlaskClient
 
 from domain.analysis import analyse
 from domain.strategies.expert import ExpertStrategy
-from service.application import analyst as analyst_module
+from service.application.analysis import analyst as analyst_module
 from service.application.analysis.jobs import (
     ATTEMPTS,
     FINAL,

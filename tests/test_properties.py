@@ -31,7 +31,7 @@ from domain.errors import DomainError, GameOver, IllegalAction, InvalidDice, Not
 from domain.game import AT_FORMAT, Game, format_at, parse_at
 from domain.view import game_state
 from service.application.aggregates import Vault
-from service.application.games.use_cases import GameEventMapper, ServiceTranscoder
+from service.application.store import GameEventMapper, ServiceTranscoder
 
 PROPERTY = settings(
     max_examples=50,

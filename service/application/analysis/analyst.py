@@ -114,8 +114,8 @@ class Analyst:
     ) -> None:
         self.games = games
         self.config = config or JobConfig()
-        datastore = getattr(games.recorder, "datastore", None)
-        dialect = "sqlite" if isinstance(games.factory, SQLiteStore) else "postgres"
+        datastore = getattr(games.store.recorder, "datastore", None)
+        dialect = "sqlite" if isinstance(games.store.factory, SQLiteStore) else "postgres"
         if datastore is None:  # an in-memory store (a few tests): nowhere to queue
             raise RuntimeError("the analysis needs a stored event store")
         self.stored = StoredAnalyses(datastore, dialect)

@@ -163,7 +163,7 @@ class FairPlay:
         analysis = self._kept(uuid.UUID(game_id))
         if analysis is None:
             return False
-        if self.games.is_imported(uuid.UUID(game_id)):  # never rated: kept out here too
+        if self.games.store.is_imported(uuid.UUID(game_id)):  # never rated: kept out here too
             self._pass(game_id, "an imported game")
             return False
         try:

@@ -594,7 +594,7 @@ class AnalysisFeed(View):
         found = []
         for head in items:
             try:
-                if not self.games.at_creation(head.originator_id).rated:
+                if not self.games.store.at_creation(head.originator_id).rated:
                     continue
                 game = self.games.game(head.originator_id)
                 if rated_game(game, self.games.history(head.originator_id)) is None:

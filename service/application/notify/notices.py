@@ -36,10 +36,10 @@ from typing import Any
 from eventsourcing.utils import get_topic
 
 from domain.game import Game, format_at
-from service.application.games.use_cases import Games
 from service.application.matchmaking.challenges import CHALLENGE_TOPICS, Challenge
 from service.application.matchmaking.seeks import SEEK_EXPIRED_TOPICS
 from service.application.players.accounts import BOTS
+from service.application.store import Store
 from service.persistence.views import Sql, View, Views
 
 NOTICE_TYPES = (
@@ -116,8 +116,8 @@ class NoticesView(View):
         ],
     }
 
-    def __init__(self, games: Games) -> None:
-        self.games = games
+    def __init__(self, store: Store) -> None:
+        self.store = store
         self.hooks: list[Callable[[Sql, list[Notice]], None]] = []
         """Called inside the batch's transaction, on the live view only (webhooks' queue)."""
         self.listeners: list[Callable[[list[Notice]], None]] = []
@@ -128,16 +128,16 @@ class NoticesView(View):
         """Each event, with a challenge's state as of that event (what its notice shows)."""
         out: list[tuple[Any, dict[str, Any] | None]] = []
         for _, event in items:
-            if isinstance(event, Game.GameCreated) and self.games.is_imported(event.originator_id):
+            if isinstance(event, Game.GameCreated) and self.store.is_imported(event.originator_id):
                 continue  # an imported game sends nothing (1.3): without its row, nor do its events
             shown = None
             if get_topic(type(event)) in SEEK_EXPIRED_TOPICS:
-                seek: Any = self.games.repository.get(
+                seek: Any = self.store.repository.get(
                     event.originator_id, version=event.originator_version
                 )
                 shown = {"seek": seek.as_json(event.timestamp)}
             elif get_topic(type(event)) in CHALLENGE_TOPICS:
-                found: Any = self.games.repository.get(
+                found: Any = self.store.repository.get(
                     event.originator_id, version=event.originator_version
                 )
                 if isinstance(found, Challenge):

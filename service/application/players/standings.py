@@ -154,9 +154,9 @@ class RatingsView(View):
                     found.append(moderated)
                 continue
             try:
-                if not self.games.at_creation(head.originator_id).rated:
+                if not self.games.store.at_creation(head.originator_id).rated:
                     continue  # one event read: most games are not rated
-                if self.games.is_imported(head.originator_id):
+                if self.games.store.is_imported(head.originator_id):
                     continue  # not played here, and importable again and again (1.3)
                 game = self.games.game(head.originator_id)
                 records = self.games.history(head.originator_id)
@@ -178,7 +178,7 @@ class RatingsView(View):
     def _moderated(self, head: Any) -> Moderated | None:
         """The account as that event left it: its handle, the event's time and reason."""
         try:
-            account: Any = self.games.repository.get(
+            account: Any = self.games.store.repository.get(
                 head.originator_id, version=head.originator_version
             )
         except AggregateNotFoundError:
