@@ -12,11 +12,11 @@ everything played: its share of an action is the "worker" row.
 | stage | the functions it counts (both trees have them) |
 |---|---|
 | parse | `http.games.action_command` (parsed once per distinct body), `required_versions` |
-| auth | `Games.authenticate` (imported?, the seat's token or the account's) |
-| load | `Games._latest` (the owned game: the cache, or the store) |
+| auth | `Seats.authenticate` (imported?, the seat's token or the account's) |
+| load | `Store._latest` (the owned game: the cache, or the store) |
 | decide | `Games._apply` (If-Match, the rules, the events and their hash chain, a seed revealed) |
-| store | `Games._write` (the events' stored form, the insert, a due snapshot) |
-| publish | `Games._tell` (the live hub, Redis if configured) |
+| store | `Store._write` (the events' stored form, the insert, a due snapshot) |
+| publish | `Store._tell` (the live hub, Redis if configured) |
 | views | `Views.of` (the game's state view) |
 | sign | `Receipts.sign` (the action's receipt; absent before contract 1.2) |
 | answer | `http.games.json_response` (the JSON body and headers) |
@@ -110,8 +110,15 @@ def load_instructions() -> Any:
 def instrument(stages: Any) -> Callable[[bool], None]:
     """Route the action path's functions through the stage symbols; the switch returned turns
     the split on for the main thread's action requests only."""
-    from service.application import games as app_games
     from service.http import games as http_games
+
+    try:
+        app_games: Any = importlib.import_module("service.application.games.use_cases")
+        seats: Any = importlib.import_module("service.application.games.seats").Seats
+        store: Any = importlib.import_module("service.application.store").Store
+    except ImportError:  # before the contexts (#42): one Games class in application/games.py
+        app_games = importlib.import_module("service.application.games")
+        seats = store = app_games.Games
 
     main = threading.get_ident()
     on = [False]
@@ -148,15 +155,15 @@ def instrument(stages: Any) -> Callable[[bool], None]:
     wrap(http_games, "action_command", "parse")
     wrap(http_games, "required_versions", "parse")
     wrap(http_games, "json_response", "answer")
-    wrap(app_games.Games, "authenticate", "auth")
-    wrap(app_games.Games, "_latest", "load")
+    wrap(seats, "authenticate", "auth")
+    wrap(store, "_latest", "load")
     wrap(app_games.Games, "_apply", "decide")
-    wrap(app_games.Games, "_write", "store")
-    wrap(app_games.Games, "_tell", "publish")
+    wrap(store, "_write", "store")
+    wrap(store, "_tell", "publish")
     wrap(app_games.Views, "of", "views")
     contain(app_games.Games, "act", "app")
     try:
-        from service.application.receipts import Receipts
+        from service.application.games.receipts import Receipts
     except ImportError:  # before contract 1.2
         pass
     else:

@@ -475,10 +475,10 @@ class PostgresStore(Store):
 
     def use(self, rt: Runtime) -> None:
         """The tables' real names, from the application."""
-        recorder: Any = rt.games.recorder
+        recorder: Any = rt.games.store.recorder
         self.schema = str(recorder.datastore.schema or "public")
         self.events = str(recorder.events_table_name)
-        snapshots: Any = rt.games.snapshots
+        snapshots: Any = rt.games.store.snapshots
         self.snapshots = str(snapshots.recorder.events_table_name)
 
     def _table(self, name: str) -> str:

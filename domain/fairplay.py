@@ -1,6 +1,6 @@
 """Fair-play figures (contract 1.3): how close a seat's play came to the expert's, from the
 analysis of a finished game (``domain.analysis``). Pure: the service keeps the figures per
-(game, seat) and sums them per account and pool (service/application/fairplay.py).
+(game, seat) and sums them per account and pool (service/application/analysis/fairplay.py).
 
 A decision is **contested** when the expert's best choice is worth more than the runner-up by
 more than ``CONTESTED`` (``value_best − value_second``): where every sensible player would

@@ -32,11 +32,11 @@ from domain.receipts import held_by, receipt_problem
 from domain.record_sheet import record_sheet
 from domain.transcript import MalformedTranscript, verify
 from service import arena_cli, logformat, metrics
-from service.application.analysis_jobs import JobConfig, Supervisor, arm_cpu_limit
+from service.application.analysis.jobs import JobConfig, Supervisor, arm_cpu_limit
 from service.application.errors import ApplicationError
-from service.application.ratings import LedgerFold, Ratings
-from service.application.receipts import verify as verify_receipt
-from service.application.standings import rated_game
+from service.application.games.receipts import verify as verify_receipt
+from service.application.players.ratings import LedgerFold, Ratings
+from service.application.players.standings import rated_game
 from service.config import ConfigError, ServerSettings, Settings
 from service.live.hub import LiveConfig
 from service.persistence.backup import BackupError, backup_sqlite, sqlite_path
@@ -465,8 +465,8 @@ WORKER_NICENESS = 10
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """Record what happens without a request — turns that time out, computer players' turns,
-    abandoned games — until SIGTERM or SIGINT (service/application/scheduler.py), and keep
-    the analysis processes running (service/application/analysis_jobs.py)."""
+    abandoned games — until SIGTERM or SIGINT (service/application/games/scheduler.py), and keep
+    the analysis processes running (service/application/analysis/jobs.py)."""
     # People's requests come first on a shared host: computer players' thinking yields the CPU
     # to the HTTP workers (a timeout due in 3 s needs milliseconds, so it is never starved).
     os.nice(WORKER_NICENESS)

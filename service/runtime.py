@@ -11,24 +11,25 @@ import os
 from typing import Any
 
 from service import metrics
-from service.application.accounts import Accounts
-from service.application.advisor import Advisor
-from service.application.analysis_jobs import AnalysisFeed, JobConfig
-from service.application.analyst import Analyst
-from service.application.challenges import Challenges
+from service.application.analysis.advisor import Advisor
+from service.application.analysis.analyst import Analyst
+from service.application.analysis.fairplay import FairPlay
+from service.application.analysis.jobs import AnalysisFeed, JobConfig
 from service.application.closing import Closing
-from service.application.fairplay import FairPlay
-from service.application.games import Games
-from service.application.lobby import Lobby
-from service.application.notices import Notices, NoticesView
-from service.application.projections import GameList, SolitaireBest
-from service.application.receipts import Receipts
-from service.application.scheduler import DueIndex, Scheduler
-from service.application.seeks import Seeks
-from service.application.standings import AccountGames, RatingsView
-from service.application.timekeeper import Timekeeper
-from service.application.webhook_delivery import Dispatcher
-from service.application.webhooks import WebhookConfig, Webhooks
+from service.application.games.lobby import Lobby
+from service.application.games.projections import GameList, SolitaireBest
+from service.application.games.receipts import Receipts
+from service.application.games.scheduler import DueIndex, Scheduler
+from service.application.games.timekeeper import Timekeeper
+from service.application.games.use_cases import Games
+from service.application.matchmaking.challenges import Challenges
+from service.application.matchmaking.seeks import Seeks
+from service.application.notify.delivery import Dispatcher
+from service.application.notify.notices import Notices, NoticesView
+from service.application.notify.webhooks import WebhookConfig, Webhooks
+from service.application.players.accounts import Accounts
+from service.application.players.standings import AccountGames, RatingsView
+from service.application.store import Store
 from service.config import Settings
 from service.live.hub import Hub, LiveConfig
 from service.live.redis_link import RedisLink
@@ -55,17 +56,18 @@ class Runtime:
             }
         )
         env.update(settings.extra_env)
-        self.games = Games(env=env)
+        self.store = Store(env=env)  # every context saves and loads through it
+        self.games = Games(self.store)
         self.receipts = Receipts.from_env(
-            {**os.environ, **settings.extra_env}, self.games.stored_keys()
+            {**os.environ, **settings.extra_env}, self.store.stored_keys()
         )
-        self.accounts = Accounts(self.games, self.games.credentials())
-        self.creations = creations_of(self.games, create=create_tables)
-        self.games.principals = lambda token: self.accounts.authenticate(token, "play").handle
+        self.accounts = Accounts(self.store, self.store.credentials())
+        self.creations = creations_of(self.store, create=create_tables)
+        self.games.seats.principals = lambda token: self.accounts.authenticate(token, "play").handle
         self.lobby = Lobby(self.games)
         # Webhooks: their tables beside the events; delivered by the scheduler's dispatcher.
         self.webhooks = Webhooks.of(
-            self.games,
+            self.store,
             WebhookConfig.from_env({**os.environ, **settings.extra_env}),
             create=create_tables,
         )
@@ -81,16 +83,16 @@ class Runtime:
         )
         # The views across games, in tables of the store (service/persistence/views.py).
         self.views = Views(
-            self.games.recorder, self.games.mapper.to_domain_event, create=create_tables
+            self.store.recorder, self.store.mapper.to_domain_event, create=create_tables
         )
         self.game_list = GameList()
         self.leaderboard = SolitaireBest()
         self.account_games = AccountGames()
         self.ratings = RatingsView(self.games)
-        self.notices_view = NoticesView(self.games)
+        self.notices_view = NoticesView(self.store)
         self.notices = Notices(self.views, self.notices_view)
-        self.challenges = Challenges(self.games, self.accounts, self.views)
-        self.seeks = Seeks(self.games, self.views, self.ratings)
+        self.challenges = Challenges(self.store, self.games, self.accounts, self.views)
+        self.seeks = Seeks(self.store, self.games, self.views, self.ratings)
         self.closing = Closing(
             self.accounts,
             self.games,
@@ -124,9 +126,9 @@ class Runtime:
         self.link = RedisLink(settings.redis_url) if settings.redis_url else None
         self.hub = Hub(self.games, self.link, LiveConfig.from_env())
         self.hub.notices = self.notices
-        self.games.on_recorded = self.hub.publish
+        self.store.on_recorded = self.hub.publish
         if settings.metrics:  # CANTSTOP_METRICS=on: events counted by type (service/metrics.py)
-            self.games.on_recorded = metrics.counting_events(self.hub.publish)
+            self.store.on_recorded = metrics.counting_events(self.hub.publish)
         self.notices_view.listeners.append(self.hub.publish_notices)
         self.notices_view.hooks.append(self.webhooks.on_notices)  # deliveries queued with it
 
@@ -172,16 +174,16 @@ class Runtime:
         if self._dispatcher is not None:
             self._dispatcher.close()  # attempts under way end by their deadline
         self.hub.close()
-        self.games.close()
+        self.store.close()
 
 
-def creations_of(games: Games, *, create: bool) -> Creations | None:
+def creations_of(store: Store, *, create: bool) -> Creations | None:
     """The first answers of creating requests with a key (service/http/idempotent.py), in the
     store's database; None for a store without one (an in-memory store in a few tests)."""
-    datastore = getattr(games.recorder, "datastore", None)
+    recorder: Any = store.recorder  # the store's own (service/persistence): it names its SQL
+    datastore = getattr(recorder, "datastore", None)
     if datastore is None:
         return None
-    recorder: Any = games.recorder  # the store's own (service/persistence): it names its SQL
     creations = Creations(datastore, recorder.dialect)
     if create:
         creations.create_table()

@@ -1,4 +1,4 @@
-"""The analysis as a job (contract 1.3; service/application/analysis_jobs.py): 202 then 200, one
+"""The analysis as a job (contract 1.3; service/application/analysis/jobs.py): 202 then 200, one
 job for two requests, the per-client cap under concurrency, fairness across clients, two
 workers racing, a worker killed mid-job, the CPU deadline, the longest game, the memory budget
 and finished rated games queued without asking. Real stores (SQLite and PostgreSQL), real
@@ -23,8 +23,8 @@ from flask.testing import FlaskClient
 
 from domain.analysis import analyse
 from domain.strategies.expert import ExpertStrategy
-from service.application import analyst as analyst_module
-from service.application.analysis_jobs import (
+from service.application.analysis import analyst as analyst_module
+from service.application.analysis.jobs import (
     ATTEMPTS,
     FINAL,
     PER_CLIENT,

@@ -17,7 +17,8 @@ from flask.testing import FlaskClient
 
 from domain import fairness
 from domain.game import Game
-from service.application.games import Games
+from service.application.games.use_cases import Games
+from service.application.store import Store
 from service.config import Settings
 from service.http.app import create_app
 from service.http.core import dumps
@@ -759,7 +760,7 @@ def test_transcript_verification_over_http(client: FlaskClient) -> None:
 
 
 # ------------------------------------------------------------------------------ races
-class RacingGames(Games):
+class RacingStore(Store):
     """Holds every command's write at a barrier: both requests have judged the action on the
     same version before either writes."""
 
@@ -777,13 +778,14 @@ def test_two_racing_actions_give_exactly_one_success(settings: Settings) -> None
     for _ in range(2):  # two workers: two applications on one store
         flask_app = create_app(settings, create_tables=True)
         runtime = flask_app.extensions["cantstop"]
-        runtime.games.close()
-        runtime.games = RacingGames(env=dict(runtime.games.env))
+        runtime.store.close()
+        runtime.store = RacingStore(env=dict(runtime.store.env))
+        runtime.games = Games(runtime.store)
         apps.append(flask_app)
     game, tokens = create(apps[0].test_client(), players=["Ann", "Bob"], dice="manual")
     barrier = threading.Barrier(2)
     for flask_app in apps:
-        flask_app.extensions["cantstop"].games.barrier = barrier
+        flask_app.extensions["cantstop"].store.barrier = barrier
     results: list[Any] = [None, None]
 
     def roll(i: int) -> None:
@@ -863,20 +865,20 @@ def test_long_games_are_snapshotted_so_reads_never_replay_from_the_start(
         current = response.get_json()["game"]
         assert response.get_json()["events"][-1]["type"] == "TurnBusted"
     games: Games = app.extensions["cantstop"].games
-    every = games.snapshotting_intervals[Game]
-    assert games.snapshots is not None  # the service keeps snapshots
-    snapshots = [s.originator_version for s in games.snapshots.get(uuid.UUID(game["id"]))]
+    every = Store.SNAPSHOT_INTERVALS[Game]
+    assert games.store.snapshots is not None  # the service keeps snapshots
+    snapshots = [s.originator_version for s in games.store.snapshots.get(uuid.UUID(game["id"]))]
     assert set(range(every, 121, every)) <= set(snapshots)
 
     read: list[int] = []
-    original = games.repository.event_store.get
+    original = games.store.repository.event_store.get
 
     def counting_get(*args: Any, **kwargs: Any) -> Any:
         events = list(original(*args, **kwargs))
         read.append(len(events))
         return events
 
-    games.repository.event_store.get = counting_get  # type: ignore[method-assign]
+    games.store.repository.event_store.get = counting_get  # type: ignore[method-assign]
     late = state(client, game["id"], version=120)
     assert late["version"] == 120
     assert max(read) < every  # from the nearest snapshot, never the 120 events from the start

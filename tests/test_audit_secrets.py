@@ -45,7 +45,7 @@ def peek_everything(client: FlaskClient, seen: Seen, game_id: str) -> None:
 
 
 def seed_of(app: Flask, game_id: str) -> str:
-    vault = app.extensions["cantstop"].games.repository.get(vault_id(uuid.UUID(game_id)))
+    vault = app.extensions["cantstop"].games.store.repository.get(vault_id(uuid.UUID(game_id)))
     seed = vault.server_seed
     assert isinstance(seed, str) and len(seed) == 64
     return seed

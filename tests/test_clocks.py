@@ -23,7 +23,7 @@ from domain.commands import NewGame
 from domain.errors import GameOver, IllegalAction, InvalidRequest, NotYourTurn, TimedOut
 from domain.game import Game, chain_hash, event_records, format_at, parse_at
 from domain.record_sheet import record_sheet
-from service.application.scheduler import Scheduler
+from service.application.games.scheduler import Scheduler
 from service.config import Settings
 from service.http.app import create_app
 from tests.support.clocks import clocked_game, roll
@@ -301,7 +301,7 @@ def test_a_new_game_is_planned_from_its_creation_unless_it_has_a_clock(
     assert len(events) >= 2
     early = parse_at(events[0]["at"]) + timedelta(seconds=clock_settings.abandon_after)
     assert scheduler.planned(plans["plain"]) == (early, True)  # from the creation, not the last
-    with rt.games.owned(plans["clocked"]) as clocked:
+    with rt.games.store.owned(plans["clocked"]) as clocked:
         truth = rt.timekeeper.due_at(clocked)
     assert truth is not None and scheduler.planned(plans["clocked"]) == (truth, False)
 
@@ -326,7 +326,7 @@ def test_a_computer_player_seated_in_a_planned_lobby_plays_without_waiting(
     game = client.get(f"/v1/games/{lobby['id']}").get_json()
     assert game["status"] == "in_progress"
     scheduler.refresh()  # a seat taken by a computer player: planned again, truly
-    with rt.games.owned(uuid.UUID(lobby["id"])) as latest:
+    with rt.games.store.owned(uuid.UUID(lobby["id"])) as latest:
         truth = rt.timekeeper.due_at(latest)
         bot_to_act = latest.is_bot(latest.current)
     assert truth is not None and scheduler.next_due == truth
@@ -646,7 +646,7 @@ def test_a_computer_player_that_cannot_win_any_more_resigns(
     def scripted(*_: Any) -> list[int]:  # the test's dice, in place of the server's
         return queued.pop(0)
 
-    with rt.games.owned(gid) as game:
+    with rt.games.store.owned(gid) as game:
         for column in (2, 3, 4, 5, 6, 8, 9, 10, 11, 12):  # turn about: 5 columns each
             seat = game.current
             low = max(1, column - 6)
@@ -659,7 +659,7 @@ def test_a_computer_player_that_cannot_win_any_more_resigns(
                     game.stop(seat)
         assert not game.can_still_win(0) and not game.can_still_win(1)
         to_act = game.current
-        rt.games.save_changes(game)
+        rt.games.store.save_changes(game)
     assert to_act is not None
     assert rt.timekeeper.tick(gid, time_.now + timedelta(seconds=1)) is None  # finished
     state = client.get(f"/v1/games/{gid}").get_json()

@@ -157,7 +157,7 @@ def test_an_action_written_after_the_deadline_is_refused_and_records_only_the_ti
     rt = client.application.extensions["cantstop"]
     game, token, deadline = clocked_game(client)
     answers: list[TestResponse] = []
-    with rt.games.owned(uuid.UUID(game["id"])):
+    with rt.games.store.owned(uuid.UUID(game["id"])):
         sent = datetime.now(UTC)
         request = threading.Thread(target=lambda: answers.append(roll(client, game["id"], token)))
         request.start()

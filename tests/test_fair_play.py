@@ -18,8 +18,8 @@ from domain.audit import audit_records
 from domain.commands import NewGame
 from domain.errors import InvalidRequest
 from domain.game import Game, chain_hash, event_records, parse_at
-from service.application.ratings import Ratings
-from service.application.standings import rated_game
+from service.application.players.ratings import Ratings
+from service.application.players.standings import rated_game
 from tests.support.http import bearer
 from tests.support.rated import (
     CLOCK,

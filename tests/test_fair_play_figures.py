@@ -22,7 +22,7 @@ from domain.commands import Move, Roll, Stop
 from domain.fairplay import CONTESTED, percentile, seat_figures
 from domain.position import Position
 from domain.strategies.expert import ExpertStrategy
-from service.application.fairplay import POOL_MINIMUM, SCAN_EVERY
+from service.application.analysis.fairplay import POOL_MINIMUM, SCAN_EVERY
 from service.config import Settings
 from service.http.app import create_app
 from service.runtime import Runtime

@@ -15,11 +15,11 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import psycopg
 import pytest
-from eventsourcing.application import Application, ProcessingEvent, Repository
+from eventsourcing.application import Repository
 from eventsourcing.persistence import IntegrityError, StoredEvent
 from eventsourcing.postgres import (
     PostgresAggregateRecorder,
@@ -34,7 +34,8 @@ from psycopg.conninfo import conninfo_to_dict
 from domain.commands import NewGame
 from domain.game import Game
 from service.application.aggregates import vault_id
-from service.application.games import Games
+from service.application.games.use_cases import Games
+from service.application.store import Store
 from service.config import Settings
 from service.http.app import create_app
 from service.persistence.guard import ROWS_PER_STATEMENT
@@ -163,7 +164,7 @@ def stored(originator: uuid.UUID, versions: range, tag: str = "") -> list[Stored
 def game_events(games: Games) -> list[StoredEvent]:
     """A new game's events, as the service's mapper stores them."""
     game = Game.start(uuid.uuid4(), NewGame(players=["Ann", "Bob"], dice="manual"))
-    return [games.mapper.to_stored_event(event) for event in game.collect_events()]
+    return [games.store.mapper.to_stored_event(event) for event in game.collect_events()]
 
 
 def batches(games: Games) -> list[list[StoredEvent]]:
@@ -211,7 +212,7 @@ def test_sqlite_insert_stores_what_the_library_stores(
     connection, ``_insert_alone``; more rows in chunks in one transaction) against
     SQLiteApplicationRecorder.insert_events: the same rows and notification ids, batch by batch."""
     with stores("sqlite", tmp_path, request) as (games, library, rows):
-        recorder: Any = games.recorder
+        recorder: Any = games.store.recorder
         assert not recorder.max_notification_id() and not library.events.max_notification_id()
         calls = spy(monkeypatch, recorder, "_insert", "_insert_alone")
         for batch in batches(games):
@@ -232,7 +233,7 @@ def test_sqlite_insert_refused_stores_nothing_as_the_librarys(
     """A batch with a taken version is refused whole by both (IntegrityError), alone or in
     chunks, and the next ids are the same."""
     with stores("sqlite", tmp_path, request) as (games, library, rows):
-        recorder: Any = games.recorder
+        recorder: Any = games.store.recorder
         originator = uuid.uuid4()
         first = stored(originator, range(1, 4))
         assert recorder.insert_events(first) == library.events.insert_events(first)
@@ -264,7 +265,7 @@ def test_postgres_insert_stores_what_the_library_stores(
     one transaction past ROWS_PER_STATEMENT) against PostgresApplicationRecorder.insert_events:
     the same rows and notification ids; a refused batch stores nothing in either."""
     with stores("postgres", tmp_path, request) as (games, library, rows):
-        recorder: Any = games.recorder
+        recorder: Any = games.store.recorder
         assert not recorder.datastore.pool.closed  # (the recorder opens it): the fast path's
         calls = spy(monkeypatch, recorder, "_execute_prepared", "_execute")
         for batch in batches(games):
@@ -290,8 +291,8 @@ def with_snapshots(games: Games) -> list[tuple[list[StoredEvent], list[StoredEve
     command's few events, more than PREPARED_ROWS, more than one statement's rows)."""
     a, b = uuid.uuid4(), uuid.uuid4()
     game = Game.start(uuid.uuid4(), NewGame(players=["Ann", "Bob"], dice="manual"))
-    events = [games.mapper.to_stored_event(e) for e in game.collect_events()]
-    snapshot = games.mapper.to_stored_event(Game.Snapshot.take(game))
+    events = [games.store.mapper.to_stored_event(e) for e in game.collect_events()]
+    snapshot = games.store.mapper.to_stored_event(Game.Snapshot.take(game))
     return [
         (events, [snapshot]),
         (stored(a, range(1, 4)), stored(a, range(3, 4), tag="snapshot")),
@@ -308,9 +309,9 @@ def insert_with_snapshots_as_the_library(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with stores(backend, tmp_path, request) as (games, library, rows):
-        recorder: Any = games.recorder
-        assert games.snapshots is not None
-        snapshots: Any = games.snapshots.recorder
+        recorder: Any = games.store.recorder
+        assert games.store.snapshots is not None
+        snapshots: Any = games.store.snapshots.recorder
         postgres = backend == "postgres"
         names = ("_execute_prepared", "_execute") if postgres else ("_insert", "_replace")
         calls = spy(monkeypatch, recorder, *names)
@@ -351,40 +352,36 @@ def test_postgres_insert_with_snapshots_stores_what_the_library_stores(
 
 # -------------------------------------------------------------------- (d) the snapshots
 class LibrarySnapshots:
-    """The library's own snapshotting (Application._take_snapshots and take_snapshot, run as
-    they are), reading each due version back from the stored events, into a list."""
-
-    snapshot_class = None
-    snapshotting_projectors: dict[type, Any] = {}  # noqa: RUF012 (the library's attribute)
+    """The library's own snapshots, as its ``Application`` with ``snapshotting_intervals`` takes
+    them on ``save``: at each event whose version is a multiple of its aggregate's interval, the
+    aggregate read back from the stored events at that version (a Repository without snapshots
+    or cache) and its Snapshot taken."""
 
     def __init__(self, games: Games) -> None:
-        self.snapshotting_intervals = games.snapshotting_intervals
-        self.repository: Repository[uuid.UUID] = Repository(games.events)  # no snapshots, no cache
-        self.snapshots = self
-        self.taken: list[Any] = []
-
-    def put(self, snapshots: list[Any]) -> None:
-        self.taken += snapshots
-
-    def take_snapshot(self, **kwargs: Any) -> None:
-        Application.take_snapshot(cast(Any, self), **kwargs)
+        self.intervals = Store.SNAPSHOT_INTERVALS
+        self.repository: Repository[uuid.UUID] = Repository(
+            games.store.events
+        )  # no snapshots, no cache
 
     def of(self, games: Games, aggregate_ids: list[uuid.UUID]) -> dict[tuple[uuid.UUID, int], Any]:
-        """What the library takes for the aggregates' stored events, saved in any batches: a
-        snapshot at each event whose version is a multiple of the aggregate's interval."""
-        processing = ProcessingEvent[uuid.UUID]()
+        """What the library takes for the aggregates' stored events, saved in any batches."""
+        taken = []
         for aggregate_id in aggregate_ids:
-            processing.events += list(games.events.get(aggregate_id))
-            processing.aggregates[aggregate_id] = games.repository.get(aggregate_id)
-        Application._take_snapshots(cast(Any, self), processing)
-        return snapshot_states(games, self.taken)
+            interval = self.intervals[type(self.repository.get(aggregate_id))]
+            for event in games.store.events.get(aggregate_id):
+                if event.originator_version % interval == 0:
+                    aggregate: Any = self.repository.get(
+                        aggregate_id, version=event.originator_version
+                    )
+                    taken.append(type(aggregate).Snapshot.take(aggregate))
+        return snapshot_states(games, taken)
 
 
 def snapshot_states(games: Games, snapshots: list[Any]) -> dict[tuple[uuid.UUID, int], Any]:
     """Each snapshot's topic and state as stored and read back (the time it was taken aside)."""
     found = {}
     for snapshot in snapshots:
-        back: Any = games.mapper.to_domain_event(games.mapper.to_stored_event(snapshot))
+        back: Any = games.store.mapper.to_domain_event(games.store.mapper.to_stored_event(snapshot))
         found[(back.originator_id, back.originator_version)] = (type(back), back.state)
     return found
 
@@ -400,8 +397,8 @@ def the_services_snapshots(
     games: Games, aggregate_ids: list[uuid.UUID]
 ) -> dict[tuple[uuid.UUID, int], Any]:
     """The snapshots the service stored for the aggregates, ``LIVE_ONLY`` aside."""
-    assert games.snapshots is not None
-    found = snapshot_states(games, [s for i in aggregate_ids for s in games.snapshots.get(i)])
+    assert games.store.snapshots is not None
+    found = snapshot_states(games, [s for i in aggregate_ids for s in games.store.snapshots.get(i)])
     for _, state in found.values():
         for name, value in LIVE_ONLY.items():
             if name in state:
@@ -449,14 +446,14 @@ def test_snapshots_of_played_games_are_the_librarys(
     backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """Games takes the snapshots an action makes due from the object just saved
-    (``_take_snapshots`` on ``save``, ``_snapshots_due`` on the command path ``_write``), where
+    (``_take_snapshots_of`` on ``save``, ``_snapshots_of`` on the command path ``_write``), where
     the library reads the aggregate back from the store at the due version: the same snapshots,
     of the same states, at the same versions, for a game played past two intervals."""
     with service_app(backend, tmp_path, request) as app:
         games = app.extensions["cantstop"].games
         client = app.test_client()
         game_id, tokens = created(client, {"players": ["Ann", "Bob"], "dice": "manual"})
-        play(client, game_id, tokens, until=2 * Games.snapshotting_intervals[Game] + 3)
+        play(client, game_id, tokens, until=2 * Store.SNAPSHOT_INTERVALS[Game] + 3)
         ids = [uuid.UUID(game_id), vault_id(uuid.UUID(game_id))]
         ours = the_services_snapshots(games, ids)
         assert [version for (_, version) in ours] == [20, 40]
@@ -482,9 +479,7 @@ def test_snapshots_of_an_imported_game_are_the_librarys(
         body = {"players": ["Ann", "Bob"], "dice": "manual", "first_player": 0}
         game_id, tokens = created(client, body)
         try:
-            actions = play(
-                client, game_id, tokens, until=2 * Games.snapshotting_intervals[Game] + 3
-            )
+            actions = play(client, game_id, tokens, until=2 * Store.SNAPSHOT_INTERVALS[Game] + 3)
         except AssertionError as exc:
             pytest.fail(f"the game was not played: {exc}")
         transcript = {"players": ["Ann", "Bob"], "first_player": 0, "actions": actions}

@@ -9,7 +9,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from service.application.projections import RuleSet
+from service.application.games.projections import RuleSet
 
 Json = dict[str, Any]
 

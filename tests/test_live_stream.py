@@ -287,7 +287,7 @@ def test_gaps_are_filled_from_the_store_and_duplicates_are_ignored(
     client = app.test_client()
     game_id, tokens = create(client)
     hub = hub_of(app)
-    app.extensions["cantstop"].games.on_recorded = None  # nothing is handed on by itself here
+    app.extensions["cantstop"].games.store.on_recorded = None  # nothing is handed on by itself here
     body = hub.stream(uuid.UUID(game_id), 2, version=2, finished=False, client="test")
     reader = Reader(iter(body))
     reader.read_until(lambda r: bool(r.comments))
@@ -394,7 +394,7 @@ def test_a_failing_hook_never_fails_a_recorded_action(make_app: Callable[..., Fl
     def broken(game_id: uuid.UUID, records: list[Json]) -> None:
         raise RuntimeError("boom")
 
-    app.extensions["cantstop"].games.on_recorded = broken
+    app.extensions["cantstop"].games.store.on_recorded = broken
     result = play(client, game_id, tokens)
     assert history(client, game_id)[-1] == result["events"][-1]
     hub_of(app).publish(uuid.UUID(game_id), [{"no": "version"}])  # swallowed and logged

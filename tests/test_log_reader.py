@@ -26,13 +26,13 @@ def test_a_slow_transaction_is_not_passed_over(postgres_url: str) -> None:
     app = create_app(Settings(database_url=postgres_url), create_tables=True)
     games = app.extensions["cantstop"].games
     try:
-        reader = LogReader(games.recorder)
+        reader = LogReader(games.store.recorder)
         first = created_game(games)
-        games.save(first)
+        games.store.save(first)
         assert {n.originator_id for n in reader.read(100)} == {first.id}
         # A writer takes the next notification ids and has not committed yet...
         slow = created_game(games)
-        stored = [games.mapper.to_stored_event(e) for e in slow.collect_events()]
+        stored = [games.store.mapper.to_stored_event(e) for e in slow.collect_events()]
         with psycopg.connect(postgres_url) as conn:
             with conn.cursor() as cursor:
                 for event in stored:
@@ -43,7 +43,7 @@ def test_a_slow_transaction_is_not_passed_over(postgres_url: str) -> None:
                     )
                 # ... while a later writer commits with higher ids.
                 fast = created_game(games)
-                games.save(fast)
+                games.store.save(fast)
                 assert reader.read(100) == []  # nothing yet: the slow one may still commit
             conn.commit()
         seen = reader.read(100) + reader.read(100)
@@ -59,12 +59,12 @@ def test_sqlite_reads_by_id_from_where_it_left_off(tmp_path: object) -> None:
     app = create_app(Settings(database_url=f"sqlite:///{tmp_path}/log.sqlite"), create_tables=True)
     games = app.extensions["cantstop"].games
     try:
-        reader = LogReader(games.recorder)
+        reader = LogReader(games.store.recorder)
         one, two = created_game(games), created_game(games)
-        games.save(one)
+        games.store.save(one)
         assert {n.originator_id for n in reader.read(100)} == {one.id}
         reader.skip_to_end()
-        games.save(two)
+        games.store.save(two)
         assert [n.originator_id for n in reader.read(1)] == [two.id]
         assert [n.originator_id for n in reader.read(100)] == [two.id]
         assert reader.read(100) == []
@@ -85,12 +85,12 @@ def test_heads_are_the_notifications_without_their_states(
     app = create_app(Settings(database_url=url), create_tables=True)
     games = app.extensions["cantstop"].games
     try:
-        full, light = LogReader(games.recorder), LogReader(games.recorder)
+        full, light = LogReader(games.store.recorder), LogReader(games.store.recorder)
         full.skip_to_end()
         light.skip_to_end()
         one, two = created_game(games), created_game(games)
-        games.save(one)
-        games.save(two)
+        games.store.save(one)
+        games.store.save(two)
         expected = [(n.id, n.originator_id, n.originator_version, n.topic) for n in full.read(100)]
         assert len(expected) == 4  # two events per new game
         heads = light.heads(3) + light.heads(3) + light.heads(3)
@@ -99,7 +99,7 @@ def test_heads_are_the_notifications_without_their_states(
         assert light.heads(100) == []
         # Filtered by topic, as read is.
         created = get_topic(Game.GameCreated)
-        only = LogReader(games.recorder, (created,))
+        only = LogReader(games.store.recorder, (created,))
         assert {h.topic for h in only.heads(100)} == {created}
     finally:
         app.extensions["cantstop"].close()

@@ -3,22 +3,32 @@ across workers, and how an app or a bot hears of it on one connection."""
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from eventsourcing.persistence import (
+    DatetimeAsISO,
+    DecimalAsStr,
+    JSONTranscoder,
+    Mapper,
+    UUIDAsHex,
+)
 from flask import Flask
 from flask.testing import FlaskClient
 
-from service.application import challenges as challenges_module
-from service.application.notices import NOTICE_TYPES
-from service.application.seeks import Seeks
+from service.application.matchmaking import challenges as challenges_module
+from service.application.matchmaking.challenges import Challenge, PendingChallenges
+from service.application.matchmaking.seeks import Seek, SeekPool, Seeks
+from service.application.notify.notices import NOTICE_TYPES, NoticesView
 from tests.support.http import HOST, bearer, call
 from tests.support.polling import wait_until
 from tests.support.servers import free_port, run_scheduler, serving
@@ -414,7 +424,7 @@ def test_the_oldest_seek_is_paired_with_the_closest_rating_of_another_account() 
 
 
 def test_every_notice_type_is_one_the_document_maps() -> None:
-    """(Webhooks subscribe to these very types: service/application/webhooks.py.)"""
+    """(Webhooks subscribe to these very types: service/application/notify/webhooks.py.)"""
     mapping = load_spec()["components"]["schemas"]["Notice"]["discriminator"]["mapping"]
     assert set(NOTICE_TYPES) == set(mapping)
 
@@ -440,3 +450,36 @@ def test_closing_an_account_answers_its_challenges_and_withdraws_its_seeks(
     # Its seek is gone: bob's seek stays open, paired with nobody.
     mine = client.post("/v1/seeks", json={"players": 2}, headers=bearer(bob)).get_json()
     assert mine["status"] == "open" and seek["status"] == "open"
+
+
+def test_challenges_and_seeks_stored_under_their_old_modules_still_read() -> None:
+    """Challenge and Seek lived in service.application.challenges and .seeks: rows stored then
+    keep those topics. They read back as the classes now, and the views that select rows by
+    topic (pending challenges, the seek pool, notices) select them too."""
+    transcoder = JSONTranscoder()
+    for transcoding in (UUIDAsHex(), DecimalAsStr(), DatetimeAsISO()):
+        transcoder.register(transcoding)
+    mapper: Mapper[uuid.UUID] = Mapper(transcoder=transcoder)
+    challenge = Challenge(
+        "ann", "bob", {}, rated=False, clock=None, expires_at="2026-01-01T00:00:00Z"
+    )
+    challenge.cancel()
+    seek = Seek("ann", {}, 2, rated=False, clock=None, mu=25.0, expires_at="2026-01-01T00:00:00Z")
+    seek.expire()
+    for old_module, aggregate in (
+        ("service.application.challenges", challenge),
+        ("service.application.seeks", seek),
+    ):
+        for event in aggregate.collect_events():
+            stored = mapper.to_stored_event(event)
+            old_topic = f"{old_module}:{type(event).__qualname__}"
+            assert old_topic != stored.topic
+            read = mapper.to_domain_event(dataclasses.replace(stored, topic=old_topic))
+            assert read == event
+            views = {
+                "service.application.challenges": (PendingChallenges, NoticesView),
+                "service.application.seeks": (SeekPool,),
+            }[old_module]
+            for view in views:
+                assert old_topic in view.topics, (view.__name__, old_topic)
+    assert "service.application.seeks:Seek.Expired" in NoticesView.topics

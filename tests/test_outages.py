@@ -28,7 +28,7 @@ from eventsourcing.persistence import OperationalError
 from flask import Flask
 
 from bench.http import processes, tree
-from service.application.games import Games
+from service.application.games.use_cases import Games
 from service.config import Settings
 from service.http.app import create_app
 from service.persistence.errors import NoAnswer
@@ -303,7 +303,9 @@ def test_a_statement_waits_at_most_the_query_timeout_but_creating_the_tables_wai
         games = app.extensions["cantstop"].games
         game_id, (ann, _bob) = manual_game(app)
         before = events_of(app, game_id)
-        table = f'"{games.recorder.datastore.schema}"."{games.recorder.events_table_name}"'
+        table = (
+            f'"{games.store.recorder.datastore.schema}"."{games.store.recorder.events_table_name}"'
+        )
         client = app.test_client()
         headers = {"Authorization": f"Bearer {ann}"}
         roll = {"type": "roll", "dice": [1, 2, 3, 4]}
@@ -319,7 +321,7 @@ def test_a_statement_waits_at_most_the_query_timeout_but_creating_the_tables_wai
 
             def create() -> None:
                 begun = time.monotonic()
-                games.recorder.create_table()
+                games.store.recorder.create_table()
                 created.append(time.monotonic() - begun)
 
             creator = threading.Thread(target=create)
@@ -384,7 +386,7 @@ class Faults:
         self.lose_answer = True
         self.down = False
         self.fired: list[str] = []
-        recorder: Any = games.recorder
+        recorder: Any = games.store.recorder
         # Every insert of both stores' recorders goes through it, with or without snapshots.
         recorder._insert = self._faulty(recorder._insert, down_after_commit)
 
@@ -440,7 +442,7 @@ def test_a_full_disk_refuses_writes_with_503_keeps_reads_and_healthz_tells_until
         client = app.test_client()
         game_id, tokens = manual_game(app)
         assert client.get("/healthz").get_json()["checks"]["writes"] == "ok"
-        writer = app.extensions["cantstop"].games.recorder.datastore.pool.writer()
+        writer = app.extensions["cantstop"].games.store.recorder.datastore.pool.writer()
         pages = writer.execute("PRAGMA page_count").fetchone()[0]
         writer.execute(f"PRAGMA max_page_count = {pages}")
 

@@ -31,7 +31,7 @@ from domain.errors import DomainError, GameOver, IllegalAction, InvalidDice, Not
 from domain.game import AT_FORMAT, Game, format_at, parse_at
 from domain.view import game_state
 from service.application.aggregates import Vault
-from service.application.games import GameEventMapper
+from service.application.store import GameEventMapper, ServiceTranscoder
 
 PROPERTY = settings(
     max_examples=50,
@@ -390,6 +390,14 @@ def library_transcoder() -> JSONTranscoder:
     return transcoder
 
 
+def service_transcoder() -> ServiceTranscoder:
+    """The service's transcoder, with the transcodings the application registers."""
+    transcoder = ServiceTranscoder()
+    for transcoding in (UUIDAsHex(), DecimalAsStr(), DatetimeAsISO()):
+        transcoder.register(transcoding)
+    return transcoder
+
+
 NAMES = st.text(st.characters(codec="utf-8"), min_size=1, max_size=12).filter(
     lambda name: bool(name.strip()) and name.strip().isprintable()
 )
@@ -404,9 +412,8 @@ def test_game_events_are_stored_byte_for_byte_as_the_librarys_encoder_stores_the
     JSON encoder, so stored games read back the same whichever wrote them."""
     played = play(data, setup)
     named = Game.start(uuid.uuid4(), NewGame(players=names, dice="manual"))
-    transcoder = library_transcoder()
-    fast = GameEventMapper(transcoder=transcoder)
-    library: Mapper[uuid.UUID] = Mapper(transcoder=transcoder)
+    fast = GameEventMapper(transcoder=service_transcoder())
+    library: Mapper[uuid.UUID] = Mapper(transcoder=library_transcoder())
     for event in [*played.game.pending_events, *named.pending_events]:
         stored = fast.to_stored_event(event)
         assert stored == library.to_stored_event(event)
@@ -416,9 +423,8 @@ def test_game_events_are_stored_byte_for_byte_as_the_librarys_encoder_stores_the
 def test_what_orjson_would_write_otherwise_takes_the_librarys_way() -> None:
     """Not a game event (a UUID inside: orjson would write it as a plain string), or a value
     orjson refuses (an integer beyond 64 bits): the library's encoder, and the value back."""
-    transcoder = library_transcoder()
-    fast = GameEventMapper(transcoder=transcoder)
-    library: Mapper[uuid.UUID] = Mapper(transcoder=transcoder)
+    fast = GameEventMapper(transcoder=service_transcoder())
+    library: Mapper[uuid.UUID] = Mapper(transcoder=library_transcoder())
     vault = Vault(uuid.uuid4(), server_seed="00" * 32)
     created = vault.pending_events[0]
     assert fast.to_stored_event(created) == library.to_stored_event(created)

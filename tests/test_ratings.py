@@ -8,7 +8,13 @@ from hypothesis import strategies as st
 from openskill.models import PlackettLuce
 
 from domain.ratings import Finish, pool, ranks
-from service.application.ratings import PROVISIONAL_BELOW, RatedGame, Rating, Ratings, initial
+from service.application.players.ratings import (
+    PROVISIONAL_BELOW,
+    RatedGame,
+    Rating,
+    Ratings,
+    initial,
+)
 
 
 def test_the_winner_first_then_columns_then_heights_and_ties_stay_tied() -> None:
@@ -64,7 +70,7 @@ def test_places_are_a_ranking_that_keeps_the_contracts_order(
 
 
 def openskill_after(before: list[Rating], places: list[int]) -> list[tuple[float, float]]:
-    """The library's own numbers, computed independently of service.application.ratings."""
+    """The library's own numbers, computed independently of service.application.players.ratings."""
     model = PlackettLuce()
     teams = [[model.rating(mu=r.mu, sigma=r.sigma)] for r in before]
     return [(t[0].mu, t[0].sigma) for t in model.rate(teams, ranks=[float(p) for p in places])]

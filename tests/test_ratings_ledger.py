@@ -20,7 +20,7 @@ from flask.testing import FlaskClient
 from openskill.models import PlackettLuce
 
 from domain.audit import audit_records, parse_export
-from service.application.scheduler import Scheduler
+from service.application.games.scheduler import Scheduler
 from service.config import Settings
 from service.http.app import create_app
 from tests.support.http import bearer
@@ -359,7 +359,7 @@ def test_a_store_built_before_the_ledger_serves_its_ratings_until_rebuilt(
     rated_game(client, players, ["ann", "bob"])
     lines = ledger(client)
     generation = rt.views.tracking(rt.ratings).generation
-    with rt.games.recorder.datastore.transaction(commit=True) as cursor:
+    with rt.games.store.recorder.datastore.transaction(commit=True) as cursor:
         cursor.execute("UPDATE cantstop_views SET version = 1 WHERE name = 'ratings'")
         for table in ("ledger", "excluded"):
             cursor.execute(f"DROP TABLE cantstop_view_ratings_{table}_g{generation}")

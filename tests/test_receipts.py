@@ -19,7 +19,7 @@ from flask.testing import FlaskClient
 
 from domain.game import format_at
 from domain.receipts import b64url, message, unb64url
-from service.application.receipts import Key, Receipts, key_id_of
+from service.application.games.receipts import Key, Receipts, key_id_of
 from service.config import Settings
 from service.http.app import create_app
 from tests.support.games import create_game
@@ -115,7 +115,7 @@ def test_a_rotated_key_still_verifies_old_receipts(database_url: str, tmp_path: 
         after = second.test_client().get(f"/v1/games/{game_id}/receipt").get_json()
         assert after["key_id"] != before["key_id"]
         assert {k["key_id"] for k in keys["keys"]} == {before["key_id"], after["key_id"]}
-        from service.application.receipts import verify
+        from service.application.games.receipts import verify
 
         assert verify(before, keys) is None and verify(after, keys) is None
     finally:

@@ -422,7 +422,7 @@ def test_every_sqlite_connection_has_the_stores_pragmas(tmp_path: Path) -> None:
     app = create_app(Settings(database_url=f"sqlite:///{path}"), create_tables=True)
     try:
         assert app.test_client().post("/v1/games", json={"players": ["Ann"]}).status_code == 201
-        pool = app.extensions["cantstop"].games.recorder.datastore.pool
+        pool = app.extensions["cantstop"].games.store.recorder.datastore.pool
         pooled = pool.get_connection()
         try:
             cursors = {"writer": pool.writer().cursor(), "pooled": pooled.cursor()}

@@ -24,12 +24,12 @@ from flask.testing import FlaskClient
 
 from domain.errors import InvalidRequest
 from domain.game import parse_at
-from service.application import challenges as challenges_module
-from service.application import seeks as seeks_module
-from service.application.accounts import Principal
-from service.application.challenges import MAX_PENDING_OUT, TooManyChallenges
-from service.application.seeks import MAX_OPEN, TooManySeeks
-from service.application.webhooks import system_resolver
+from service.application.matchmaking import challenges as challenges_module
+from service.application.matchmaking import seeks as seeks_module
+from service.application.matchmaking.challenges import MAX_PENDING_OUT, TooManyChallenges
+from service.application.matchmaking.seeks import MAX_OPEN, TooManySeeks
+from service.application.notify.webhooks import system_resolver
+from service.application.players.accounts import Principal
 from service.config import Settings
 from service.http.app import create_app
 from service.runtime import Runtime

@@ -25,14 +25,14 @@ from flask.testing import FlaskClient
 from domain import fairness
 from domain.game import Game
 from service.application.aggregates import vault_id
-from service.application.games import Games
+from service.application.store import Store
 from service.config import Settings
 from service.http.app import create_app
 
 ROOT = Path(__file__).resolve().parent.parent
 Json = dict[str, Any]
 
-SNAPSHOT_EVERY = Games.snapshotting_intervals[Game]  # a game's snapshot every N events
+SNAPSHOT_EVERY = Store.SNAPSHOT_INTERVALS[Game]  # a game's snapshot every N events
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -137,7 +137,7 @@ def test_unknown_and_expired_commitments_are_refused(app: Flask, client: FlaskCl
     games = app.extensions["cantstop"].games
     seed = "cd" * 32
     now = time.time()
-    games.commitments.put(fairness.commitment(seed), seed, now - 3600, now - 1)  # expired
+    games.store.commitments.put(fairness.commitment(seed), seed, now - 3600, now - 1)  # expired
     body["seed_commitment"] = fairness.commitment(seed)
     problem(client.post("/v1/games", json=body), 422, "invalid_request")
 
@@ -544,7 +544,7 @@ def test_an_actions_events_are_all_stored_or_none_with_their_notification_ids(
 ) -> None:
     """Events without a snapshot go in one multi-row statement: the ids it answers are the
     notification log's, and a conflict on any row stores none of them."""
-    recorder = sqlite_app.extensions["cantstop"].games.recorder
+    recorder = sqlite_app.extensions["cantstop"].games.store.recorder
     originator = uuid.uuid4()
 
     def stored(version: int) -> StoredEvent:
@@ -576,7 +576,7 @@ def test_a_batch_larger_than_one_statement_is_stored_whole_or_not_at_all(
     )
     app = create_app(Settings(database_url=url), create_tables=True)
     try:
-        recorder = app.extensions["cantstop"].games.recorder
+        recorder = app.extensions["cantstop"].games.store.recorder
         originator = uuid.uuid4()
 
         def stored(version: int) -> StoredEvent:
@@ -631,7 +631,7 @@ def test_on_postgresql_the_insert_stores_every_byte_and_maps_a_conflict(postgres
     IntegrityError (a conflict, judged again), and nothing of a refused statement is stored."""
     app = create_app(Settings(database_url=postgres_url), create_tables=True)
     try:
-        recorder = app.extensions["cantstop"].games.recorder
+        recorder = app.extensions["cantstop"].games.store.recorder
         recorder.datastore.pool.open()  # as after the first request: the fast path's condition
         originator = uuid.uuid4()
         rows = [
@@ -660,7 +660,7 @@ def test_on_postgresql_a_session_that_lost_its_prepared_insert_still_records(
         game_id, tokens = new_manual_game(client)
         for _ in range(20):  # the pool takes its connections in turn: each prepares the insert
             game = step(client, game_id, tokens)
-        pool = app.extensions["cantstop"].games.recorder.datastore.pool
+        pool = app.extensions["cantstop"].games.store.recorder.datastore.pool
         taken = [pool.getconn() for _ in range(pool.get_stats()["pool_size"])]
         try:
             for conn in taken:
@@ -690,7 +690,7 @@ def test_on_postgresql_a_session_that_holds_the_insert_already_uses_it(postgres_
         game_id, tokens = new_manual_game(client)
         for _ in range(20):  # every pooled connection prepares the insert
             game = step(client, game_id, tokens)
-        app.extensions["cantstop"].games.recorder._prepared.clear()  # forget they did
+        app.extensions["cantstop"].games.store.recorder._prepared.clear()  # forget they did
         for _ in range(20):
             after = step(client, game_id, tokens)  # asserts 200
         assert after["version"] > game["version"]

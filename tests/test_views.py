@@ -21,7 +21,7 @@ from eventsourcing.utils import get_topic
 
 from domain.commands import NewGame
 from domain.game import Game
-from service.application.projections import GameList
+from service.application.games.projections import GameList
 from service.config import Settings
 from service.persistence.log import LogReader
 from service.persistence.views import Sql, View, Views
@@ -189,9 +189,9 @@ def test_an_event_that_cannot_be_read_is_passed_over(
     with Runtime(Settings(database_url=database_url), create_tables=True) as rt:
         first = lobbies(rt, 1)
         damaged = Game.start(uuid.uuid4(), NewGame(seats=2, dice="manual"))
-        stored = [rt.games.mapper.to_stored_event(e) for e in damaged.collect_events()]
+        stored = [rt.games.store.mapper.to_stored_event(e) for e in damaged.collect_events()]
         stored[0] = dataclasses.replace(stored[0], state=b"{not json")
-        rt.games.recorder.insert_events(stored)
+        rt.games.store.recorder.insert_events(stored)
         last = lobbies(rt, 1)
         page, total = listing(rt)
         assert [g["id"] for g in page] == [*last, *first] and total == 2
@@ -279,7 +279,7 @@ def test_the_log_poll_reads_an_index_range_on_postgresql(postgres_url: str) -> N
                 [state],
             )
             conn.execute("ANALYZE cantstop_events")
-        reader = LogReader(rt.games.recorder, rt.game_list.topics)
+        reader = LogReader(rt.games.store.recorder, rt.game_list.topics)
         reader.skip_to_end()
         plan = reader.plan()
         assert "cantstop_events_tx" in plan, plan

@@ -27,9 +27,9 @@ from flask.testing import FlaskClient
 from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
-from service.application.notices import Notice
-from service.application.webhook_delivery import SCHEDULE, Dispatcher
-from service.application.webhooks import (
+from service.application.notify.delivery import SCHEDULE, Dispatcher
+from service.application.notify.notices import Notice
+from service.application.notify.webhooks import (
     EVENT_TYPES,
     TooManyWebhooks,
     WebhookConfig,

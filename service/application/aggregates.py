@@ -11,7 +11,7 @@ import hashlib
 import hmac
 import secrets
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -127,6 +127,21 @@ for _old, _cls in {
     "service.auditing:ImportedGame.Recorded": ImportedGame.Recorded,  # type: ignore[attr-defined]
 }.items():
     register_topic(_old, _cls)
+
+
+def moved_topics(
+    old_module: str, aggregate: type[Any], events: Iterable[type[Any]]
+) -> tuple[str, ...]:
+    """Register the topics an aggregate and its events were stored under in ``old_module``
+    (rows keep the topic they were written with) as names of the classes now: the old topics
+    of ``events``, for the views that select rows by topic."""
+    register_topic(f"{old_module}:{aggregate.__qualname__}", aggregate)
+    old = []
+    for cls in events:
+        topic = f"{old_module}:{cls.__qualname__}"
+        register_topic(topic, cls)
+        old.append(topic)
+    return tuple(old)
 
 
 ACCOUNT_NAMESPACE = uuid.UUID("3d0f6c2a-8e41-4b7f-a5d9-1c6e2b9f7a30")

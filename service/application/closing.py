@@ -21,13 +21,13 @@ import uuid
 
 from domain.commands import Resign
 from domain.errors import DomainError
-from service.application.accounts import Accounts, Principal
-from service.application.challenges import Challenges
 from service.application.errors import ApplicationError
-from service.application.games import Games
-from service.application.lobby import Lobby
-from service.application.seeks import Seeks
-from service.application.standings import AccountGames
+from service.application.games.lobby import Lobby
+from service.application.games.use_cases import Games
+from service.application.matchmaking.challenges import Challenges
+from service.application.matchmaking.seeks import Seeks
+from service.application.players.accounts import Accounts, Principal
+from service.application.players.standings import AccountGames
 from service.persistence.views import Views
 
 log = logging.getLogger("cantstop.accounts")

@@ -9,10 +9,10 @@ from urllib.parse import urlencode
 
 from flask import Blueprint, Response, request
 
-from service.application.accounts import BOTS, Issued
-from service.application.auditing import export_lines
 from service.application.errors import NotFound
-from service.application.standings import LEDGER_LIMIT
+from service.application.games.auditing import export_lines
+from service.application.players.accounts import BOTS, Issued
+from service.application.players.standings import LEDGER_LIMIT
 from service.http import schemas
 from service.http.core import (
     BadRequest,

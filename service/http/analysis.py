@@ -1,14 +1,14 @@
 """``GET /v1/games/{id}/analysis``: luck and skill in a game, by the expert (contracts 1.2 and
-1.3; service/application/analyst.py, analysis_jobs.py, domain/analysis.py). The kept answer is
+1.3; service/application/analysis/analyst.py, jobs.py, domain/analysis.py). The kept answer is
 200; otherwise the job's state is 202 with Retry-After, and a worker process works it out."""
 
 from __future__ import annotations
 
 from flask import Blueprint, Response, request
 
-from service.application.analyst import Kept
+from service.application.analysis.analyst import Kept
 from service.application.errors import ApplicationError
-from service.application.games import parse_game_id
+from service.application.games.use_cases import parse_game_id
 from service.http.core import bearer_token, json_response, runtime, version_arg
 
 analysis_api = Blueprint("analysis", __name__)

@@ -11,8 +11,8 @@ from typing import Any
 from flask import Blueprint, Response, request
 from marshmallow import Schema, fields
 
-from service.application.auditing import audit, export_lines, import_export, import_transcript
-from service.application.games import parse_game_id
+from service.application.games.auditing import audit, export_lines, import_export, import_transcript
+from service.application.games.use_cases import parse_game_id
 from service.http import schemas
 from service.http.core import (
     BadRequest,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import Blueprint, Response
 
 from domain import strategies
-from service.application.games import parse_game_id
+from service.application.games.use_cases import parse_game_id
 from service.http.core import json_response, runtime, version_arg
 
 bots_api = Blueprint("bots", __name__)

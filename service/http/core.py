@@ -32,9 +32,9 @@ from werkzeug.routing import BaseConverter
 from domain import jsondoc
 from domain.errors import DomainError
 from domain.record_sheet import RecordSheet, record_sheet
-from service.application.accounts import Principal
 from service.application.errors import ApplicationError
 from service.application.errors import NotFound as NotFoundProblem
+from service.application.players.accounts import Principal
 from service.runtime import Runtime
 
 log = logging.getLogger("cantstop")

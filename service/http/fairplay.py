@@ -1,6 +1,6 @@
 """``GET /v1/accounts/{handle}/fair-play`` (contract 1.3): how close an account's play in its
 finished rated games came to the expert's, beside its pool's distribution. Public, as profiles
-are (service/application/fairplay.py)."""
+are (service/application/analysis/fairplay.py)."""
 
 from __future__ import annotations
 

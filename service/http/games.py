@@ -12,9 +12,9 @@ from flask import Blueprint, Response, request
 from domain.commands import Command, NewGame, Roll, parse_action
 from domain.errors import IllegalAction
 from domain.game import format_at
-from service.application.accounts import is_personal
 from service.application.errors import RecordedRefusal, Unauthorized
-from service.application.games import Seat, parse_game_id
+from service.application.games.use_cases import Seat, parse_game_id
+from service.application.players.accounts import is_personal
 from service.http import schemas
 from service.http.core import (
     DIGITS,
@@ -76,7 +76,7 @@ def seated(state: dict[str, Any], seat: Seat) -> Response:
 @games_api.post("/v1/seed-commitments")
 def commit_seed() -> Response:
     """A seed drawn before the game that will use it: only its commitment is answered."""
-    made = runtime().games.commit_seed()
+    made = runtime().games.secrets.commit_seed()
     payload = {"seed_commitment": made.seed_commitment, "expires_at": format_at(made.expires_at)}
     return json_response(payload, 201)
 
@@ -183,7 +183,7 @@ def which_seat(game_id: str) -> Response:
     """The seat that the token sent holds in this game: for a client given only a token (a
     ``#token=`` link, a bot's configuration). It answers what the token's holder may know
     already, and nothing about anyone else's seat."""
-    seat = runtime().games.authenticate(parse_game_id(game_id), bearer_token())
+    seat = runtime().games.seats.authenticate(parse_game_id(game_id), bearer_token())
     return json_response({"seat": seat}, headers={"Cache-Control": "no-store"})
 
 
@@ -207,7 +207,7 @@ def act(game_id: str) -> Response:
     environ = req.environ
     gid = parse_game_id(game_id)
     games = runtime().games
-    seat = games.authenticate(gid, bearer_token(environ))
+    seat = games.seats.authenticate(gid, bearer_token(environ))
     command = action_command(req)
     if_match = required_versions(environ)
     key = environ.get("HTTP_IDEMPOTENCY_KEY")

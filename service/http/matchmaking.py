@@ -1,5 +1,5 @@
 """Challenges and seeks (contract 1.2): how two accounts come to play without sharing a lobby's
-address (service/application/challenges.py, seeks.py)."""
+address (service/application/matchmaking/challenges.py, seeks.py)."""
 
 from __future__ import annotations
 

@@ -41,14 +41,14 @@ def healthz() -> Response:
     checks: dict[str, str] = {}
     status = 200
     try:
-        rt.games.recorder.max_notification_id()
+        rt.games.store.recorder.max_notification_id()
         checks["database"] = "ok"
     except Exception as exc:  # any failure of the store is reported, not raised
         checks["database"] = f"down: {type(exc).__name__}"
         status = 503
     # A store that answers reads may still refuse writes (a full disk): this worker's last
     # write says so. Still 200: games can be read, and a write may succeed again.
-    checks["writes"] = writes_status(rt.games.recorder)
+    checks["writes"] = writes_status(rt.games.store.recorder)
     checks["redis"] = rt.redis_status()  # down: still 200; actions are recorded, streams poll
     if status == 200:  # a view whose code changed is served as it stands until rebuilt
         checks["views"] = views_status(rt)

@@ -29,7 +29,7 @@ from flask import Blueprint, Flask, Response, request
 
 from service import metrics
 from service.application.errors import ApplicationError
-from service.application.scheduler import Scheduler
+from service.application.games.scheduler import Scheduler
 from service.config import Settings
 from service.http.core import bearer_token, problem, runtime
 from service.live.hub import Hub

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from flask import Blueprint, Response, request
 
-from service.application.games import parse_game_id
-from service.application.projections import RuleSet
+from service.application.games.projections import RuleSet
+from service.application.games.use_cases import parse_game_id
 from service.http.core import (
     BadRequest,
     NotAcceptable,

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from flask import Blueprint, Response, request
 
-from service.application.games import parse_game_id
+from service.application.games.use_cases import parse_game_id
 from service.http.core import BadRequest, error_problem, me, runtime
 from service.live.hub import ShuttingDown, StreamBody, TooManyClientStreams, TooManyStreams
 
@@ -66,7 +66,7 @@ def stream(game_id: str) -> Response:
 
 @stream_api.get("/v1/account/stream")
 def account_stream() -> Response:
-    """The account's notices (service/application/notices.py): challenges, games started,
+    """The account's notices (service/application/notify/notices.py): challenges, games started,
     turns, games finished. Never ends by itself: a client reconnects with ``Last-Event-ID``."""
     principal = me("play")
     rt = runtime()

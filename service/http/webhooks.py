@@ -1,5 +1,5 @@
 """An account's webhooks (contract 1.2), scope ``account``: create (the secret shown once), list,
-read, delete, and the log of their deliveries (service/application/webhooks.py)."""
+read, delete, and the log of their deliveries (service/application/notify/webhooks.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from flask import Blueprint, Response
 from marshmallow import Schema, fields, validate
 
 from domain.game import format_at
-from service.application.accounts import Principal
-from service.application.webhooks import EVENT_TYPES, MAX_DESCRIPTION, MAX_URL
+from service.application.notify.webhooks import EVENT_TYPES, MAX_DESCRIPTION, MAX_URL
+from service.application.players.accounts import Principal
 from service.http.core import bearer_token, int_arg, json_body, json_response, load, runtime
 from service.http.idempotent import creates_signed_in
 from service.persistence.webhooks import AttemptRow, WebhookRow

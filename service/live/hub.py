@@ -54,8 +54,8 @@ from typing import Any
 import redis
 import redis.asyncio
 
-from service.application.games import Games
-from service.application.notices import Notice, Notices
+from service.application.games.use_cases import Games
+from service.application.notify.notices import Notice, Notices
 from service.live.redis_link import RECONNECT_MAX, RECONNECT_MIN, RedisLink
 from service.live.sinks import MAX_BUFFERED, ClientGone, QueueSink, SocketSink
 from service.live.streams import (

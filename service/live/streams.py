@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import orjson
 
 from service.application.errors import ApplicationError
-from service.application.notices import Notice
+from service.application.notify.notices import Notice
 from service.config import env_int, env_number
 from service.live.sinks import DRAIN_ABOVE, ClientGone, QueueSink, Sink, SocketSink
 

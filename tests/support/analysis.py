@@ -11,7 +11,7 @@ from typing import Any
 from flask import Flask
 from flask.testing import FlaskClient
 
-from service.application.analysis_jobs import Worker
+from service.application.analysis.jobs import Worker
 from tests.support.polling import poll
 
 _workers: weakref.WeakKeyDictionary[Flask, Worker] = weakref.WeakKeyDictionary()

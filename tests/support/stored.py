@@ -18,7 +18,7 @@ class StoredRows:
     """Direct access to eventsourcing's stored events table, behind the application's back."""
 
     def __init__(self, app: Flask, database_url: str) -> None:
-        recorder = app.extensions["cantstop"].games.recorder
+        recorder = app.extensions["cantstop"].games.store.recorder
         self.table: str = recorder.events_table_name
         self.url = database_url
         self.postgres = not database_url.startswith("sqlite:///")

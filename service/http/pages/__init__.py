@@ -25,10 +25,10 @@ from flask import Blueprint, Response, render_template
 
 from domain.ratings import pool as pool_of
 from domain.rules import normalize_rules
-from service.application.accounts import BOTS
 from service.application.errors import ApplicationError, NotFound
-from service.application.games import parse_game_id
-from service.application.ratings import initial
+from service.application.games.use_cases import parse_game_id
+from service.application.players.accounts import BOTS
+from service.application.players.ratings import initial
 from service.http.core import (
     BadRequest,
     asked_sheet,

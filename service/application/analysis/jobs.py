@@ -51,8 +51,8 @@ from domain.analysis import KEY as ANALYSIS_KEY
 from domain.analysis import Analysis, AnalysisRefused
 from domain.game import Game
 from service.application.errors import ApplicationError
-from service.application.games import Games
-from service.application.standings import rated_game
+from service.application.games.use_cases import Games
+from service.application.players.standings import rated_game
 from service.config import env_number
 from service.persistence.errors import StoreUnavailable
 from service.persistence.tables import SideTable, Sql
@@ -594,7 +594,7 @@ class AnalysisFeed(View):
         found = []
         for head in items:
             try:
-                if not self.games.at_creation(head.originator_id).rated:
+                if not self.games.store.at_creation(head.originator_id).rated:
                     continue
                 game = self.games.game(head.originator_id)
                 if rated_game(game, self.games.history(head.originator_id)) is None:

@@ -30,7 +30,8 @@ from domain.transcript import MalformedTranscript, apply_action, verify
 from domain.view import game_state
 from service.application.aggregates import ImportedGame, Vault
 from service.application.errors import ImportInvalid, NotFound, describe
-from service.application.games import GAME_EVENT_CLASSES, GAME_TOPICS, Games
+from service.application.games.use_cases import Games
+from service.application.store import GAME_EVENT_CLASSES, GAME_TOPICS
 
 log = logging.getLogger("cantstop.audit")
 
@@ -44,7 +45,7 @@ def stored_records(
     A row that cannot be decoded becomes ``{"version": v, "unreadable": reason}``; an id whose rows
     are not a game's (no such id, or another aggregate such as a vault) is NotFound.
     """
-    rows = games.recorder.select_events(game_id, lte=up_to)
+    rows = games.store.recorder.select_events(game_id, lte=up_to)
     if not any(row.topic in GAME_TOPICS for row in rows):
         raise NotFound(f"no game {game_id}")
     records: list[dict[str, Any]] = []
@@ -54,7 +55,7 @@ def stored_records(
             records.append({"version": version, "unreadable": "not an event of a game"})
             continue
         try:
-            decoded = games.mapper.to_domain_event(row)
+            decoded = games.store.mapper.to_domain_event(row)
             if not isinstance(decoded, Game.Event):
                 raise TypeError("not an event of a game")
             record = event_record(decoded)
@@ -71,7 +72,7 @@ def check_snapshots(games: Games, game_id: uuid.UUID, up_to: int | None) -> Chec
 
     Reads trust snapshots (they are not re-checked on every request); this is where a snapshot
     that was altered, or that cannot be decoded, is found."""
-    store = games.snapshots
+    store = games.store.snapshots
     if store is None:
         return Check("snapshots", True, "snapshots are not kept")
     rows = store.recorder.select_events(game_id, lte=up_to)
@@ -80,9 +81,9 @@ def check_snapshots(games: Games, game_id: uuid.UUID, up_to: int | None) -> Chec
     wanted = {row.originator_version: row for row in rows}
     game: Any = None
     checked = 0
-    for row in games.recorder.select_events(game_id, lte=max(wanted)):
+    for row in games.store.recorder.select_events(game_id, lte=max(wanted)):
         try:
-            game = cast(Any, games.mapper.to_domain_event(row)).mutate(game)
+            game = cast(Any, games.store.mapper.to_domain_event(row)).mutate(game)
         except Exception as exc:  # the events themselves are judged by the other checks
             detail = f"not compared past version {row.originator_version}: {describe(exc)}"
             return Check("snapshots", False, detail, row.originator_version)
@@ -91,7 +92,7 @@ def check_snapshots(games: Games, game_id: uuid.UUID, up_to: int | None) -> Chec
             continue
         version = row.originator_version
         try:
-            snapshot = cast(Any, games.mapper.to_domain_event(snapshot_row)).mutate(None)
+            snapshot = cast(Any, games.store.mapper.to_domain_event(snapshot_row)).mutate(None)
             stored = game_state(snapshot)
         except Exception as exc:  # an undecodable snapshot: reads rebuild without it
             return Check(
@@ -180,7 +181,7 @@ def import_export(games: Games, body: bytes) -> tuple[uuid.UUID, str | None]:
     game_id = uuid.uuid4()
     events = [_event(game_id, record) for record in records]
     # The marker first: whatever follows the log sees the game as imported before its events.
-    games.save(
+    games.store.save(
         ImportedGame(game_id=game_id, source="export", source_game_id=source),
         Vault(game_id=game_id, server_seed=None),
         *events,
@@ -239,7 +240,7 @@ def import_transcript(games: Games, transcript: Any) -> uuid.UUID:
     )
     for action in transcript.get("actions", []):
         apply_action(game, action)
-    games.save(
+    games.store.save(
         ImportedGame(game_id=game_id, source="transcript", source_game_id=None),
         Vault(game_id=game_id, server_seed=None),
         game,

@@ -37,7 +37,7 @@ from domain.errors import InvalidRequest
 from domain.game import check_handle, format_at
 from service.application.aggregates import Account, account_id
 from service.application.errors import ApplicationError, NotFound, Unauthorized
-from service.application.games import Games
+from service.application.store import Store
 from service.persistence.accounts import Credentials, TokenRow
 
 log = logging.getLogger("cantstop.accounts")
@@ -113,8 +113,8 @@ def _digest(secret: str) -> str:
 
 
 class Accounts:
-    def __init__(self, games: Games, credentials: Credentials) -> None:
-        self.games = games
+    def __init__(self, store: Store, credentials: Credentials) -> None:
+        self.store = store
         self.credentials = credentials
         self.hasher = argon2.PasswordHasher()  # argon2id, the library's current defaults
         # Verified when a handle is unknown, so that a sign-in takes as long either way.
@@ -128,7 +128,7 @@ class Accounts:
         except InvalidRequest:
             raise NotFound(f"no account {handle!r}") from None
         try:
-            found: Any = self.games.repository.get(account_id(handle))
+            found: Any = self.store.repository.get(account_id(handle))
         except AggregateNotFoundError:
             if handle.lower() not in BOTS:
                 raise NotFound(f"no account {handle!r}") from None
@@ -170,7 +170,7 @@ class Accounts:
     def _register(self, handle: str, bot: bool) -> Account:
         account = Account(handle=handle, bot=bot)
         try:
-            self.games.save(account)
+            self.store.save(account)
         except IntegrityError:
             raise HandleTaken(
                 f"the handle {handle!r} is taken (handles are the same whatever their case)"
@@ -182,7 +182,7 @@ class Accounts:
         it is asked for: the handles are reserved from the start (``sign_up`` refuses them)."""
         with contextlib.suppress(HandleTaken):  # another process registered it first
             return self._register(handle, True)
-        found: Any = self.games.repository.get(account_id(handle))
+        found: Any = self.store.repository.get(account_id(handle))
         assert isinstance(found, Account)
         return found
 
@@ -254,7 +254,7 @@ class Accounts:
         account = self.account(principal.handle)
         if not account.closed:
             account.close()
-            self.games.save(account)
+            self.store.save(account)
         self.credentials.erase(principal.handle.lower())
 
     # ---------------------------------------------------------------------------- moderation
@@ -271,7 +271,7 @@ class Accounts:
         else:
             account.reinstate(reason)
         try:
-            self.games.save(account)
+            self.store.save(account)
         except IntegrityError:
             raise ModerationRefused(
                 f"{account.handle} changed meanwhile: nothing recorded, try again"

@@ -1,5 +1,5 @@
 """``GET /v1/games/{id}/analysis``: what was luck and what was play (domain/analysis.py), kept,
-and worked out as a job (service/application/analysis_jobs.py, contract 1.3).
+and worked out as a job (service/application/analysis/jobs.py, contract 1.3).
 
 **Never in a request's thread.** A request answers what is kept (this process's memory, a
 finished game's row in ``cantstop_analyses``, a version's answer in its job's row), or queues
@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from domain.analysis import KEY as ANALYSIS_KEY
-from service.application.analysis_jobs import (
+from service.application.analysis.jobs import (
     COOL_DOWN,
     FINAL,
     MAX_VERSIONS,
@@ -50,7 +50,7 @@ from service.application.analysis_jobs import (
     JobConfig,
     Worker,
 )
-from service.application.games import Games
+from service.application.games.use_cases import Games
 from service.persistence.errors import CorruptGame
 from service.persistence.sqlite import SQLiteStore
 from service.persistence.tables import SideTable
@@ -114,8 +114,8 @@ class Analyst:
     ) -> None:
         self.games = games
         self.config = config or JobConfig()
-        datastore = getattr(games.recorder, "datastore", None)
-        dialect = "sqlite" if isinstance(games.factory, SQLiteStore) else "postgres"
+        datastore = getattr(games.store.recorder, "datastore", None)
+        dialect = "sqlite" if isinstance(games.store.factory, SQLiteStore) else "postgres"
         if datastore is None:  # an in-memory store (a few tests): nowhere to queue
             raise RuntimeError("the analysis needs a stored event store")
         self.stored = StoredAnalyses(datastore, dialect)

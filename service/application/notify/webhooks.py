@@ -39,8 +39,8 @@ import orjson
 
 from domain.game import format_at
 from service.application.errors import ApplicationError, NotFound
-from service.application.games import Games
-from service.application.notices import NOTICE_TYPES, Notice
+from service.application.notify.notices import NOTICE_TYPES, Notice
+from service.application.store import Store
 from service.config import ConfigError, env_int, env_number
 from service.persistence.tables import Sql
 from service.persistence.webhooks import (
@@ -294,9 +294,9 @@ class Webhooks:
         self.enqueued = 0  # deliveries this process enqueued (tests read it)
 
     @classmethod
-    def of(cls, games: Games, config: WebhookConfig, *, create: bool) -> Webhooks:
-        """The webhooks kept in ``games``' store (its tables created if ``create``)."""
-        recorder: Any = games.recorder
+    def of(cls, store: Store, config: WebhookConfig, *, create: bool) -> Webhooks:
+        """The webhooks kept in the store's database (its tables created if ``create``)."""
+        recorder: Any = store.recorder
         dialect = recorder.dialect
         tables = WebhookTables(recorder.datastore, dialect)
         if create:

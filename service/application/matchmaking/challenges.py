@@ -37,9 +37,11 @@ from domain.commands import NewGame
 from domain.errors import InvalidRequest
 from domain.game import format_at, parse_at
 from domain.rules import normalize_rules
-from service.application.accounts import BOTS, Accounts, Principal
+from service.application.aggregates import moved_topics
 from service.application.errors import ApplicationError, NotFound
-from service.application.games import Games
+from service.application.games.use_cases import Games
+from service.application.players.accounts import BOTS, Accounts, Principal
+from service.application.store import Store
 from service.persistence.slots import Slots
 from service.persistence.views import Sql, View, Views
 
@@ -59,12 +61,12 @@ class TooManyChallenges(ApplicationError):
     code = "too_many_challenges"
 
 
-def slots_of(games: Games) -> Slots:
+def slots_of(store: Store) -> Slots:
     """The caps' slots, in the store's database (created unless the store's tables are not)."""
-    recorder: Any = games.recorder
+    recorder: Any = store.recorder
     dialect = recorder.dialect
     slots = Slots(recorder.datastore, dialect)
-    if strtobool(games.env.get("CREATE_TABLE") or "yes"):
+    if strtobool(store.env.get("CREATE_TABLE") or "yes"):
         slots.create_table()
     return slots
 
@@ -136,16 +138,17 @@ class Challenge(Aggregate):
         }
 
 
-CHALLENGE_TOPICS = tuple(
-    get_topic(cls)
-    for cls in (
-        Challenge.Issued,  # type: ignore[attr-defined]
-        Challenge.Accepted,  # type: ignore[attr-defined]
-        Challenge.Declined,  # type: ignore[attr-defined]
-        Challenge.Canceled,  # type: ignore[attr-defined]
-        Challenge.Expired,  # type: ignore[attr-defined]
-    )
+_EVENTS: tuple[type[Any], ...] = (
+    Challenge.Issued,  # type: ignore[attr-defined]
+    Challenge.Accepted,  # type: ignore[attr-defined]
+    Challenge.Declined,  # type: ignore[attr-defined]
+    Challenge.Canceled,  # type: ignore[attr-defined]
+    Challenge.Expired,  # type: ignore[attr-defined]
 )
+# Stored rows name their classes by topic: Challenge lived in service.application.challenges
+# before, and the rows it stored there keep that topic (read as this class, followed by views).
+OLD_TOPICS = moved_topics("service.application.challenges", Challenge, _EVENTS)
+CHALLENGE_TOPICS = (*(get_topic(cls) for cls in _EVENTS), *OLD_TOPICS)
 
 
 @dataclass(frozen=True)
@@ -207,17 +210,18 @@ class PendingChallenges(View):
 
 
 class Challenges:
-    def __init__(self, games: Games, accounts: Accounts, views: Views) -> None:
+    def __init__(self, store: Store, games: Games, accounts: Accounts, views: Views) -> None:
+        self.store = store
         self.games = games
         self.accounts = accounts
         self.views = views
         self.pending = PendingChallenges()
-        self.slots = slots_of(games)
+        self.slots = slots_of(store)
 
     def get(self, principal: Principal, challenge_id: uuid.UUID) -> Challenge:
         """The challenge, to one of its two accounts (anyone else: 404, as for no challenge)."""
         try:
-            found: Any = self.games.repository.get(challenge_id)
+            found: Any = self.store.repository.get(challenge_id)
         except AggregateNotFoundError:
             found = None
         if not isinstance(found, Challenge) or not found.concerns(principal.handle):
@@ -263,7 +267,7 @@ class Challenges:
                 f"you have {MAX_PENDING_OUT} pending challenges: cancel one, or wait for answers"
             )
         try:
-            self.games.save(challenge)
+            self.store.save(challenge)
         except BaseException:
             self.slots.release([holder])  # nothing recorded: nothing held
             raise
@@ -351,7 +355,7 @@ class Challenges:
 
     def _save(self, challenge: Challenge) -> dict[str, Any]:
         try:
-            self.games.save(challenge)
+            self.store.save(challenge)
         except IntegrityError:
             raise ChallengeNotPending(
                 f"challenge {challenge.id} was answered meanwhile: it is no longer pending"
@@ -374,7 +378,7 @@ class Challenges:
         expired = 0
         for row in self.views.read(self.pending, run, fresh=False):
             try:
-                found: Any = self.games.repository.get(uuid.UUID(row["challenge_id"]))
+                found: Any = self.store.repository.get(uuid.UUID(row["challenge_id"]))
             except AggregateNotFoundError:
                 continue
             if not isinstance(found, Challenge) or found.status_at(now) != "expired":
@@ -383,7 +387,7 @@ class Challenges:
                 continue  # recorded already; the view is behind
             found.expire()
             try:
-                self.games.save(found)
+                self.store.save(found)
             except IntegrityError:
                 continue  # expired by another scheduler, or answered, first
             self.slots.release([str(found.id)])

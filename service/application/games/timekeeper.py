@@ -18,7 +18,7 @@ from domain import strategies
 from domain.game import Game
 from domain.position import Position
 from service.application.errors import NotFound
-from service.application.games import Games
+from service.application.games.use_cases import Games
 
 log = logging.getLogger("cantstop.timekeeper")
 
@@ -31,7 +31,7 @@ class Timekeeper:
 
     def due_at(self, game: Game) -> datetime | None:
         """When something next happens in ``game`` by itself, if ever."""
-        if game.status == "finished" or self.games.is_imported(game.id):
+        if game.status == "finished" or self.games.store.is_imported(game.id):
             return None
         idle_since = game.idle_since()
         times = [idle_since + timedelta(seconds=self.abandon_after)]
@@ -53,14 +53,14 @@ class Timekeeper:
         the next thing due?"""
         games = self.games
         try:
-            with games.owned(game_id) as game:
-                if game.status == "finished" or games.is_imported(game_id):
+            with games.store.owned(game_id) as game:
+                if game.status == "finished" or games.store.is_imported(game_id):
                     return None
                 if not self._step(game, now):
                     return self.due_at(game)
-                games.finish_up(game)
+                games.secrets.finish_up(game)
                 try:
-                    games.save_changes(game)
+                    games.store.save_changes(game)
                 except IntegrityError:
                     return now  # another process recorded something first: plan again
                 return self.due_at(game)
@@ -100,4 +100,4 @@ class Timekeeper:
         # Deterministic: any process that plays this version chooses the same action.
         rng = random.Random(f"{game.id}:{game.version}")
         action = strategy.choose(Position.from_game(game), rng)
-        game.act(seat, action, draw=self.games.dicer(game))
+        game.act(seat, action, draw=self.games.secrets.dicer(game))

@@ -48,7 +48,7 @@ from standardwebhooks import Webhook
 from domain.game import format_at
 from service import metrics
 from service.application.errors import ApplicationError, describe
-from service.application.webhooks import (
+from service.application.notify.webhooks import (
     RESOLVE_TIMEOUT,
     Resolver,
     WebhookConfig,

@@ -24,7 +24,7 @@ from domain.errors import IllegalAction, InvalidRequest
 from domain.game import Game
 from service.application.aggregates import Vault, match_token, new_token, token_hash
 from service.application.errors import ConcurrentAction, NotFound, NotYourSeat, Unauthorized
-from service.application.games import Games, Seat, check_bots, check_version
+from service.application.games.use_cases import Games, Seat, check_bots, check_version
 
 ATTEMPTS = 8
 T = TypeVar("T")
@@ -50,9 +50,9 @@ class Lobby:
         seat token, or a personal token whose account holds a seat (contract 1.2)."""
         if not token:
             raise Unauthorized("send a seated player's token: Authorization: Bearer <token>")
-        vault = self.games.vault(game_id)
-        if self.games.is_personal(token):
-            return vault, self.games.seat_of_principal(game_id, token)
+        vault = self.games.secrets.vault(game_id)
+        if self.games.seats.is_personal(token):
+            return vault, self.games.seats.seat_of_principal(game_id, token)
         seat = match_token(vault.token_hashes, token)
         if seat is None:
             raise Unauthorized("unknown token for this game")
@@ -75,8 +75,8 @@ class Lobby:
         if bot is not None:
             check_bots([{"name": name, "bot": bot}])
         account = None
-        if bot is None and self.games.is_personal(token):
-            account = self.games.principal_handle(token)
+        if bot is None and self.games.seats.is_personal(token):
+            account = self.games.seats.principal_handle(token)
         return self._again(lambda: self._join(game_id, name, bot, token, if_match, account))
 
     def _join(
@@ -89,17 +89,17 @@ class Lobby:
         account: str | None = None,
     ) -> Seated:
         games = self.games
-        with games.owned(game_id) as game:  # the vault read under the game's lock, afresh
+        with games.store.owned(game_id) as game:  # the vault read under the game's lock, afresh
             if account is not None:
-                vault = games.vault(game_id)
+                vault = games.secrets.vault(game_id)
             elif bot is not None or token is not None:
                 # A person needs no token to join; one sent must be good all the same (a client
                 # sending a wrong credential hears so: RFC 6750, 401, never silently ignored).
                 vault, _ = self._seated_seat(game_id, token)
             else:
-                vault = games.vault(game_id)
+                vault = games.secrets.vault(game_id)
             check_version(game, if_match)
-            seat = game.join(name, draw=games.dicer(game), bot=bot, account=account)
+            seat = game.join(name, draw=games.secrets.dicer(game), bot=bot, account=account)
             issued = self._issue(vault, seat, bot)
             self._sealed_if_started(game, vault)
             self._save(game, vault)
@@ -133,7 +133,7 @@ class Lobby:
         self, game_id: uuid.UUID, seat: int, token: str | None, if_match: Collection[int] | None
     ) -> dict[str, Any]:
         games = self.games
-        with games.owned(game_id) as game:
+        with games.store.owned(game_id) as game:
             vault, holder = self._seated_seat(game_id, token)
             check_version(game, if_match)
             game.check_leave(seat)  # the game's rules first (started? taken?), then whose seat
@@ -152,11 +152,11 @@ class Lobby:
 
         def attempt() -> bool:
             games = self.games
-            with games.owned(game_id) as game:
+            with games.store.owned(game_id) as game:
                 seat = game.seat_of_account(handle)
                 if seat is None or game.status != "waiting":
                     return False
-                vault = games.vault(game_id)
+                vault = games.secrets.vault(game_id)
                 game.leave(seat)
                 if str(seat) in vault.token_hashes:
                     vault.revoke(seat)
@@ -195,10 +195,10 @@ class Lobby:
             # A lobby that ended (abandoned) before its seats were filled was never played: its
             # rematch would keep seats for players who never existed, and never start.
             raise IllegalAction("this game never started: a rematch is for a game that was played")
-        seat = match_token(games.vault(game_id).token_hashes, token)
+        seat = match_token(games.secrets.vault(game_id).token_hashes, token)
         if seat is None:
             raise Unauthorized("unknown token for this game")
-        if games.account_closed(old.accounts[seat]):  # its seat tokens died with it
+        if games.seats.account_closed(old.accounts[seat]):  # its seat tokens died with it
             raise Unauthorized("this seat's account is closed: its tokens no longer play")
         new_id = rematch_id(game_id)
         if seeded:
@@ -236,7 +236,7 @@ class Lobby:
         committed_at: str | None = None
         server_seed: str | None = None
         if seed_commitment is not None:
-            if self.games.is_stored(new_id):  # before the commitment is used up
+            if self.games.store.is_stored(new_id):  # before the commitment is used up
                 raise IntegrityError(f"the rematch {new_id} exists already")
             server_seed, committed_at = self.games.take_commitment(setup, seed_commitment)
         elif old.dice_mode == "server":
@@ -251,22 +251,22 @@ class Lobby:
         vault = Vault(game_id=new_id, server_seed=server_seed)
         draw = None
         if server_seed is not None:
-            draw = self.games.dicer_for(server_seed, game.client_seed or "")
+            draw = self.games.secrets.dicer_for(server_seed, game.client_seed or "")
         for seat_key, bot in sorted(old.bots.items()):
             game.claim(int(seat_key), old.names[int(seat_key)] or bot, draw=draw, bot=bot)
         self._sealed_if_started(game, vault)
-        self.games.save(game, vault)
+        self.games.store.save(game, vault)
 
     def _claim(self, new_id: uuid.UUID, old: Game, seat: int) -> Seated:
         games = self.games
         try:
-            vault = games.vault(new_id)
+            vault = games.secrets.vault(new_id)
         except NotFound:
             raise _NoRematchYet from None
-        with games.owned(new_id) as game:
+        with games.store.owned(new_id) as game:
             if game.names[seat] is not None:
                 raise IllegalAction(f"seat {seat} of the rematch is claimed already")
-            game.claim(seat, old.names[seat] or f"Seat {seat}", draw=games.dicer(game))
+            game.claim(seat, old.names[seat] or f"Seat {seat}", draw=games.secrets.dicer(game))
             issued = self._issue(vault, seat, None)
             self._sealed_if_started(game, vault)
             self._save(game, vault)
@@ -288,13 +288,13 @@ class Lobby:
 
     def _save(self, game: Game, vault: Vault) -> None:
         try:
-            self.games.save_changes(game, vault)
+            self.games.store.save_changes(game, vault)
         except IntegrityError:
             raise ConcurrentAction(
                 "the lobby changed at the same moment; fetch the game and try again"
             ) from None
         finally:
-            self.games.secrets_cache.pop(game.id, None)
+            self.games.secrets.cache.pop(game.id, None)
 
 
 class _NoRematchYet(Exception):

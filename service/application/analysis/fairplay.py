@@ -4,8 +4,8 @@ the pool's distribution of match rates beside them (what the figures mean: domai
 and docs/ratings.md, "Fair-play figures").
 
 **A summary table, one row per (game, seat)** (``cantstop_fair_play``): a finished rated game's
-kept analysis (``cantstop_analyses``, service/application/analyst.py) is read once and summed
-into a few numbers per seat. The games come from the ratings view's own table, so a game counts
+kept analysis (``cantstop_analyses``, analysis/analyst.py) is read once and summed into a few
+numbers per seat. The games come from the ratings view's own table, so a game counts
 here exactly when it counts in the ratings: never an imported, unrated or aborted one (its
 ``places`` are NULL). Rows are written with ``ON CONFLICT DO NOTHING``: two processes that
 summarise one game at once write the same rows, and the first stay.
@@ -34,11 +34,11 @@ from typing import Any
 from domain.analysis import KEY as ANALYSIS_KEY
 from domain.fairplay import CONTESTED, percentile, seat_figures
 from domain.strategies.expert import ExpertStrategy
-from service.application.accounts import Accounts
-from service.application.analyst import Analyst, StoredAnalyses
+from service.application.analysis.analyst import Analyst, StoredAnalyses
 from service.application.errors import ApplicationError, NotFound
-from service.application.games import Games
-from service.application.standings import RatingsView
+from service.application.games.use_cases import Games
+from service.application.players.accounts import Accounts
+from service.application.players.standings import RatingsView
 from service.persistence.errors import StoreUnavailable
 from service.persistence.tables import SideTable
 from service.persistence.views import Sql, Views
@@ -163,7 +163,7 @@ class FairPlay:
         analysis = self._kept(uuid.UUID(game_id))
         if analysis is None:
             return False
-        if self.games.is_imported(uuid.UUID(game_id)):  # never rated: kept out here too
+        if self.games.store.is_imported(uuid.UUID(game_id)):  # never rated: kept out here too
             self._pass(game_id, "an imported game")
             return False
         try:

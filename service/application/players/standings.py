@@ -8,8 +8,7 @@ the log, which is fixed once they are recorded. The ratings fold the ledger in t
 ``seq`` never changes and nothing is ever inserted before it: a game that arrives late (another
 host's clock a little behind) simply comes next, and an exclusion counts from its own place on.
 ``cantstop ratings LEDGER`` folds a saved ledger through the same functions
-(``service.application.ratings``); rebuilding the view gives the same ledger and numbers to the
-last bit.
+(``players.ratings``); rebuilding the view gives the same ledger and numbers to the last bit.
 """
 
 from __future__ import annotations
@@ -27,9 +26,9 @@ from domain import ratings as order
 from domain.game import Game, format_at
 from service.application.aggregates import Account
 from service.application.errors import ApplicationError
-from service.application.games import Games
-from service.application.projections import IMPORT_TOPICS, IMPORTED
-from service.application.ratings import (
+from service.application.games.projections import IMPORT_TOPICS, IMPORTED
+from service.application.games.use_cases import Games
+from service.application.players.ratings import (
     RatedGame,
     Rating,
     Ratings,
@@ -155,9 +154,9 @@ class RatingsView(View):
                     found.append(moderated)
                 continue
             try:
-                if not self.games.at_creation(head.originator_id).rated:
+                if not self.games.store.at_creation(head.originator_id).rated:
                     continue  # one event read: most games are not rated
-                if self.games.is_imported(head.originator_id):
+                if self.games.store.is_imported(head.originator_id):
                     continue  # not played here, and importable again and again (1.3)
                 game = self.games.game(head.originator_id)
                 records = self.games.history(head.originator_id)
@@ -179,7 +178,7 @@ class RatingsView(View):
     def _moderated(self, head: Any) -> Moderated | None:
         """The account as that event left it: its handle, the event's time and reason."""
         try:
-            account: Any = self.games.repository.get(
+            account: Any = self.games.store.repository.get(
                 head.originator_id, version=head.originator_version
             )
         except AggregateNotFoundError:

@@ -45,11 +45,13 @@ from domain.errors import InvalidRequest
 from domain.game import format_at, parse_at
 from domain.ratings import pool as pool_of
 from domain.rules import normalize_rules
-from service.application.accounts import Principal
-from service.application.challenges import slots_of
+from service.application.aggregates import moved_topics
 from service.application.errors import ApplicationError, NotFound
-from service.application.games import Games
-from service.application.standings import RatingsView
+from service.application.games.use_cases import Games
+from service.application.matchmaking.challenges import slots_of
+from service.application.players.accounts import Principal
+from service.application.players.standings import RatingsView
+from service.application.store import Store
 from service.persistence.views import Sql, View, Views
 
 log = logging.getLogger("cantstop.seeks")
@@ -143,15 +145,18 @@ class Seek(Aggregate):
         }
 
 
-SEEK_TOPICS = tuple(
-    get_topic(cls)
-    for cls in (
-        Seek.Placed,  # type: ignore[attr-defined]
-        Seek.Paired,  # type: ignore[attr-defined]
-        Seek.Withdrawn,  # type: ignore[attr-defined]
-        Seek.Expired,  # type: ignore[attr-defined]
-    )
+_EVENTS: tuple[type[Any], ...] = (
+    Seek.Placed,  # type: ignore[attr-defined]
+    Seek.Paired,  # type: ignore[attr-defined]
+    Seek.Withdrawn,  # type: ignore[attr-defined]
+    Seek.Expired,  # type: ignore[attr-defined]
 )
+# Seek lived in service.application.seeks before: its stored rows keep that topic.
+OLD_TOPICS = moved_topics("service.application.seeks", Seek, _EVENTS)
+SEEK_TOPICS = (*(get_topic(cls) for cls in _EVENTS), *OLD_TOPICS)
+SEEK_EXPIRED_TOPICS = frozenset(
+    {get_topic(Seek.Expired), "service.application.seeks:Seek.Expired"}  # type: ignore[attr-defined]
+)  # (notices show a seek's expiry)
 
 
 class SeekPool(View):
@@ -192,12 +197,13 @@ class SeekPool(View):
 
 
 class Seeks:
-    def __init__(self, games: Games, views: Views, ratings: RatingsView) -> None:
+    def __init__(self, store: Store, games: Games, views: Views, ratings: RatingsView) -> None:
+        self.store = store
         self.games = games
         self.views = views
         self.ratings = ratings
         self.pool = SeekPool()
-        self.slots = slots_of(games)
+        self.slots = slots_of(store)
         self.paired = 0  # games made by this process (tests and logs)
 
     # ---------------------------------------------------------------------------- requests
@@ -234,7 +240,7 @@ class Seeks:
         if refused is not None:
             raise TooManySeeks(f"you have {MAX_OPEN} open seeks: withdraw one first")
         try:
-            self.games.save(seek)
+            self.store.save(seek)
         except BaseException:
             self.slots.release([holder])  # nothing recorded: nothing held
             raise
@@ -256,7 +262,7 @@ class Seeks:
             raise SeekNotOpen(f"seek {seek_id} is {status}: it cannot be withdrawn")
         seek.withdraw()
         try:
-            self.games.save(seek)
+            self.store.save(seek)
         except IntegrityError:
             raise SeekNotOpen(f"seek {seek_id} was paired meanwhile: see its game") from None
         self.slots.release([str(seek.id)])
@@ -366,7 +372,7 @@ class Seeks:
                 continue  # ended already (the view is behind), or not yet due
             seek.expire()
             try:
-                self.games.save(seek)
+                self.store.save(seek)
             except IntegrityError:
                 continue  # expired by another scheduler, paired or withdrawn, first
             self.slots.release([str(seek.id)])
@@ -376,7 +382,7 @@ class Seeks:
     # ------------------------------------------------------------------------------- reads
     def _seek(self, seek_id: uuid.UUID) -> Seek:
         try:
-            found: Any = self.games.repository.get(seek_id)
+            found: Any = self.store.repository.get(seek_id)
         except AggregateNotFoundError:
             found = None
         if not isinstance(found, Seek):

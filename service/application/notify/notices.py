@@ -36,9 +36,10 @@ from typing import Any
 from eventsourcing.utils import get_topic
 
 from domain.game import Game, format_at
-from service.application.accounts import BOTS
-from service.application.challenges import CHALLENGE_TOPICS, Challenge
-from service.application.games import Games
+from service.application.matchmaking.challenges import CHALLENGE_TOPICS, Challenge
+from service.application.matchmaking.seeks import SEEK_EXPIRED_TOPICS
+from service.application.players.accounts import BOTS
+from service.application.store import Store
 from service.persistence.views import Sql, View, Views
 
 NOTICE_TYPES = (
@@ -56,8 +57,6 @@ NOTICE_TYPES = (
 RETAIN = timedelta(days=7)  # how long notices are kept for a stream to resume from
 PRUNE_EVERY = 3600.0  # seconds
 TURN_ENDS = (Game.TurnStopped, Game.TurnBusted, Game.TurnTimedOut)
-# A seek's expiry, by name: seeks sit beside notices in the layers (each may not import the other).
-SEEK_EXPIRED = "service.application.seeks:Seek.Expired"
 
 
 @dataclass(frozen=True)
@@ -90,7 +89,7 @@ class NoticesView(View):
             )
         ),
         *CHALLENGE_TOPICS,
-        SEEK_EXPIRED,
+        *sorted(SEEK_EXPIRED_TOPICS),
     )
     tables = {  # noqa: RUF012 (the View's declaration)
         "notices": [
@@ -117,8 +116,8 @@ class NoticesView(View):
         ],
     }
 
-    def __init__(self, games: Games) -> None:
-        self.games = games
+    def __init__(self, store: Store) -> None:
+        self.store = store
         self.hooks: list[Callable[[Sql, list[Notice]], None]] = []
         """Called inside the batch's transaction, on the live view only (webhooks' queue)."""
         self.listeners: list[Callable[[list[Notice]], None]] = []
@@ -129,16 +128,16 @@ class NoticesView(View):
         """Each event, with a challenge's state as of that event (what its notice shows)."""
         out: list[tuple[Any, dict[str, Any] | None]] = []
         for _, event in items:
-            if isinstance(event, Game.GameCreated) and self.games.is_imported(event.originator_id):
+            if isinstance(event, Game.GameCreated) and self.store.is_imported(event.originator_id):
                 continue  # an imported game sends nothing (1.3): without its row, nor do its events
             shown = None
-            if get_topic(type(event)) == SEEK_EXPIRED:
-                seek: Any = self.games.repository.get(
+            if get_topic(type(event)) in SEEK_EXPIRED_TOPICS:
+                seek: Any = self.store.repository.get(
                     event.originator_id, version=event.originator_version
                 )
                 shown = {"seek": seek.as_json(event.timestamp)}
             elif get_topic(type(event)) in CHALLENGE_TOPICS:
-                found: Any = self.games.repository.get(
+                found: Any = self.store.repository.get(
                     event.originator_id, version=event.originator_version
                 )
                 if isinstance(found, Challenge):

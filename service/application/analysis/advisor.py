@@ -12,7 +12,7 @@ from typing import Any
 from domain.advice import advise
 from domain.errors import GameOver, IllegalAction
 from domain.position import Position
-from service.application.games import Games
+from service.application.games.use_cases import Games
 
 CACHE = 2_000
 

@@ -36,8 +36,9 @@ from eventsourcing.utils import get_topic
 from domain.game import Game
 from service import metrics
 from service.application.errors import ApplicationError, describe
-from service.application.games import GAME_TOPICS, Games
-from service.application.timekeeper import Timekeeper
+from service.application.games.timekeeper import Timekeeper
+from service.application.games.use_cases import Games
+from service.application.store import GAME_TOPICS
 from service.persistence.views import Sql, View, Views
 
 log = logging.getLogger("cantstop.scheduler")
@@ -121,11 +122,11 @@ class DueIndex(View):
         self.planned += 1
         plain = False
         try:
-            first = self.games.at_creation(game_id) if created else None
+            first = self.games.store.at_creation(game_id) if created else None
             if first is not None and self.timekeeper.only_abandonment(first):
                 due, plain = self.timekeeper.due_at(first), True
             else:
-                with self.games.owned(game_id) as game:
+                with self.games.store.owned(game_id) as game:
                     due = self.timekeeper.due_at(game)
                     plain = self.timekeeper.only_abandonment(game)
         except ApplicationError as exc:  # a damaged or vanished game: nothing to plan

@@ -1,0 +1,79 @@
+"""Who holds a seat: a seat's own token (matched against the vault's hashes) or an account's
+personal token (the account's seat in the game)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from eventsourcing.application import AggregateNotFoundError
+
+from service.application.aggregates import Account, account_id, match_token
+from service.application.errors import NotFound, ReadOnly, Unauthorized
+from service.application.games.secrets import GameSecrets
+from service.application.store import Store
+
+
+class Seats:
+    """The seat a token holds in a game."""
+
+    principals: Callable[[str], str] | None = None
+    """A personal token's account handle, with the scope ``play`` (set by the runtime:
+    service.application.players.accounts); None where accounts are not served."""
+
+    def __init__(self, store: Store, secrets: GameSecrets) -> None:
+        self.store = store
+        self.secrets = secrets
+
+    def is_personal(self, token: str | None) -> bool:
+        """Whether ``token`` is a personal token (an account's), not a seat's."""
+        return self.principals is not None and token is not None and token.startswith("cst_")
+
+    def principal_handle(self, token: str | None) -> str:
+        assert self.principals is not None and token is not None
+        return self.principals(token)
+
+    def seat_of_principal(self, game_id: uuid.UUID, token: str) -> int:
+        """The seat the personal token's account holds in the game (401 if none, as for a seat
+        token of another game; 401 for an unknown or revoked token; 403 insufficient_scope
+        without ``play``)."""
+        handle = self.principal_handle(token)
+        with self.store.owned(game_id) as game:
+            seat = game.seat_of_account(handle)
+        if seat is None:  # as a seat token of another game is: the token holds no seat here
+            raise Unauthorized(f"the account {handle} holds no seat of this game")
+        return seat
+
+    def account_closed(self, handle: str | None) -> bool:
+        """Whether the account ``handle`` (None: an anonymous seat) was closed."""
+        if handle is None:
+            return False
+        try:
+            found: Any = self.store.repository.get(account_id(handle))
+        except AggregateNotFoundError:
+            return False
+        return isinstance(found, Account) and bool(found.closed)
+
+    def authenticate(self, game_id: uuid.UUID, token: str | None) -> int:
+        """The seat that ``token`` holds in the game (imported games refuse first, then an
+        unknown game is NotFound, then a missing or unknown token Unauthorized). A personal
+        token holds the seat of its account."""
+        if self.store.is_imported(game_id):
+            raise ReadOnly("this game was imported: it can be read, not played")
+        if self.is_personal(token):
+            assert token is not None
+            return self.seat_of_principal(game_id, token)
+        try:
+            secrets_ = self.secrets.of(game_id)
+        except AggregateNotFoundError:
+            raise NotFound(f"no game {game_id}") from None
+        if not token:
+            raise Unauthorized("send the seat's token: Authorization: Bearer <token>")
+        # A lobby's seats may be given back, so its vault is read afresh (Secrets.sealed).
+        seat = match_token(secrets_.token_hashes, token)
+        if seat is None and secrets_.sealed:  # joined through another worker: ask the vault
+            seat = self.secrets.read(game_id).seat_for(token)
+        if seat is None:
+            raise Unauthorized("unknown token for this game")
+        return seat

@@ -1,0 +1,1 @@
+"""Matchmaking: direct challenges and the seek pool, each ending in a game."""

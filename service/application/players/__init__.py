@@ -1,0 +1,1 @@
+"""Players: accounts and their tokens, ratings and standings."""
