@@ -28,7 +28,7 @@ TESTS = (
     "tests/test_log_reader.py",
     "tests/test_views.py",
     "tests/test_server_edges.py",
-    "tests/test_library_hooks.py",
+    "tests/test_public_doors.py",
     "tests/test_store_public_doors.py",
 )
 UPPER = ("<", "<=", "==", "~=")

@@ -246,6 +246,7 @@ def test_a_create_whose_answer_is_lost_is_retried_and_made_once(server: str) -> 
         assert [g["game_id"] for g in games] == [created["game"]["id"]]  # made once
         # The tokens answered are the game's own.
         turn = client.game(created["game"]["id"])["turn"]
+        assert turn is not None
         token = created["seats"][turn["player"]]["token"]
         assert client.roll(created["game"]["id"], token=token)["game"]["version"] > 0
 

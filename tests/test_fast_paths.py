@@ -1,5 +1,5 @@
 """Every fast path that replaces a library path stores exactly what the library path stores
-(service/hooks.py names them, and these tests as their proof).
+(the store's own recorders and write path, service/persistence and service/application/store.py).
 
 Each test writes the same rows through the service's store and through the library's own
 recorders, on fresh tables of the same database, and compares what each stored: the rows of the

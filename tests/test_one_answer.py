@@ -134,9 +134,7 @@ def test_a_frozen_hosts_unkeyed_roll_never_lands_in_a_later_turn(
         before = [e["hash"] for e in history(client_b, game_id)]
     request.join(30)
     [late] = answers
-    assert late.status_code == 409 and late.get_json()["code"] == "turn_moved_on", (
-        late.get_json()
-    )
+    assert late.status_code == 409 and late.get_json()["code"] == "turn_moved_on", late.get_json()
     assert [e["hash"] for e in history(client_b, game_id)] == before
     # Sent now, the same roll is decided on this turn and recorded.
     assert act(client_b, game_id, token, ROLL).status_code == 200
