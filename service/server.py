@@ -675,7 +675,7 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
         fields = {
             "remote": environ["REMOTE_ADDR"] or "-",
             "request": request,
-            "status": code,
+            "status": str(code),  # as gunicorn's atoms wrote it
             "bytes": sent or "-",
             "ms": int((time.monotonic() - started) * 1000),
             "request_id": environ.get(REQUEST_ID_KEY, "-"),  # service/http/metrics.py

@@ -91,7 +91,7 @@ def test_a_frozen_hosts_keyed_roll_answers_as_its_retry_was_answered(
     rt_a = a.extensions["cantstop"]
     a.test_client().get(f"/v1/games/{game_id}")  # host A has the game in its cache
     request, answers = frozen_request(a, game_id, ROLL, token, key)
-    with rt_a.games.owned(uuid.UUID(game_id)):  # host A stalls with the request in hand
+    with rt_a.store.owned(uuid.UUID(game_id)):  # host A stalls with the request in hand
         request.start()
         wait_until(lambda: datetime.now(UTC) > deadline, 10, "the turn's deadline to pass")
         retry = act(client_b, game_id, token, ROLL, key)  # the client's retry, on host B
@@ -125,7 +125,7 @@ def test_a_frozen_hosts_unkeyed_roll_never_lands_in_a_later_turn(
     rt_a = a.extensions["cantstop"]
     a.test_client().get(f"/v1/games/{game_id}")
     request, answers = frozen_request(a, game_id, ROLL, token, None)
-    with rt_a.games.owned(uuid.UUID(game_id)):
+    with rt_a.store.owned(uuid.UUID(game_id)):
         request.start()
         wait_until(lambda: datetime.now(UTC) > deadline, 10, "the turn's deadline to pass")
         late_elsewhere = act(client_b, game_id, token, {"type": "stop"})  # records the timeout
@@ -172,7 +172,7 @@ def test_a_resignation_is_not_held_to_its_turn(hosts: tuple[Flask, Flask]) -> No
     game_id = game["id"]
     rt_a = a.extensions["cantstop"]
     request, answers = frozen_request(a, game_id, {"type": "resign"}, other_token, None)
-    with rt_a.games.owned(uuid.UUID(game_id)):
+    with rt_a.store.owned(uuid.UUID(game_id)):
         request.start()
         play_a_turn(client_b, game_id, token)  # a new turn begins after the resignation arrived
     request.join(30)

@@ -151,12 +151,16 @@ def parse_game_id(raw: str) -> uuid.UUID:
 CLOCK_SKEW = timedelta(milliseconds=250)
 
 
-def moved_on(game: Game, command: Command, arrived: datetime) -> None:
-    """Refuse an action that arrived before the turn now on began (#43: a request a host held
-    while frozen must not land in a later turn than the one it was decided in). A resignation
-    is not tied to a turn."""
+def moved_on(game: Game, seat: int, command: Command, arrived: datetime, at: datetime) -> None:
+    """Refuse an action that would land in a turn of its seat that began while it waited:
+    after it arrived and before it is judged (#43: a request a host held while frozen must not
+    be recorded in a later turn than the one it was decided in). Any other turn's refusal is the
+    rules' own (not_your_turn, turn_timed_out); a resignation is not tied to a turn; a turn
+    stamped after this instant (a host whose clock runs ahead) is not judged by it."""
+    if game.current != seat or isinstance(command, Resign):
+        return
     started = game.turn_started_at
-    if started is not None and started > arrived + CLOCK_SKEW and not isinstance(command, Resign):
+    if started is not None and arrived + CLOCK_SKEW < started <= at:
         raise TurnMovedOn(
             "the game moved on to a turn that began after this request arrived: it was not "
             "decided on this position; fetch the game and decide again"
@@ -322,7 +326,7 @@ class Games:
                 # at it and the events are stamped with it, however long the request waited.
                 at = datetime.now(UTC)
                 try:
-                    moved_on(game, command, now)
+                    moved_on(game, seat, command, now, at)
                     if game.timed_out(at):
                         if not fresh:
                             continue  # perhaps: judged on the latest version
