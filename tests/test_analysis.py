@@ -12,7 +12,6 @@ import json
 import math
 import random
 import statistics
-import uuid
 from collections.abc import Callable
 from functools import cache
 from itertools import pairwise, product
@@ -25,14 +24,14 @@ from hypothesis import strategies as st
 from domain import strategies
 from domain.analysis import BLUNDERS, Analysis, AnalysisRefused, Point, analyse, scale_for
 from domain.audit import DERIVED
-from domain.commands import Move, NewGame, Roll
+from domain.commands import Roll
 from domain.errors import InvalidRequest
-from domain.game import Game, event_records
+from domain.game import Game
 from domain.position import Position
 from domain.rules import normalize_rules
 from domain.strategies.expert import ExpertStrategy
 from domain.value_tables import TABLES
-from tests.support.played import play
+from tests.support.played import lobby_game, play
 from tests.support.positions import positions
 
 TOLERANCE = 1e-9
@@ -320,30 +319,6 @@ def followed(records: list[dict[str, Any]]) -> tuple[Analysis, dict[int, str]]:
 
 def text(analysis: dict[str, Any]) -> str:
     return json.dumps(analysis, separators=(",", ":"), allow_nan=False)
-
-
-def lobby_game(seed: int, resign_at: int) -> list[dict[str, Any]]:
-    """Three seats filled from the lobby, the rule of 28 in each, one resigning at its
-    ``resign_at``-th action: the points an analysis of a game in progress may stop at."""
-    rng = random.Random(seed)
-    game = Game.start(uuid.UUID(int=seed), NewGame(seats=3, dice="manual", first_player=1))
-    choose = strategies.get("rule-of-28").choose
-    for name in ("Ann", "Bob", "Cy"):
-        game.join(name)
-    for action in range(1, 2_000):
-        if game.status != "in_progress":
-            break
-        position = Position.from_game(game)
-        chosen = choose(position, rng)
-        if action == resign_at:
-            game.resign(position.seat)
-        elif isinstance(chosen, Roll):
-            game.roll(position.seat, dice=[rng.randint(1, 6) for _ in range(4)])
-        elif isinstance(chosen, Move):
-            game.move(position.seat, chosen.sums)
-        else:
-            game.stop(position.seat)
-    return event_records(game.collect_events())
 
 
 def test_a_followed_analysis_is_the_analysis_from_scratch_at_every_version() -> None:

@@ -12,20 +12,14 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import random
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from domain import strategies
 from domain.analysis import KEY, analyse
-from domain.commands import Move, NewGame, Roll
-from domain.game import Game, event_records
-from domain.position import Position
-from tests.support.played import play
+from tests.support.played import lobby_game, play
 
 GOLDEN = Path(__file__).resolve().parent / "support" / "analysis_golden.json"
 RELATIVE = 1e-9
@@ -47,29 +41,6 @@ GAMES: list[tuple[str, list[str], dict[str, Any] | None, int, int | None]] = [
     ("two-columns", ["expert", "rule-of-28"], {"columns_to_win": 2}, 10, 120),
 ]
 LOBBY = (21, 40, 200)  # seed, the action at which a seat resigns, the version analysed up to
-
-
-def lobby_game(seed: int, resign_at: int) -> list[dict[str, Any]]:
-    """Three seats filled from the lobby, the rule of 28 in each, one resigning."""
-    rng = random.Random(seed)
-    game = Game.start(uuid.UUID(int=seed), NewGame(seats=3, dice="manual", first_player=1))
-    choose = strategies.get("rule-of-28").choose
-    for name in ("Ann", "Bob", "Cy"):
-        game.join(name)
-    for action in range(1, 2_000):
-        if game.status != "in_progress":
-            break
-        position = Position.from_game(game)
-        chosen = choose(position, rng)
-        if action == resign_at:
-            game.resign(position.seat)
-        elif isinstance(chosen, Roll):
-            game.roll(position.seat, dice=[rng.randint(1, 6) for _ in range(4)])
-        elif isinstance(chosen, Move):
-            game.move(position.seat, chosen.sums)
-        else:
-            game.stop(position.seat)
-    return event_records(game.collect_events())
 
 
 def analyses() -> dict[str, dict[str, Any]]:

@@ -20,30 +20,17 @@ from service.persistence.sqlite import (
     GuardedSQLiteApplicationRecorder,
     SQLiteStore,
 )
+from tests.test_public_doors import library_names
 
 ROOT = Path(__file__).resolve().parent.parent
 LIBRARIES = ("eventsourcing", "psycopg", "psycopg_pool", "sqlite3")
 STORE = sorted((ROOT / "service" / "persistence").glob("*.py"))
 
 
-def _library_names(tree: ast.Module) -> dict[str, str]:
-    """The names a module binds to a library's modules and objects: name -> dotted origin."""
-    names: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.split(".")[0] in LIBRARIES:
-                    names[(alias.asname or alias.name).split(".")[0]] = alias.name
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in LIBRARIES:
-            for alias in node.names:
-                names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-    return names
-
-
 @pytest.mark.parametrize("path", STORE, ids=lambda path: path.name)
 def test_the_store_imports_no_private_part_of_a_library(path: Path) -> None:
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    for origin in _library_names(tree).values():
+    for origin in library_names(tree, LIBRARIES).values():
         parts = origin.split(".")
         assert not any(part.startswith("_") for part in parts), f"{path.name}: {origin}"
         assert parts[:2] not in (["eventsourcing", "sqlite"], ["eventsourcing", "postgres"]), (
@@ -54,7 +41,7 @@ def test_the_store_imports_no_private_part_of_a_library(path: Path) -> None:
 @pytest.mark.parametrize("path", STORE, ids=lambda path: path.name)
 def test_the_store_reaches_no_private_attribute_of_a_library(path: Path) -> None:
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    names = _library_names(tree)
+    names = library_names(tree, LIBRARIES)
     for node in ast.walk(tree):
         if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
             continue

@@ -62,3 +62,27 @@ def play(
     else:
         raise AssertionError(f"the game did not end in {MAX_ACTIONS} actions")
     return event_records(game.collect_events())
+
+
+def lobby_game(seed: int, resign_at: int) -> list[dict[str, Any]]:
+    """Three seats filled from the lobby, the rule of 28 in each, one resigning at its
+    ``resign_at``-th action: the points an analysis of a game in progress may stop at."""
+    rng = random.Random(seed)
+    game = Game.start(uuid.UUID(int=seed), NewGame(seats=3, dice="manual", first_player=1))
+    choose = strategies.get("rule-of-28").choose
+    for name in ("Ann", "Bob", "Cy"):
+        game.join(name)
+    for action in range(1, 2_000):
+        if game.status != "in_progress":
+            break
+        position = Position.from_game(game)
+        chosen = choose(position, rng)
+        if action == resign_at:
+            game.resign(position.seat)
+        elif isinstance(chosen, Roll):
+            game.roll(position.seat, dice=[rng.randint(1, 6) for _ in range(4)])
+        elif isinstance(chosen, Move):
+            game.move(position.seat, chosen.sums)
+        else:
+            game.stop(position.seat)
+    return event_records(game.collect_events())
