@@ -124,6 +124,8 @@ HTTP_CODES = {
     415: "unsupported_media_type",
     431: "headers_too_large",
 }
+# An Idempotency-Key, for an action or a creation: 1 to 200 visible ASCII characters.
+IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 # ASCII digits only: ``\d`` and ``int()`` also take other scripts' digits ("٢", "２").
 DIGITS = re.compile(r"[0-9]{1,12}")
 # A version as its entity tag says it (If-Match compares strongly: "02" is not "2").

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import uuid
 from typing import Any
 
@@ -18,6 +17,7 @@ from service.application.players.accounts import is_personal
 from service.http import schemas
 from service.http.core import (
     DIGITS,
+    IDEMPOTENCY_KEY,
     BadRequest,
     bearer_token,
     error_problem,
@@ -46,7 +46,6 @@ ACTION = schemas.ActionSchema()
 CREATE_GAME = schemas.CreateGameSchema()
 JOIN = schemas.JoinSchema()
 REMATCH = schemas.RematchSchema()
-IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 # Action bodies already parsed, by their bytes: clients send the same few bodies again and again
 # ({"type":"roll"}, a move's sums), and parsing one is a pure function of its bytes, so each
 # distinct body goes through orjson, marshmallow and parse_action once (docs/performance.md).

@@ -31,10 +31,15 @@ import nacl.secret
 from flask import Response
 
 from service.application.errors import ApplicationError, IdempotencyKeyReused
-from service.http.core import BadRequest, has_body, json_bytes, runtime, this_request
+from service.http.core import (
+    IDEMPOTENCY_KEY,
+    BadRequest,
+    has_body,
+    json_bytes,
+    runtime,
+    this_request,
+)
 
-IDEMPOTENCY_CHARS = range(0x21, 0x7F)  # visible ASCII, as for an action's key
-MAX_KEY = 200
 MIN_ANONYMOUS_KEY = 16
 KEPT_HEADERS = ("Location", "ETag", "Content-Type")
 PRUNE_ONE_IN = 256  # requests with a key that also prune expired rows
@@ -66,7 +71,7 @@ def _keyed(view: F, *, needs_credentials: bool) -> F:
         credentials = req.headers.get("Authorization", "")
         if key is None or (needs_credentials and not credentials):
             return view(*args, **kwargs)
-        if not 1 <= len(key) <= MAX_KEY or any(ord(c) not in IDEMPOTENCY_CHARS for c in key):
+        if not IDEMPOTENCY_KEY.match(key):
             raise BadRequest("Idempotency-Key must be 1 to 200 visible ASCII characters")
         if not credentials and len(key) < MIN_ANONYMOUS_KEY:
             raise BadRequest(
