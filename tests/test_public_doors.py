@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.doors import library_names
+
 ROOT = Path(__file__).resolve().parent.parent
 LIBRARIES = (
     "eventsourcing",
@@ -52,21 +54,6 @@ SOURCES = sorted(
 )
 
 
-def library_names(tree: ast.Module, libraries: tuple[str, ...] = LIBRARIES) -> dict[str, str]:
-    """The names a module binds to ``libraries``' modules and objects: name -> dotted origin
-    (tests/test_store_public_doors.py asks it of the store's four)."""
-    names: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                if alias.name.split(".")[0] in libraries:
-                    names[(alias.asname or alias.name).split(".")[0]] = alias.name
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in libraries:
-            for alias in node.names:
-                names[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-    return names
-
-
 def private(name: str) -> bool:
     return name.startswith("_") and not name.startswith("__") and name not in DOCUMENTED
 
@@ -74,7 +61,7 @@ def private(name: str) -> bool:
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_private_part_of_a_library_is_reached(path: Path) -> None:
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    names = library_names(tree)
+    names = library_names(tree, LIBRARIES)
     where = path.relative_to(ROOT)
     for origin in names.values():
         assert not any(private(part) for part in origin.split(".")), f"{where}: imports {origin}"
@@ -92,7 +79,7 @@ def test_the_scan_finds_a_private_access() -> None:
     """The scan itself, on a module that reaches into a library: it must not pass silently."""
     source = "from eventsourcing.application import Application\nApplication._take_snapshots\n"
     tree = ast.parse(source)
-    names = library_names(tree)
+    names = library_names(tree, LIBRARIES)
     found = [
         node.attr
         for node in ast.walk(tree)

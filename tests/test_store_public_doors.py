@@ -20,7 +20,7 @@ from service.persistence.sqlite import (
     GuardedSQLiteApplicationRecorder,
     SQLiteStore,
 )
-from tests.test_public_doors import library_names
+from tests.support.doors import library_names
 
 ROOT = Path(__file__).resolve().parent.parent
 LIBRARIES = ("eventsourcing", "psycopg", "psycopg_pool", "sqlite3")
