@@ -1,4 +1,8 @@
-"""A Redis client with a circuit breaker, shared by the live hub, the rate limiter and /healthz."""
+"""A Redis client with a circuit breaker, shared by the live hub and /healthz.
+
+(The rate limits keep their own connection, through the ``limits`` library's storage, with its
+own fallback to memory: service/http/limits.py.)
+"""
 
 from __future__ import annotations
 
@@ -17,9 +21,9 @@ RECONNECT_MIN, RECONNECT_MAX = 0.1, 2.0
 
 
 class RedisLink:
-    """A Redis client with a circuit breaker, shared by the publisher, the limiter and /healthz.
+    """A Redis client with a circuit breaker, shared by the publisher and /healthz.
 
-    After a failure, callers that can do without Redis (publishing, rate limits) skip it for a
+    After a failure, callers that can do without Redis (publishing, the streams) skip it for a
     short, growing while instead of paying a failed round trip on every request. No retries: the
     caller always has a fallback, and actions must not wait on Redis.
     """
@@ -61,7 +65,7 @@ class RedisLink:
         if first:
             log.warning(
                 "redis unavailable (%s: %s: %s); actions are still recorded, streams poll the "
-                "store, rate limits count per process",
+                "store",
                 what,
                 type(exc).__name__,
                 exc,
