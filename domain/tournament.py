@@ -202,6 +202,18 @@ def arena_table(
     return rotate_seats([anchor, *others[: size - 1]], firsts)
 
 
+def new_stats() -> dict[str, Any]:
+    return {
+        "points": 0.0,
+        "games": 0,
+        "wins": 0,
+        "byes": 0,
+        "opponents": [],
+        "streak": 0,
+        "firsts": 0,
+    }
+
+
 def table_id(tournament_id: Any, key: str) -> str:
     return str(uuid.uuid5(TABLE_NAMESPACE, f"{tournament_id}/{key}"))
 
@@ -321,6 +333,7 @@ class Tournament(Aggregate):
                 "withdrawn": None,
                 "paused": False,
             }
+            tournament.stats[key] = new_stats()
             tournament.since[key] = self.originator_version
 
     class Withdrawn(Event):
@@ -331,6 +344,8 @@ class Tournament(Aggregate):
             key = _key(self.handle)
             if tournament.status == "created":  # before the start: as if never registered
                 del tournament.entrants[key]
+                del tournament.stats[key]
+                tournament.since.pop(key, None)
             else:
                 tournament.entrants[key]["withdrawn"] = self.reason
 
@@ -351,6 +366,10 @@ class Tournament(Aggregate):
                 {"number": self.number, "tables": [t["game_id"] for t in self.tables]}
             )
             tournament.round_byes.append(list(self.byes))
+            for handle in self.byes:
+                row = tournament.stats[_key(handle)]
+                row["byes"] += 1
+                row["points"] += bye_points(tournament.players_per_table)
             for table in self.tables:
                 tournament.add_table(table["game_id"], table["players"], self.number)
 
@@ -375,9 +394,13 @@ class Tournament(Aggregate):
                 "finished_at": self.finished_at,
                 "aborted": self.aborted,
             }
-            tournament.open_ids.discard(self.game_id)
-            for handle in tournament.tables[tournament.table_index[self.game_id]]["players"]:
+            tournament.open_ids.pop(self.game_id, None)
+            players = tournament.tables[tournament.table_index[self.game_id]]["players"]
+            for handle in players:
+                tournament.busy.pop(_key(handle), None)
                 tournament.since[_key(handle)] = self.originator_version
+            if not self.aborted:
+                tournament.count_result(players, self.places)
 
     class Paused(Event):
         handle: str
@@ -448,9 +471,11 @@ class Tournament(Aggregate):
         # registration order (dicts keep it)
         self.entrants: dict[str, dict[str, Any]] = {}
         self.since: dict[str, int] = {}  # arena: the version at which each began to wait
+        self.stats: dict[str, dict[str, Any]] = {}  # key -> new_stats(), kept as results come
+        self.busy: dict[str, None] = {}  # the keys of the players at open tables (a set)
         self.tables: list[dict[str, Any]] = []  # {"game_id", "players", "round"}, as seated
         self.table_index: dict[str, int] = {}
-        self.open_ids: set[str] = set()
+        self.open_ids: dict[str, None] = {}  # a set, as a dict: plain state for snapshots
         self.results: dict[str, dict[str, Any]] = {}  # game id -> the ResultRecorded fields
         self.round_list: list[dict[str, Any]] = []  # {"number", "tables": [game ids]}
         self.round_byes: list[list[str]] = []
@@ -483,7 +508,25 @@ class Tournament(Aggregate):
     def add_table(self, game_id: str, players: Sequence[str], number: int | None) -> None:
         self.table_index[game_id] = len(self.tables)
         self.tables.append({"game_id": game_id, "players": list(players), "round": number})
-        self.open_ids.add(game_id)
+        self.open_ids[game_id] = None
+        self.busy.update((_key(h), None) for h in players)
+        self.stats[_key(players[0])]["firsts"] += 1
+
+    def count_result(self, players: Sequence[str], places: Mapping[str, int]) -> None:
+        """A table's points, wins and meetings added to its players' stats (arena: a win
+        after ``FIRE_STREAK`` wins in a row counts double)."""
+        points = table_points(places)
+        for handle in players:
+            row = self.stats[_key(handle)]
+            won = places[handle] == 0
+            gained = points[handle]
+            if self.kind == "arena" and won and row["streak"] >= FIRE_STREAK:
+                gained *= 2
+            row["points"] += gained
+            row["games"] += 1
+            row["wins"] += int(won)
+            row["streak"] = row["streak"] + 1 if won else 0
+            row["opponents"].extend(_key(o) for o in players if o != handle)
 
     # --------------------------------------------------------------------- recording events
     def _stamp(self, at: datetime | None) -> datetime:
@@ -529,12 +572,9 @@ class Tournament(Aggregate):
             return True
         return not any(g in self.open_ids for g in self.round_list[-1]["tables"])
 
-    def seated_keys(self) -> set[str]:
-        return {_key(h) for g in self.open_ids for h in self.tables[self.table_index[g]]["players"]}
-
     def waiting(self) -> list[str]:
         """Arena: registered, neither paused nor withdrawn, and not at an open table."""
-        busy = self.seated_keys()
+        busy = self.busy
         return [
             e["handle"]
             for k, e in self.entrants.items()
@@ -547,49 +587,10 @@ class Tournament(Aggregate):
 
     def scores(self) -> dict[str, dict[str, Any]]:
         """Per entrant (lowercased handle): points, games, wins, byes, opponents (keys, one per
-        meeting), the current run of wins, and the times they sat first. Results count in the
-        order they were recorded (the arena's runs of wins depend on it)."""
-        table: dict[str, dict[str, Any]] = {
-            k: {
-                "points": 0.0,
-                "games": 0,
-                "wins": 0,
-                "byes": 0,
-                "opponents": [],
-                "streak": 0,
-                "firsts": 0,
-            }
-            for k in self.entrants
-        }
-        for byes in self.round_byes:
-            for handle in byes:
-                row = table.get(_key(handle))
-                if row is not None:
-                    row["byes"] += 1
-                    row["points"] += bye_points(self.players_per_table)
-        for seated in self.tables:
-            first = table.get(_key(seated["players"][0]))
-            if first is not None:
-                first["firsts"] += 1
-        for game_id, result in self.results.items():
-            if result["aborted"]:
-                continue
-            players = self.tables[self.table_index[game_id]]["players"]
-            points = table_points(result["places"])
-            for handle in players:
-                row = table.get(_key(handle))
-                if row is None:
-                    continue
-                won = result["places"][handle] == 0
-                gained = points[handle]
-                if self.kind == "arena" and won and row["streak"] >= FIRE_STREAK:
-                    gained *= 2
-                row["points"] += gained
-                row["games"] += 1
-                row["wins"] += int(won)
-                row["streak"] = row["streak"] + 1 if won else 0
-                row["opponents"].extend(_key(o) for o in players if o != handle)
-        return table
+        meeting), the current run of wins, and the times they sat first; kept up to date as
+        events apply (results count in the order they were recorded: runs of wins depend on
+        it). Read only."""
+        return self.stats
 
     def met(self) -> dict[Pair, int]:
         """How often each pair of players sat at one table (seated, whatever the result)."""
@@ -641,10 +642,10 @@ class Tournament(Aggregate):
     def swiss_order(self, scores: Mapping[str, Mapping[str, Any]] | None = None) -> list[str]:
         """The active players' keys, best first: points, rating, registration."""
         scores = scores or self.scores()
-        order = list(self.entrants)
+        position = {k: i for i, k in enumerate(self.entrants)}
         return sorted(
             self._active(),
-            key=lambda k: (-scores[k]["points"], -self.entrants[k]["rating"], order.index(k)),
+            key=lambda k: (-scores[k]["points"], -self.entrants[k]["rating"], position[k]),
         )
 
     @property
