@@ -1040,10 +1040,16 @@ def parse_tournament_export(data: bytes) -> tuple[dict[str, Any], list[Any]]:
 
 
 def is_tournament_export(data: bytes) -> bool:
-    """Whether ``data``'s first line names the tournament export format (cheap: no parse of the
-    rest), so ``cantstop audit`` can tell it from a game's export."""
+    """Whether ``data``'s first line is a header of the tournament export format (no parse of
+    the rest), so ``cantstop audit`` can tell it from a game's export."""
     first = data.removeprefix(b"\xef\xbb\xbf").split(b"\n", 1)[0]
-    return f'"{EXPORT_FORMAT}"'.encode() in first
+    if f'"{EXPORT_FORMAT}"'.encode() not in first:
+        return False
+    try:
+        header = jsondoc.loads(first)
+    except jsondoc.MalformedJson:
+        return False
+    return isinstance(header, dict) and header.get("format") == EXPORT_FORMAT
 
 
 def header_problem(header: Any) -> str | None:
