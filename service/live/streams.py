@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -14,7 +15,7 @@ import socket
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
@@ -82,11 +83,12 @@ class Envelope:
     version: int
     type: str
     text: str
-    sse: bytes = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        frame = f"id: {self.version}\nevent: {self.type}\ndata: {self.text}\n\n".encode()
-        object.__setattr__(self, "sse", frame)  # frozen: set once, here
+    @functools.cached_property
+    def sse(self) -> bytes:
+        """The frame, made on first use: on the hub's loop, not on the action's thread that
+        published the event."""
+        return f"id: {self.version}\nevent: {self.type}\ndata: {self.text}\n\n".encode()
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> Envelope:
