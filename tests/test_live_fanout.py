@@ -4,6 +4,8 @@ deliveries (duplicates, gaps, out of order, split across turns, while a stream i
 catching up from the store), every stream sends each event once, in order; a client that
 cannot take a direct write is dropped.
 
+A busy feed writes at most once per ``FLUSH_GAP``.
+
 The feed and streams run on a real asyncio loop, over a store of synthetic events that grows as
 events are "recorded"; the hub is a small one of the test's own that implements what the
 streams need of it (the ``Hub`` protocol of service/live/streams.py), and the sink records each
@@ -18,9 +20,11 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from service.live import streams as streams_module
 from service.live.sinks import ClientGone, Sink
 from service.live.streams import Envelope, Feed, LiveConfig, Stream
 
@@ -137,6 +141,30 @@ def test_what_is_delivered_in_one_turn_reaches_a_caught_up_stream_in_one_write()
         feed.deliver([envelope(4)])  # the next turn: a write of its own
         await until(lambda: sink.versions() == [1, 2, 3, 4], "the fourth event")
         assert len(sink.event_writes()) == 2
+        stream.end()
+        await until(lambda: not hub.tasks, "the stream to end")
+
+    asyncio.run(run())
+
+
+def test_a_busy_feed_writes_at_most_once_per_flush_gap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a quiet spell an event goes at once; what follows within FLUSH_GAP of that write,
+    over several turns of the loop, goes together in the next one."""
+    monkeypatch.setattr(streams_module, "FLUSH_GAP", 2.0)  # far more than two turns take
+
+    async def run() -> None:
+        hub, store = LoopHub(), Store(0)
+        feed = Feed(hub, "test", 0, store.read, name="test")
+        stream, sink = open_stream(hub, feed, 0)
+        await until(lambda: stream.direct, "the stream to wait")
+        store.head = 3
+        feed.deliver([envelope(1)])
+        await until(lambda: sink.versions() == [1], "the first event, at once")
+        feed.deliver([envelope(2)])
+        await asyncio.sleep(0)
+        feed.deliver([envelope(3)])
+        await until(lambda: sink.versions() == [1, 2, 3], "the next two")
+        assert sink.event_writes() == [envelope(1).sse, envelope(2).sse + envelope(3).sse]
         stream.end()
         await until(lambda: not hub.tasks, "the stream to end")
 

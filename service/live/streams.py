@@ -46,6 +46,11 @@ ACCOUNT_CHANNEL_PREFIX = "cantstop:account:"
 STORE_PAGE = 500
 INBOX_LIMIT = 1000  # a stream this far behind drops its inbox and reads the store instead
 RETRY_MS = 2000  # the EventSource reconnection delay announced to clients
+# A feed hands on to its streams at most once in this many seconds: what comes meanwhile goes
+# with the next write. A busy game's fan-out then costs at most one write per stream per gap,
+# however fast its events come, and leaves the worker's CPU to the actions (the streams may lag
+# by this much; an event after a quiet spell goes at once).
+FLUSH_GAP = 0.1
 
 
 # ---------------------------------------------------------------------------- configuration
@@ -307,12 +312,13 @@ class Feed:
         self.streams: set[Stream] = set()
         self._reading = False
         self._again = False
-        self._ready: list[Envelope] = []  # handed on at the end of this turn of the loop
+        self._ready: list[Envelope] = []  # handed on at the next flush
+        self._flushed = 0.0  # when the last flush began (time.monotonic)
 
     def deliver(self, envelopes: list[Envelope]) -> None:
         """New events (local, or from Redis): handed on in order, each once; a gap is read from
-        the store, once for every stream. Everything delivered in one turn of the loop goes to
-        each stream at the end of the turn, in one write (``flush``)."""
+        the store, once for every stream. Everything delivered in one turn of the loop (or
+        within ``FLUSH_GAP`` of the last flush) goes to each stream in one write (``flush``)."""
         fresh = self._ready
         first = not fresh
         for envelope in sorted(envelopes, key=lambda e: e.version):
@@ -325,9 +331,15 @@ class Feed:
             self.last = envelope.version
         if fresh and first:
             try:
-                asyncio.get_running_loop().call_soon(self.flush)
+                loop = asyncio.get_running_loop()
             except RuntimeError:  # not on a loop (a test's direct call): at once
                 self.flush()
+                return
+            wait = self._flushed + FLUSH_GAP - time.monotonic()
+            if wait > 0:
+                loop.call_later(wait, self.flush)
+            else:
+                loop.call_soon(self.flush)
 
     def flush(self) -> None:
         """Hand on what was delivered this turn. The fan-out's cost per stream is here, so it
@@ -339,6 +351,7 @@ class Feed:
         if not ready:
             return
         self._ready = []
+        self._flushed = time.monotonic()
         first = ready[0].version - 1
         final = any(envelope.final for envelope in ready)
         data = ready[0].sse if len(ready) == 1 else b"".join(e.sse for e in ready)
