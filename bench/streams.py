@@ -546,6 +546,7 @@ class Row:
     lag_ms: tuple[float, float, float] = (0.0, 0.0, 0.0)  # from the answer: p50, p99, max
     lag_sent_p99: float = 0.0  # from the request's sending
     notices: int = 0  # deliveries of account notices (mode "mixed"), counted in lag_ms too
+    missing_notices: int = 0  # of ``missing``, the notices'
     notice_lag_ms: tuple[float, float] = (0.0, 0.0)  # theirs alone: p50, p99
     missing: int = 0
     duplicates: int = 0
@@ -800,6 +801,7 @@ def figures(
             got = list(r["versions"])
             expected = range(r["after"] + 1, latest[r["account"]] + 1)
             row.missing += len(set(expected) - set(got))
+            row.missing_notices += len(set(expected) - set(got))
             row.duplicates += len(got) - len(set(got))
             row.disordered += sum(1 for a, b in itertools.pairwise(got) if b < a)
             row.unexpected += sum(1 for v in got if v not in expected)
@@ -843,7 +845,8 @@ def details(row: Row) -> str:
     return (
         f"  {row.mode}/{row.store}/redis {row.redis}/{row.streams:,}: opened {row.opened:,}, "
         f"refused {row.refused or 0}; {row.actions} actions ({row.errors} errors), {row.events} "
-        f"events, {row.deliveries:,} deliveries ({row.notices:,} notices: lag p50/p99 "
+        f"events, {row.deliveries:,} deliveries ({row.notices:,} notices, "
+        f"{row.missing_notices} missing: lag p50/p99 "
         f"{row.notice_lag_ms[0]:.0f}/{row.notice_lag_ms[1]:.0f} ms); "
         f"lag from sending p99 {row.lag_sent_p99:.0f} ms; workers' CPU per 1,000 deliveries "
         f"{row.server_cpu_seconds * 1e6 / max(1, row.deliveries):.0f} ms (the actions' "
