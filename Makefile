@@ -46,6 +46,7 @@ bench: install
 	$(BIN)/python -m bench.http
 	$(BIN)/python -m bench.scaling
 	$(BIN)/python -m bench.streams --streams 1000
+	$(BIN)/python -m bench.fanout --streams 1000
 	$(BIN)/python -m bench.views --sizes 1000,10000
 
 # The fault suite's long round (docs/reliability.md, "Fault suite"); e.g. CHAOS_ARGS='--hosts 3 --seconds 240'.

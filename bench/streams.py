@@ -31,8 +31,28 @@ The client process runs on the same two cores as the server: its CPU share is sh
 workers' CPU while actions are played under the streams. Timestamps of both client processes are
 CLOCK_MONOTONIC (``time.monotonic``), which every process of a host shares.
 
-Run: ``.venv/bin/python -m bench.streams [--streams 1000,5000,10000] [--stores sqlite,postgres]
-[--redis on,off]`` (Linux: it reads /proc, and uses the 127.0.0.0/8 loopback addresses).
+Modes (``--mode``), what the streams watch and how the players act:
+
+* ``spread`` (the default): as above, 15 actions/s.
+* ``few`` (issue #46 item 3): every stream watches one of ``PLAYERS`` games, ``PLAYERS`` threads
+  each act on a game of its own **as fast as it can** (``--rate 0``, the default of this mode),
+  with no stream open and then under the N streams: the actions' p99 under the streams against
+  their p99 with none (the target: at most 5×), and the lag p99 (at most 1 s).
+* ``mixed`` (issue #44 item 3): ``spread``'s games, and ``ACCOUNT_SHARE`` of the N streams are
+  account streams (``GET /v1/account/stream``) of the players of the played games, each of them
+  an account (signed up from loopback addresses of their own: sign-up is limited per address);
+  their ``your_turn`` notices are checked as the games' events are (each account's notices after
+  its stream's resume point up to its newest at the end: none missing, repeated or out of
+  order), and their lag is measured from the answer to the action that ended the turn.
+
+Each stream is a socket, in the client process and in a worker: 10,000 streams need 10,000
+file descriptors in the client and about 5,000 in each worker (``make run``'s two), so
+``ulimit -n`` must allow them (the client and the workers raise their soft limit to the hard
+limit; ``ulimit -Hn`` must be above that).
+
+Run: ``.venv/bin/python -m bench.streams [--mode spread|few|mixed] [--streams 1000,5000,10000]
+[--stores sqlite,postgres] [--redis on,off]`` (Linux: it reads /proc, and uses the 127.0.0.0/8
+loopback addresses).
 """
 
 from __future__ import annotations
@@ -49,9 +69,11 @@ import os
 import pickle
 import queue
 import random
+import re
 import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -74,6 +96,9 @@ SMALL_VIEWERS = 5  # the other games' viewers each
 ACTIVE_SMALL = 40  # small games played on (the others are watched, and must receive nothing)
 PLAYERS = 8  # player threads: half on the popular games, half on the active small ones
 PER_ADDRESS = 200  # streams per loopback source address (the default cap: 500 per worker)
+ACCOUNT_SHARE = 0.3  # mode "mixed": of the streams, account streams of the played games' players
+SIGNUPS_PER_ADDRESS = 8  # sign-ups are limited to 10 a minute per address (README)
+PASSWORD = "correct horse battery staple"
 OPEN_TIMEOUT = 30.0  # a stream not open by then counts as failed
 GRACE = 3.0  # seconds after the last action before the streams are read out
 ADMIN_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -100,10 +125,13 @@ def pct(values: list[float], q: float) -> float:
 
 
 class StreamRecord(asyncio.Protocol):
-    """One stream's socket and what arrived on it."""
+    """One stream's socket and what arrived on it: a game's (``game``, its index), or, with
+    ``account`` (an index into the spec's accounts), that account's notices, each with the game
+    and version it speaks of (``your_turn``: the turn's end)."""
 
-    def __init__(self, game: int) -> None:
+    def __init__(self, game: int, account: int = -1) -> None:
         self.game = game
+        self.account = account
         self.status = 0  # the HTTP status; 0: no answer
         self.code = ""  # a refusal's problem code
         self.started = 0.0  # before the connect
@@ -112,6 +140,7 @@ class StreamRecord(asyncio.Protocol):
         self.closed = 0.0  # the server closed it (0: still open when read out)
         self.versions = array("q")
         self.times = array("d")
+        self.about: list[tuple[str, int]] = []  # an account's: each notice's (game id, version)
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.transport: asyncio.Transport | None = None
         self._head = b""
@@ -143,7 +172,10 @@ class StreamRecord(asyncio.Protocol):
             if line.startswith(b"id: "):
                 self.versions.append(int(line[4:]))
                 self.times.append(now)
-            elif line.startswith(b": cantstop game ") and not self.opened:
+            elif line.startswith(b"data: ") and self.account >= 0:
+                notice = json.loads(line[6:])
+                self.about.append((str(notice.get("game_id", "")), int(notice.get("version", 0))))
+            elif line.startswith(b": cantstop ") and not self.opened:
                 self.opened = now
                 self.after = int(line.rsplit(b" ", 1)[1])
                 self._resolve()
@@ -159,6 +191,8 @@ class StreamRecord(asyncio.Protocol):
     def result(self) -> dict[str, Any]:
         return {
             "game": self.game,
+            "account": self.account,
+            "about": self.about,
             "status": self.status,
             "code": self.code,
             "open": self.opened - self.started if self.opened else None,
@@ -169,14 +203,17 @@ class StreamRecord(asyncio.Protocol):
         }
 
 
+def stream_request(port: int, path: str, token: str | None = None) -> bytes:
+    auth = f"Authorization: Bearer {token}\r\n" if token else ""
+    return (
+        f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{auth}Accept: text/event-stream\r\n\r\n"
+    ).encode()
+
+
 async def open_stream(
-    port: int, game_id: str, address: str, record: StreamRecord, gate: asyncio.Semaphore
+    port: int, request: bytes, address: str, record: StreamRecord, gate: asyncio.Semaphore
 ) -> None:
     loop = asyncio.get_running_loop()
-    request = (
-        f"GET /v1/games/{game_id}/stream HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-        "Accept: text/event-stream\r\n\r\n"
-    ).encode()
     async with gate:
         record.started = time.monotonic()
         try:
@@ -191,12 +228,20 @@ async def open_stream(
 async def client_main(spec_path: str, out_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
     port, games, streams = spec["port"], spec["games"], spec["streams"]
+    tokens: list[str] = spec.get("accounts", [])
     gate = asyncio.Semaphore(spec["concurrency"])
-    records = [StreamRecord(game) for game in streams]
+    # A stream is a game's index, or ``-1 - k``: the notices of account k.
+    records = [StreamRecord(g) if g >= 0 else StreamRecord(-1, -1 - g) for g in streams]
+
+    def request(r: StreamRecord) -> bytes:
+        if r.account >= 0:
+            return stream_request(port, "/v1/account/stream", tokens[r.account])
+        return stream_request(port, f"/v1/games/{games[r.game]}/stream")
+
     started = time.monotonic()
     await asyncio.gather(
         *(
-            open_stream(port, games[r.game], f"127.0.0.{2 + i // PER_ADDRESS}", r, gate)
+            open_stream(port, request(r), f"127.0.0.{2 + i // PER_ADDRESS}", r, gate)
             for i, r in enumerate(records)
         )
     )
@@ -434,7 +479,7 @@ def play(port: int, games: list[Game], plan: list[list[int]], rate: float, secon
     that all together send ``rate`` actions a second, for ``seconds``."""
     result = Play()
     lock = threading.Lock()
-    each = rate / len(plan)
+    each = rate / len(plan)  # 0: as fast as each thread can
     start = time.monotonic() + 0.05
     deadline = start + seconds
 
@@ -442,7 +487,7 @@ def play(port: int, games: list[Game], plan: list[list[int]], rate: float, secon
         api = Client(port)
         i = 0
         while True:
-            due = start + i / each
+            due = start + i / each if each > 0 else max(start, time.monotonic())
             if due >= deadline:
                 break
             pause = due - time.monotonic()
@@ -487,6 +532,7 @@ class Row:
     store: str
     redis: str
     streams: int
+    mode: str = "spread"
     opened: int = 0
     refused: dict[str, int] = field(default_factory=dict)
     open_rate: float = 0.0
@@ -499,6 +545,9 @@ class Row:
     deliveries: int = 0
     lag_ms: tuple[float, float, float] = (0.0, 0.0, 0.0)  # from the answer: p50, p99, max
     lag_sent_p99: float = 0.0  # from the request's sending
+    notices: int = 0  # deliveries of account notices (mode "mixed"), counted in lag_ms too
+    missing_notices: int = 0  # of ``missing``, the notices'
+    notice_lag_ms: tuple[float, float] = (0.0, 0.0)  # theirs alone: p50, p99
     missing: int = 0
     duplicates: int = 0
     disordered: int = 0
@@ -508,6 +557,7 @@ class Row:
     rss_mib: tuple[float, float] = (0.0, 0.0)  # the workers together, before and with N open
     fds: list[int] = field(default_factory=list)  # open files per worker with N open
     server_cpu: float = 0.0  # the gunicorn workers' CPU under load, in cores
+    server_cpu_seconds: float = 0.0  # the same, in seconds: per delivery, the fan-out's cost
     client_cpu: float = 0.0  # the stream client's
     postgres_cpu: float = 0.0  # PostgreSQL's processes for the service's database
     others_cpu: float = 0.0  # the rest of the machine's (not this bench, not its servers)
@@ -516,7 +566,8 @@ class Row:
     def line(self) -> str:
         refused = sum(self.refused.values())
         return (
-            f"| {self.store} | {self.redis} | {self.streams:,} | {self.opened:,} | {refused} | "
+            f"| {self.mode} | {self.store} | {self.redis} | {self.streams:,} | {self.opened:,} | "
+            f"{refused} | "
             f"{self.open_ms[0]:.0f} / {self.open_ms[1]:.0f} / {self.open_ms[2]:.0f} | "
             f"{self.open_rate:,.0f} | "
             f"{self.baseline_ms[0]:.1f} / {self.baseline_ms[1]:.1f} | "
@@ -528,10 +579,10 @@ class Row:
 
 
 HEADER = (
-    "| store | Redis | streams | opened | refused | open ms p50 / p99 / max | opens/s | "
+    "| mode | store | Redis | streams | opened | refused | open ms p50 / p99 / max | opens/s | "
     "action ms p50 / p99, none open | action ms p50 / p99, N open | "
     "lag ms p50 / p99 / max | missing / dup. / disorder | KiB per stream | "
-    "CPU cores server / client |\n|" + "---|" * 13
+    "CPU cores server / client |\n|" + "---|" * 14
 )
 
 
@@ -546,8 +597,57 @@ def mix(n: int) -> tuple[int, list[int]]:
     return POPULAR + small, streams
 
 
+def layout(mode: str, n: int) -> tuple[int, list[int], list[list[int]], list[int]]:
+    """For ``mode``: the games to create, each stream's target (a game's index, or ``-1 - k``:
+    the notices of the k-th account), each player thread's games, and the games whose two seats
+    are accounts' (the k-th account sits in the (k // 2)-th of them)."""
+    half = PLAYERS // 2
+    if mode == "few":  # every stream on one of the games the players act on, each its own
+        streams = [i % PLAYERS for i in range(n)]
+        random.Random(n).shuffle(streams)
+        return PLAYERS, streams, [[i] for i in range(PLAYERS)], []
+    game_streams = n - round(n * ACCOUNT_SHARE) if mode == "mixed" else n
+    count, streams = mix(game_streams)
+    active = list(range(POPULAR, min(count, POPULAR + ACTIVE_SMALL)))
+    plan = [list(range(POPULAR))[i::half] for i in range(half)]
+    plan += [active[i::half] for i in range(half)]
+    seated: list[int] = []
+    if mode == "mixed":
+        seated = [*range(POPULAR), *active]
+        accounts = 2 * len(seated)
+        streams += [-1 - (i % accounts) for i in range(n - game_streams)]
+        random.Random(n + 1).shuffle(streams)
+    return count, streams, plan, seated
+
+
+def sign_up(port: int, handle: str, address: str) -> str:
+    """A new account's personal token, signed up from ``address``."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=(address, 0))
+    body = json.dumps({"handle": handle, "password": PASSWORD})
+    conn.request("POST", "/v1/accounts", body, {"Content-Type": "application/json"})
+    response = conn.getresponse()
+    payload = json.loads(response.read() or b"null")
+    conn.close()
+    if response.status >= 400:
+        raise SystemExit(f"sign-up of {handle}: {response.status} {payload}")
+    return str(payload["token"])
+
+
+def latest_notice(port: int, token: str) -> int:
+    """The account's newest notice's number, as a new account stream announces it."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(stream_request(port, "/v1/account/stream", token))
+        data = b""
+        while (found := re.search(rb": cantstop account \S+ after (\d+)\n", data)) is None:
+            chunk = sock.recv(4096)
+            if not chunk:
+                raise SystemExit(f"an account stream ended early: {data[:300]!r}")
+            data += chunk
+        return int(found.group(1))
+
+
 def measure(store: str, redis_on: bool, n: int, args: argparse.Namespace, folder: Path) -> Row:
-    row = Row(store, "on" if redis_on else "off", n)
+    row = Row(store, "on" if redis_on else "off", n, args.mode)
     with (
         database(store, folder) as database_url,
         redis_server(redis_on, folder) as redis_url,
@@ -562,18 +662,25 @@ def measure(store: str, redis_on: bool, n: int, args: argparse.Namespace, folder
 
 def run(server: Server, row: Row, args: argparse.Namespace, folder: Path) -> None:
     n = row.streams
-    count, streams = mix(n)
+    count, streams, plan, seated = layout(row.mode, n)
     api = Client(server.port)
     games = []
-    for _ in range(count):
+    accounts: list[str] = []  # the personal tokens of the accounts seated, two a game
+    for index in range(count):
+        if index in seated:  # two accounts sit down: their turns are notices
+            pair = []
+            for _ in range(2):
+                address = f"127.0.1.{1 + len(accounts) // SIGNUPS_PER_ADDRESS}"
+                accounts.append(sign_up(server.port, f"player{len(accounts)}", address))
+                pair.append(accounts[-1])
+            created = api.call("POST", "/v1/games", {"seats": 2}, pair[0])
+            joined = api.call("POST", f"/v1/games/{created['game']['id']}/players", {}, pair[1])
+            games.append(Game(created["game"]["id"], pair, joined["game"]))
+            continue
         created = api.call("POST", "/v1/games", {"players": ["Ann", "Bob"]})
         games.append(Game(created["game"]["id"], [s["token"] for s in created["seats"]], {}))
         games[-1].state = created["game"]
     api.conn.close()
-    half = PLAYERS // 2
-    active = list(range(POPULAR, min(count, POPULAR + ACTIVE_SMALL)))
-    plan = [list(range(POPULAR))[i::half] for i in range(half)]
-    plan += [active[i::half] for i in range(half)]
 
     # Baseline: no stream open (a short warm-up first, not counted).
     play(server.port, games, plan, args.rate, 2.0)
@@ -589,6 +696,7 @@ def run(server: Server, row: Row, args: argparse.Namespace, folder: Path) -> Non
                 "port": server.port,
                 "games": [g.id for g in games],
                 "streams": streams,
+                "accounts": accounts,
                 "concurrency": args.open_concurrency,
             }
         )
@@ -635,8 +743,10 @@ def run(server: Server, row: Row, args: argparse.Namespace, folder: Path) -> Non
         began = time.monotonic()
         loaded = play(server.port, games, plan, args.rate, args.seconds)
         time.sleep(GRACE)
+        latest = [latest_notice(server.port, token) for token in accounts]
         elapsed = time.monotonic() - began
-        row.server_cpu = (cpu_seconds(workers) - cpu_server) / elapsed
+        row.server_cpu_seconds = cpu_seconds(workers) - cpu_server
+        row.server_cpu = row.server_cpu_seconds / elapsed
         row.client_cpu = (cpu_seconds([streamer.pid]) - cpu_client) / elapsed
         ours_used = cpu_seconds(ours) - cpu_ours
         pg_used = cpu_seconds(pg) - cpu_pg
@@ -651,13 +761,18 @@ def run(server: Server, row: Row, args: argparse.Namespace, folder: Path) -> Non
             received: list[dict[str, Any]] = pickle.load(source)
     finally:
         stop_process(streamer)
-    figures(row, baseline, loaded, games, received)
+    figures(row, baseline, loaded, games, received, latest)
     if row.errors:
         row.notes.append(f"action errors: {sorted(set(loaded.errors))[:3]}")
 
 
 def figures(
-    row: Row, baseline: Play, loaded: Play, games: list[Game], received: list[dict[str, Any]]
+    row: Row,
+    baseline: Play,
+    loaded: Play,
+    games: list[Game],
+    received: list[dict[str, Any]],
+    latest: list[int],
 ) -> None:
     base = baseline.latencies()
     row.baseline_ms = (pct(base, 0.5) * 1000, pct(base, 0.99) * 1000)
@@ -677,8 +792,27 @@ def figures(
     )
     lags: list[float] = []
     from_sent: list[float] = []
+    notice_lags: list[float] = []
+    index = {g.id: i for i, g in enumerate(games)}
     for r in received:
         if r["status"] != 200 or r["open"] is None:
+            continue
+        if r["account"] >= 0:  # an account's notices, numbered 1, 2, 3… by the account
+            got = list(r["versions"])
+            expected = range(r["after"] + 1, latest[r["account"]] + 1)
+            row.missing += len(set(expected) - set(got))
+            row.missing_notices += len(set(expected) - set(got))
+            row.duplicates += len(got) - len(set(got))
+            row.disordered += sum(1 for a, b in itertools.pairwise(got) if b < a)
+            row.unexpected += sum(1 for v in got if v not in expected)
+            row.closed_early += bool(r["closed"])
+            row.notices += len(got)
+            for (game_id, version), at in zip(r["about"], r["times"], strict=True):
+                times = answered.get((index.get(game_id, -1), version))
+                if times is not None:
+                    lags.append(at - times[1])
+                    notice_lags.append(at - times[1])
+                    from_sent.append(at - times[0])
             continue
         game = r["game"]
         got = list(r["versions"])
@@ -703,13 +837,20 @@ def figures(
         (lags[-1] if lags else 0.0) * 1000,
     )
     row.lag_sent_p99 = pct(from_sent, 0.99) * 1000
+    notice_lags.sort()
+    row.notice_lag_ms = (pct(notice_lags, 0.5) * 1000, pct(notice_lags, 0.99) * 1000)
 
 
 def details(row: Row) -> str:
     return (
-        f"  {row.store}/redis {row.redis}/{row.streams:,}: opened {row.opened:,}, refused "
-        f"{row.refused or 0}; {row.actions} actions ({row.errors} errors), {row.events} events, "
-        f"{row.deliveries:,} deliveries; lag from sending p99 {row.lag_sent_p99:.0f} ms; "
+        f"  {row.mode}/{row.store}/redis {row.redis}/{row.streams:,}: opened {row.opened:,}, "
+        f"refused {row.refused or 0}; {row.actions} actions ({row.errors} errors), {row.events} "
+        f"events, {row.deliveries:,} deliveries ({row.notices:,} notices, "
+        f"{row.missing_notices} missing: lag p50/p99 "
+        f"{row.notice_lag_ms[0]:.0f}/{row.notice_lag_ms[1]:.0f} ms); "
+        f"lag from sending p99 {row.lag_sent_p99:.0f} ms; workers' CPU per 1,000 deliveries "
+        f"{row.server_cpu_seconds * 1e6 / max(1, row.deliveries):.0f} ms (the actions' "
+        "included); "
         f"unexpected {row.unexpected}, closed early {row.closed_early}; workers' RSS "
         f"{row.rss_mib[0]:.0f} -> {row.rss_mib[1]:.0f} MiB, open files per worker {row.fds}; "
         f"CPU of PostgreSQL {row.postgres_cpu:.2f}, of all else {row.others_cpu:.2f} cores"
@@ -742,20 +883,34 @@ def main() -> None:
     parser.add_argument("--streams", default="1000,5000,10000")
     parser.add_argument("--stores", default="sqlite,postgres")
     parser.add_argument("--redis", default="on,off")
-    parser.add_argument("--rate", type=float, default=15.0, help="actions per second")
+    parser.add_argument(
+        "--mode",
+        choices=("spread", "few", "mixed"),
+        default="spread",
+        help="spread: many games, 4 popular; few: every stream on the 8 games the players act "
+        "on, each its own, as fast as they can; mixed: spread, with 30%% of the streams the "
+        "account streams of the played games' players",
+    )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        help="actions per second, 0: as fast as the players can (default: 15, 0 in mode few)",
+    )
     parser.add_argument("--seconds", type=float, default=30.0, help="play under the streams")
     parser.add_argument("--baseline", type=float, default=15.0, help="play with none open")
     parser.add_argument("--open-concurrency", type=int, default=64)
     parser.add_argument("--open-timeout", type=float, default=600.0)
     args = parser.parse_args()
+    if args.rate is None:
+        args.rate = 0.0 if args.mode == "few" else 15.0
     others = others_running()
     if others:
         print("warning: other benchmarks are running:", *others, sep="\n  ", file=sys.stderr)
     print(
-        f"{os.cpu_count()} CPUs; `cantstop serve` on its defaults; {args.rate:g} actions/s "
+        f"{os.cpu_count()} CPUs; `cantstop serve` on its defaults; mode {args.mode}; "
+        f"{f'{args.rate:g} actions/s' if args.rate > 0 else 'as fast as they can'} "
         f"from {PLAYERS} threads, {args.baseline:g} s with no stream, {args.seconds:g} s under "
-        f"the streams; {POPULAR} games share {POPULAR_SHARE:.0%} of the streams, the rest "
-        f"{SMALL_VIEWERS} a game; opens {args.open_concurrency} at a time",
+        f"the streams; opens {args.open_concurrency} at a time",
         flush=True,
     )
     rows = []

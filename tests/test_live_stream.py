@@ -82,33 +82,42 @@ def history(client: FlaskClient, game_id: str) -> list[Json]:
 
 
 class Reader:
-    """Reads a stream's frames; each read returns within the keep-alive interval."""
+    """Reads a stream's frames (a write may hold several: the events of one turn of the loop);
+    each read returns within the keep-alive interval."""
 
     def __init__(self, frames: Frames) -> None:
         self.frames = frames
         self.events: list[tuple[int, str, Json]] = []
         self.comments: list[str] = []
+        self.chunks: list[bytes] = []  # as written, each write one chunk
         self.ended = False
+        self._rest = ""
 
     def read_until(self, done: Callable[[Reader], bool], timeout: float = 5) -> Reader:
         deadline = time.monotonic() + timeout
         while not done(self):
             assert time.monotonic() < deadline, f"timed out; got {self.events}"
             try:
-                frame = next(self.frames).decode("utf-8")
+                chunk = next(self.frames)
             except StopIteration:
                 self.ended = True
                 return self
-            fields: dict[str, str] = {}
-            for line in frame.splitlines():
-                if line.startswith(":"):
-                    self.comments.append(line)
-                elif line:
-                    name, _, value = line.partition(":")
-                    fields[name] = value.removeprefix(" ")
-            if "data" in fields:
-                self.events.append((int(fields["id"]), fields["event"], json.loads(fields["data"])))
+            self.chunks.append(chunk)
+            *frames, self._rest = (self._rest + chunk.decode("utf-8")).split("\n\n")
+            for frame in frames:
+                self._parse(frame)
         return self
+
+    def _parse(self, frame: str) -> None:
+        fields: dict[str, str] = {}
+        for line in frame.splitlines():
+            if line.startswith(":"):
+                self.comments.append(line)
+            elif line:
+                name, _, value = line.partition(":")
+                fields[name] = value.removeprefix(" ")
+        if "data" in fields:
+            self.events.append((int(fields["id"]), fields["event"], json.loads(fields["data"])))
 
     def up_to(self, version: int, timeout: float = 5) -> Reader:
         return self.read_until(lambda r: bool(r.events) and r.events[-1][0] >= version, timeout)

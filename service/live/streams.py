@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -45,6 +46,11 @@ ACCOUNT_CHANNEL_PREFIX = "cantstop:account:"
 STORE_PAGE = 500
 INBOX_LIMIT = 1000  # a stream this far behind drops its inbox and reads the store instead
 RETRY_MS = 2000  # the EventSource reconnection delay announced to clients
+# A feed hands on to its streams at most once in this many seconds: what comes meanwhile goes
+# with the next write. A busy game's fan-out then costs at most one write per stream per gap,
+# however fast its events come, and leaves the worker's CPU to the actions (the streams may lag
+# by this much; an event after a quiet spell goes at once).
+FLUSH_GAP = 0.1
 
 
 # ---------------------------------------------------------------------------- configuration
@@ -76,11 +82,18 @@ class LiveConfig:
 # -------------------------------------------------------------------------------- envelope
 @dataclass(frozen=True)
 class Envelope:
-    """One event as a stream sends it: the served JSON, serialized once."""
+    """One event as a stream sends it: the served JSON serialized once, and its SSE frame
+    encoded once, whatever the number of streams it goes to."""
 
     version: int
     type: str
     text: str
+
+    @functools.cached_property
+    def sse(self) -> bytes:
+        """The frame, made on first use: on the hub's loop, not on the action's thread that
+        published the event."""
+        return f"id: {self.version}\nevent: {self.type}\ndata: {self.text}\n\n".encode()
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> Envelope:
@@ -110,9 +123,6 @@ class Envelope:
     def final(self) -> bool:
         return self.type == "GameFinished"
 
-    def frame(self) -> bytes:
-        return f"id: {self.version}\nevent: {self.type}\ndata: {self.text}\n\n".encode()
-
 
 # ---------------------------------------------------------------------------------- streams
 class TooManyStreams(ApplicationError):
@@ -141,6 +151,11 @@ class Stream:
         self.client = client
         self.head = head
         self.sink: Sink | None = None
+        self.last = after  # the newest version sent
+        self.sent_at = 0.0  # when the last bytes were written (time.monotonic)
+        # True while the task waits with nothing of its own to send: the feed may then write
+        # the next events on the sink itself (``Feed.flush``), with no wake-up of the task.
+        self.direct = False
         self._inbox: deque[Envelope] = deque()
         self._gap = False
         self._wake = asyncio.Event()
@@ -149,6 +164,8 @@ class Stream:
 
     # called on the loop by the feed
     def offer(self, envelopes: list[Envelope]) -> None:
+        """Events for the task to send itself (it is busy, behind, or they end the game)."""
+        self.direct = False  # what follows must wait behind these
         if len(self._inbox) + len(envelopes) > INBOX_LIMIT:
             self._inbox.clear()
             self._gap = True
@@ -156,8 +173,15 @@ class Stream:
             self._inbox.extend(envelopes)
         self._wake.set()
 
+    def dropped(self) -> None:
+        """The feed's write found the client gone or not reading: the task ends the stream."""
+        self.direct = False
+        self._ended = True
+        self._wake.set()
+
     def end(self) -> None:
         """Stop now (the worker is stopping): the client reconnects elsewhere."""
+        self.direct = False
         self._ended = True
         self._wake.set()
 
@@ -193,50 +217,55 @@ class Stream:
         sink.write(
             f"retry: {RETRY_MS}\n: cantstop {self.feed.name} after {self.after}\n\n".encode()
         )
-        last, ended = await self._from_store(sink, self.after, self.finished)
-        quiet_until = time.monotonic() + keepalive
+        self.last, ended = await self._from_store(sink, self.after, self.finished)
+        self.sent_at = time.monotonic()
         gone = asyncio.ensure_future(sink.gone.wait())
         try:
             while True:
                 if ended:
                     # The save that finished the game is atomic: what follows GameFinished
                     # is stored.
-                    last, _ = await self._from_store(sink, last, True)
+                    self.last, _ = await self._from_store(sink, self.last, True)
                     sink.write(b": game over\n\n")
                     return
-                waiting = asyncio.ensure_future(self._wake.wait())
-                done, _ = await asyncio.wait(
-                    {waiting, gone},
-                    timeout=max(0.0, quiet_until - time.monotonic()),
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                waiting.cancel()
-                if gone in done or self._ended:
+                if not self._wake.is_set():
+                    # Nothing of its own to send: until the next wake-up, the feed writes
+                    # what comes straight on the sink (the common case, and the cheap one).
+                    self.direct = True
+                    waiting = asyncio.ensure_future(self._wake.wait())
+                    done, _ = await asyncio.wait(
+                        {waiting, gone},
+                        timeout=max(0.0, self.sent_at + keepalive - time.monotonic()),
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                    waiting.cancel()
+                    self.direct = False
+                    if gone in done:
+                        return
+                if self._ended:
                     return
                 self._wake.clear()
                 envelopes, gap = list(self._inbox), self._gap
                 self._inbox.clear()
                 self._gap = False
-                sent = False
+                last = self.last
                 for envelope in envelopes:
                     if envelope.version <= last:
                         continue  # already sent
                     if envelope.version > last + 1:
                         gap = True  # something was missed: the store has it
                         break
-                    sink.write(envelope.frame())
-                    last, sent = envelope.version, True
+                    sink.write(envelope.sse)
+                    last = self.last = envelope.version
+                    self.sent_at = time.monotonic()
                     ended = ended or envelope.final
                 if gap:
-                    before = last
-                    last, ended_now = await self._from_store(sink, last, ended)
-                    ended, sent = ended_now, sent or last > before
-                if sent:
-                    quiet_until = time.monotonic() + keepalive
-                elif time.monotonic() >= quiet_until:
+                    self.last, ended = await self._from_store(sink, last, ended)
+                if time.monotonic() >= self.sent_at + keepalive:
                     sink.write(b": keep-alive\n\n")
-                    quiet_until = time.monotonic() + keepalive
+                    self.sent_at = time.monotonic()
         finally:
+            self.direct = False
             gone.cancel()
 
     async def _from_store(self, sink: Sink, last: int, ended: bool) -> tuple[int, bool]:
@@ -246,8 +275,9 @@ class Stream:
             for envelope in page:
                 if envelope.version != last + 1:
                     continue
-                sink.write(envelope.frame())
-                last = envelope.version
+                sink.write(envelope.sse)
+                last = self.last = envelope.version
+                self.sent_at = time.monotonic()
                 ended = ended or envelope.final
                 if sink.pending() > DRAIN_ABOVE:
                     await sink.drained()
@@ -282,11 +312,15 @@ class Feed:
         self.streams: set[Stream] = set()
         self._reading = False
         self._again = False
+        self._ready: list[Envelope] = []  # handed on at the next flush
+        self._flushed = 0.0  # when the last flush began (time.monotonic)
 
     def deliver(self, envelopes: list[Envelope]) -> None:
         """New events (local, or from Redis): handed on in order, each once; a gap is read from
-        the store, once for every stream."""
-        fresh: list[Envelope] = []
+        the store, once for every stream. Everything delivered in one turn of the loop (or
+        within ``FLUSH_GAP`` of the last flush) goes to each stream in one write (``flush``)."""
+        fresh = self._ready
+        first = not fresh
         for envelope in sorted(envelopes, key=lambda e: e.version):
             if envelope.version <= self.last:
                 continue
@@ -295,9 +329,46 @@ class Feed:
                 break
             fresh.append(envelope)
             self.last = envelope.version
-        if fresh:
-            for stream in self.streams:
-                stream.offer(fresh)
+        if fresh and first:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # not on a loop (a test's direct call): at once
+                self.flush()
+                return
+            wait = self._flushed + FLUSH_GAP - time.monotonic()
+            if wait > 0:
+                loop.call_later(wait, self.flush)
+            else:
+                loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Hand on what was delivered this turn. The fan-out's cost per stream is here, so it
+        is kept small: the frames are joined once for all streams, and a stream whose task
+        waits with nothing of its own to send (``Stream.direct``) and is exactly where these
+        begin gets them in one write on its sink, without waking its task. Any other stream
+        (busy, behind, or ahead) is offered them, and its task sorts them out."""
+        ready = self._ready
+        if not ready:
+            return
+        self._ready = []
+        self._flushed = time.monotonic()
+        first = ready[0].version - 1
+        final = any(envelope.final for envelope in ready)
+        data = ready[0].sse if len(ready) == 1 else b"".join(e.sse for e in ready)
+        newest = ready[-1].version
+        now = time.monotonic()
+        for stream in self.streams:
+            sink = stream.sink
+            if stream.direct and stream.last == first and not final and sink is not None:
+                try:
+                    sink.write(data)
+                except ClientGone:
+                    stream.dropped()
+                    continue
+                stream.last = newest
+                stream.sent_at = now
+            elif stream.last < newest:  # (a stream that already sent them has nothing to do)
+                stream.offer(ready)
 
     def hint(self, version: int) -> None:
         """The store holds ``version`` of the game."""

@@ -1,0 +1,231 @@
+"""The fan-out of a feed to its streams (service/live/streams.py): everything delivered in one
+turn of the loop reaches a caught-up stream in one write, without waking its task; whatever the
+deliveries (duplicates, gaps, out of order, split across turns, while a stream is still
+catching up from the store), every stream sends each event once, in order; a client that
+cannot take a direct write is dropped.
+
+A busy feed writes at most once per ``FLUSH_GAP``.
+
+The feed and streams run on a real asyncio loop, over a store of synthetic events that grows as
+events are "recorded"; the hub is a small one of the test's own that implements what the
+streams need of it (the ``Hub`` protocol of service/live/streams.py), and the sink records each
+write as it comes (the ``Sink`` interface of service/live/sinks.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from service.live import streams as streams_module
+from service.live.sinks import ClientGone, Sink
+from service.live.streams import Envelope, Feed, LiveConfig, Stream
+
+
+class LoopHub:
+    """What the streams need of a hub, on the running loop."""
+
+    def __init__(self) -> None:
+        self.config = LiveConfig(keepalive=30.0)
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.gone: list[Stream] = []
+
+    async def read(self, feed: Feed, after: int, limit: int) -> list[Envelope]:
+        await asyncio.sleep(0)  # a read of the store takes at least a turn of the loop
+        return feed.reader(after, limit)
+
+    def left(self, stream: Stream) -> None:
+        self.gone.append(stream)
+        stream.feed.streams.discard(stream)
+
+    def release(self, stream: Stream) -> None:
+        pass
+
+    def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.ensure_future(coroutine)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def call(self, function: Callable[..., Any], *args: Any) -> None:
+        self.spawn(function(*args))
+
+    def call_soon(self, function: Callable[..., Any], *args: Any) -> None:
+        asyncio.get_running_loop().call_soon(function, *args)
+
+
+class RecordingSink(Sink):
+    """Each write, as written; ``full``: the client takes nothing more (ClientGone)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+        self.full = False
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        if self.full or self.gone.is_set():
+            raise ClientGone("does not read")
+        self.writes.append(data)
+
+    def pending(self) -> int:
+        return 0
+
+    def close(self) -> None:
+        self.closed = True
+
+    def versions(self) -> list[int]:
+        return [
+            int(line[4:]) for line in b"".join(self.writes).split(b"\n") if line.startswith(b"id: ")
+        ]
+
+    def event_writes(self) -> list[bytes]:
+        return [w for w in self.writes if w.startswith(b"id: ")]
+
+
+def envelope(version: int) -> Envelope:
+    kind = "MovePlayed"
+    return Envelope(version, kind, json.dumps({"version": version, "type": kind}))
+
+
+class Store:
+    """The events recorded so far (1…head), read as a feed reads them."""
+
+    def __init__(self, head: int) -> None:
+        self.head = head
+
+    def read(self, after: int, limit: int) -> list[Envelope]:
+        return [envelope(v) for v in range(after + 1, min(self.head, after + limit) + 1)]
+
+
+async def until(check: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.001)
+
+
+def holds(sink: RecordingSink, count: int) -> Callable[[], bool]:
+    return lambda: len(sink.versions()) >= count
+
+
+def open_stream(hub: LoopHub, feed: Feed, after: int) -> tuple[Stream, RecordingSink]:
+    stream = Stream(hub, feed, after, finished=False, client="test")
+    feed.streams.add(stream)
+    sink = RecordingSink()
+    hub.spawn(stream.run(sink))
+    return stream, sink
+
+
+def test_what_is_delivered_in_one_turn_reaches_a_caught_up_stream_in_one_write() -> None:
+    async def run() -> None:
+        hub, store = LoopHub(), Store(0)
+        feed = Feed(hub, "test", 0, store.read, name="test")
+        stream, sink = open_stream(hub, feed, 0)
+        await until(lambda: stream.direct, "the stream to wait")
+        store.head = 3
+        # A local hand-off, then Redis's three messages, the first two again: one turn.
+        feed.deliver([envelope(1), envelope(2)])
+        for version in (1, 2, 3):
+            feed.deliver([envelope(version)])
+        await until(lambda: sink.versions() == [1, 2, 3], "the three events")
+        assert sink.event_writes() == [envelope(1).sse + envelope(2).sse + envelope(3).sse]
+        assert stream.direct  # written by the feed: the task was not woken
+        store.head = 4
+        feed.deliver([envelope(4)])  # the next turn: a write of its own
+        await until(lambda: sink.versions() == [1, 2, 3, 4], "the fourth event")
+        assert len(sink.event_writes()) == 2
+        stream.end()
+        await until(lambda: not hub.tasks, "the stream to end")
+
+    asyncio.run(run())
+
+
+def test_a_busy_feed_writes_at_most_once_per_flush_gap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a quiet spell an event goes at once; what follows within FLUSH_GAP of that write,
+    over several turns of the loop, goes together in the next one."""
+    monkeypatch.setattr(streams_module, "FLUSH_GAP", 2.0)  # far more than two turns take
+
+    async def run() -> None:
+        hub, store = LoopHub(), Store(0)
+        feed = Feed(hub, "test", 0, store.read, name="test")
+        stream, sink = open_stream(hub, feed, 0)
+        await until(lambda: stream.direct, "the stream to wait")
+        store.head = 3
+        feed.deliver([envelope(1)])
+        await until(lambda: sink.versions() == [1], "the first event, at once")
+        feed.deliver([envelope(2)])
+        await asyncio.sleep(0)
+        feed.deliver([envelope(3)])
+        await until(lambda: sink.versions() == [1, 2, 3], "the next two")
+        assert sink.event_writes() == [envelope(1).sse, envelope(2).sse + envelope(3).sse]
+        stream.end()
+        await until(lambda: not hub.tasks, "the stream to end")
+
+    asyncio.run(run())
+
+
+def test_a_client_that_cannot_take_a_direct_write_is_dropped() -> None:
+    async def run() -> None:
+        hub, store = LoopHub(), Store(0)
+        feed = Feed(hub, "test", 0, store.read, name="test")
+        stream, sink = open_stream(hub, feed, 0)
+        other, other_sink = open_stream(hub, feed, 0)
+        await until(lambda: stream.direct and other.direct, "the streams to wait")
+        sink.full = True  # this client stopped reading long ago
+        store.head = 1
+        feed.deliver([envelope(1)])
+        await until(lambda: stream in hub.gone, "the stream to end")
+        assert sink.closed and feed.streams == {other}
+        assert other_sink.versions() == [1]  # the others are not held up
+        other.end()
+        await until(lambda: not hub.tasks, "the other stream to end")
+
+    asyncio.run(run())
+
+
+# A turn: the store's head moves on, then batches of versions are delivered (any order, with
+# duplicates, and versions skipped: a lost message).
+turns = st.lists(
+    st.tuples(
+        st.integers(0, 6),
+        st.lists(st.lists(st.integers(-3, 0), max_size=4), max_size=3),
+        st.integers(0, 3),  # turns of the loop let go by before the next
+    ),
+    max_size=8,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    start=st.integers(0, 4), afters=st.lists(st.integers(0, 4), min_size=1, max_size=3), turns=turns
+)
+def test_every_stream_sends_each_event_once_in_order_whatever_the_deliveries(
+    start: int, afters: list[int], turns: list[tuple[int, list[list[int]], int]]
+) -> None:
+    async def run() -> None:
+        hub, store = LoopHub(), Store(start)
+        feed = Feed(hub, "test", start, store.read, name="test")
+        opened = [(after, *open_stream(hub, feed, min(after, start))) for after in afters]
+        for grow, batches, pause in turns:
+            store.head += grow
+            for batch in batches:  # versions relative to the head: recorded ones only
+                feed.deliver([envelope(store.head + v) for v in batch if store.head + v > 0])
+            for _ in range(pause):
+                await asyncio.sleep(0)
+        feed.hint(store.head)  # the store check: whatever was lost is read once
+        for after, _, sink in opened:
+            expected = list(range(min(after, start) + 1, store.head + 1))
+            await until(holds(sink, len(expected)), "the events")
+            assert sink.versions() == expected
+        for _, stream, _ in opened:
+            stream.end()
+        await until(lambda: not hub.tasks, "the streams to end")
+
+    asyncio.run(run())
