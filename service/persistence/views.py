@@ -504,9 +504,9 @@ class Views:
             reader = LogReader(self.recorder, view.summary_topics, START)
             heads: list[Head] = []
             while True:
-                page = reader.heads(PAGE)
+                page, end = self._page(reader, heads=True)
                 heads += page
-                if len(page) < PAGE:
+                if end:
                     break
             sql.cursor.execute("BEGIN")
             view.apply(sql, view.summary(heads))
@@ -517,7 +517,7 @@ class Views:
         reader = LogReader(self.recorder, view.topics, START)
         applied = 0
         while True:
-            items: list[Any] = reader.heads(PAGE) if view.heads_only else reader.read(PAGE)
+            items, end = self._page(reader, heads=view.heads_only)
             decoded = items if view.heads_only else self._decode(view, view.needed(items, sql))
             sql.cursor.execute("BEGIN")
             view.apply(sql, view.prepare(decoded, sql))
@@ -525,8 +525,22 @@ class Views:
             applied += len(items)
             if progress is not None:
                 progress(reader.position)
-            if len(items) < PAGE:
+            if end:
                 return applied, reader.position
+
+    def _page(self, reader: LogReader, *, heads: bool) -> tuple[list[Any], bool]:
+        """Up to ``PAGE`` items of the log from the reader's position, and whether the log's end
+        was reached. PostgreSQL is read ``BATCH`` rows a query: a larger LIMIT makes its planner
+        trade the (tx, notification_id) index's range for a scan of the whole table and a sort,
+        at every page."""
+        size = BATCH if self.postgres else PAGE
+        items: list[Any] = []
+        while len(items) < PAGE:
+            got = reader.heads(size) if heads else reader.read(size)
+            items += got
+            if len(got) < size:
+                return items, True
+        return items, False
 
     def _copy(self, cursor: Any, table: str, columns: list[str], rows: Any) -> None:
         """The scratch table's rows into the store's table of that name, in bulk."""
