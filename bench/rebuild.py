@@ -96,9 +96,10 @@ def rebuild_all(store: bv.Store, only: list[str] | None) -> tuple[dict[str, Time
 def measure(store: bv.Store, folder: Path, tree: str, only: list[str] | None) -> TreeResult:
     bv.TREE = None if tree == "." else str(Path(tree).resolve())
     result = TreeResult(tree)
-    bv.say(f"  tree {tree}: rebuilding")
-    result.rebuild, result.others = rebuild_all(store, only)
-    bv.say(f"    (other processes used {result.others:.0%} of the cores meanwhile)")
+    if only != []:
+        bv.say(f"  tree {tree}: rebuilding")
+        result.rebuild, result.others = rebuild_all(store, only)
+        bv.say(f"    (other processes used {result.others:.0%} of the cores meanwhile)")
     launch = bv.measure_launch(store, folder, REQUESTS)
     result.first_listing = sorted(launch.first_listing.values())
     result.first_leaderboard = launch.first_leaderboard
@@ -133,7 +134,9 @@ def main() -> None:
     parser.add_argument("--server", default=SERVER, help="the PostgreSQL server to use")
     parser.add_argument("--prefix", default="cantstop_rebuild", help="its databases' names")
     parser.add_argument("--trees", default=".", help="source trees to time, in turn")
-    parser.add_argument("--views", default=None, help="only these views (default: all)")
+    parser.add_argument(
+        "--views", default=None, help="only these views (default: all; 'none': only the launch)"
+    )
     parser.add_argument("--pool", type=int, default=bv.POOL)
     parser.add_argument("--dir", default=None, help="where SQLite stores go")
     parser.add_argument("--json", default=None, help="append each result as a JSON line here")
@@ -142,7 +145,7 @@ def main() -> None:
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     trees = [t for t in args.trees.split(",") if t]
-    only = args.views.split(",") if args.views else None
+    only = [] if args.views == "none" else args.views.split(",") if args.views else None
     bv.say(
         f"bench.rebuild: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}, "
         f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC"
