@@ -453,13 +453,18 @@ class SQLiteStore(Store):
 class PostgresStore(Store):
     kind = "postgres"
 
-    def __init__(self, server_url: str) -> None:
+    def __init__(
+        self, server_url: str, prefix: str = "cantstop_bench", dbname: str | None = None
+    ) -> None:
+        """A new database on the server (named ``prefix`` and random letters), or the existing
+        ``dbname``."""
         self.server_url = server_url
-        self.dbname = f"cantstop_bench_{uuid.uuid4().hex[:10]}"
+        self.dbname = dbname or f"{prefix}_{uuid.uuid4().hex[:10]}"
         head, sep, query = server_url.partition("?")
         self.url = f"{head.rpartition('/')[0]}/{self.dbname}{sep}{query}"
-        with psycopg.connect(server_url, autocommit=True) as conn:
-            conn.execute(f'CREATE DATABASE "{self.dbname}"')
+        if dbname is None:
+            with psycopg.connect(server_url, autocommit=True) as conn:
+                conn.execute(f'CREATE DATABASE "{self.dbname}"')
         self.schema = "public"
         self.events = "cantstop_events"
         self.snapshots = "cantstop_snapshots"
@@ -603,10 +608,16 @@ def fill(
     return Fill(played, pool_rows, pool_rows + rows, copied, now() - started), pool
 
 
+# The source tree whose ``cantstop`` the launches and rebuilds run (None: this one); bench.rebuild
+# sets it to time one tree against another on the same store.
+TREE: str | None = None
+
+
 def cli(*args: str, url: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "service.cli", *args],
         env=serve_env(url),
+        cwd=TREE,
         capture_output=True,
         text=True,
         check=True,
@@ -616,6 +627,8 @@ def cli(*args: str, url: str) -> subprocess.CompletedProcess[str]:
 def serve_env(url: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CANTSTOP_")}
     env.update({"CANTSTOP_DATABASE_URL": url, "CANTSTOP_ACCESS_LOG": ""})
+    if TREE is not None:
+        env["PYTHONPATH"] = TREE
     return env
 
 
@@ -693,6 +706,7 @@ class Served:
                 *("--host", "127.0.0.1", "--port", str(self.port)),
             ],
             env=serve_env(url),
+            cwd=TREE,
             stdout=self.log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

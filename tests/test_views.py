@@ -198,12 +198,18 @@ def test_an_event_that_cannot_be_read_is_passed_over(
         assert "passed over notification" in caplog.text
 
 
+def timeless(found: tuple[list[dict[str, Any]], int]) -> tuple[list[dict[str, Any]], int]:
+    """A listing without how long each lobby has waited (a second may pass between two)."""
+    page, total = found
+    return [{k: v for k, v in g.items() if k != "waited_seconds"} for g in page], total
+
+
 def test_a_rebuild_serves_the_old_view_until_it_is_done_then_the_same_answer(
     database_url: str,
 ) -> None:
     with Runtime(Settings(database_url=database_url), create_tables=True) as rt:
         lobbies(rt, 30)
-        before = listing(rt)
+        before = timeless(listing(rt))
         live = rt.views.tracking(rt.game_list)
 
         class Failing(GameList):
@@ -213,7 +219,7 @@ def test_a_rebuild_serves_the_old_view_until_it_is_done_then_the_same_answer(
         with pytest.raises(RuntimeError):
             rt.views.rebuild(Failing())
         assert rt.views.tracking(rt.game_list) == live  # the old view still serves
-        assert listing(rt) == before
+        assert timeless(listing(rt)) == before
 
         seen: list[Any] = []
 
@@ -224,7 +230,7 @@ def test_a_rebuild_serves_the_old_view_until_it_is_done_then_the_same_answer(
         assert seen and all(total == before[1] for total in seen)
         after = rt.views.tracking(rt.game_list)
         assert after.generation > live.generation and after.position >= live.position
-        assert listing(rt) == before
+        assert timeless(listing(rt)) == before
 
 
 def test_a_view_whose_code_changed_is_not_moved_on_until_rebuilt(database_url: str) -> None:

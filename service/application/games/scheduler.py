@@ -77,6 +77,8 @@ class DueIndex(View):
     version = 1
     topics = tuple(sorted(GAME_TOPICS))
     heads_only = True  # whose event each is and its type: the states are not read
+    # A rebuild reads only these heads, and plans only the games not finished (``summary``).
+    summary_topics = tuple(sorted(REPLAN | FINAL))
     tables = {  # noqa: RUF012 (the View's declaration)
         "due": [
             "CREATE TABLE IF NOT EXISTS {due} (game_id TEXT PRIMARY KEY, "
@@ -112,6 +114,34 @@ class DueIndex(View):
             elif str(game_id) not in plain or topics & REPLAN:
                 due, is_plain = self.plan(game_id, created=topics & REPLAN == {CREATED})
                 plans.append((str(game_id), due, is_plain))
+        return plans
+
+    def summary(self, heads: list[Any]) -> list[tuple[str, int | None, bool]]:
+        """The index as planning every batch of the log up to the last of ``heads`` leaves it,
+        planning only the games not finished, each once. Batch by batch, a finished game's
+        row goes with its final event. A game's plan reads the game as it is now, whatever
+        the batch: so every plan of a game gives the same, but for a plain game's plan from
+        its creation alone, which stands while no seat is taken or given back (``prepare``).
+        Hence: a game with such an event is planned from its state; one without, as at its
+        creation (and from its state if that plans nothing, as its next batch would)."""
+        created: list[uuid.UUID] = []
+        seated: set[uuid.UUID] = set()
+        finished: set[uuid.UUID] = set()
+        for head in heads:
+            if head.topic == CREATED:
+                created.append(head.originator_id)
+            elif head.topic in FINAL:
+                finished.add(head.originator_id)
+            else:
+                seated.add(head.originator_id)
+        plans: list[tuple[str, int | None, bool]] = []
+        for game_id in created:
+            if game_id in finished:
+                continue
+            due, plain = self.plan(game_id, created=game_id not in seated)
+            if due is None and game_id not in seated:
+                due, plain = self.plan(game_id)
+            plans.append((str(game_id), due, plain))
         return plans
 
     def plan(self, game_id: uuid.UUID, *, created: bool = False) -> tuple[int | None, bool]:

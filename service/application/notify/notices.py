@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -57,6 +58,12 @@ NOTICE_TYPES = (
 RETAIN = timedelta(days=7)  # how long notices are kept for a stream to resume from
 PRUNE_EVERY = 3600.0  # seconds
 TURN_ENDS = (Game.TurnStopped, Game.TurnBusted, Game.TurnTimedOut)
+# Events that make notices only for a game's accounts, and change nothing in a game without any.
+QUIET = frozenset(
+    get_topic(cls) for cls in (*TURN_ENDS, Game.TurnOrderDecided, Game.PlayerResigned)
+)
+# Events that may give a game its accounts.
+SEATING = frozenset(get_topic(cls) for cls in (Game.GameCreated, Game.SeatJoined, Game.SeatLeft))
 
 
 @dataclass(frozen=True)
@@ -124,6 +131,23 @@ class NoticesView(View):
         """Called after the batch committed, in the process that wrote it (the live hub)."""
 
     # ---------------------------------------------------------------------------- writing
+    def needed(self, items: list[Any], read: Sql) -> list[Any]:
+        """A rebuild's filter: most games seat no account, and their turns (most of the log) make
+        no notice and change no row (``_notices``). Those of a game whose row has no account
+        and that no event of the page may seat one are left out, undecoded."""
+        quiet = {n.originator_id for n in items if n.topic in QUIET}
+        loud = {n.originator_id for n in items if n.topic in SEATING}
+        keys = [str(game_id) for game_id in quiet - loud]
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            rows = read.all(
+                "SELECT game_id, accounts FROM {games} "
+                f"WHERE game_id IN ({','.join('?' * len(chunk))})",
+                chunk,
+            )
+            loud.update(uuid.UUID(r["game_id"]) for r in rows if any(json.loads(r["accounts"])))
+        return [n for n in items if n.topic not in QUIET or n.originator_id in loud]
+
     def prepare(self, items: list[Any], read: Sql) -> list[tuple[Any, dict[str, Any] | None]]:
         """Each event, with a challenge's state as of that event (what its notice shows)."""
         out: list[tuple[Any, dict[str, Any] | None]] = []

@@ -1,0 +1,148 @@
+"""A rebuild (``cantstop projections rebuild``) leaves every view as building it event by event,
+batch by batch, does: the scratch build copied in bulk, and the due-index's plans of only the
+games not finished (service/persistence/views.py, ``Views.rebuild``; scheduler.py,
+``DueIndex.summary``)."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from domain import strategies
+from domain.commands import NewGame, Resign, parse_action
+from domain.position import Position
+from service.application.games.scheduler import DueIndex
+from service.persistence import views as views_module
+from service.persistence.views import Sql, View, Views
+from service.runtime import Runtime
+from tests.support.rated import finished_rated_game, rated_pair, sign_up
+
+EXPERT = strategies.get("expert")
+# The notices' batch counter and each account's last batch number the batches, which a rebuild
+# makes fewer of (so do the live view's small batches, many): every notice is the same.
+BATCH_NUMBERS = {"batches": None, "heads": "stamp"}
+
+
+def play(rt: Runtime, state: dict[str, Any], rng: random.Random, limit: int) -> dict[str, Any]:
+    """Up to ``limit`` actions by the simple policy (a computer player's turn through the
+    timekeeper), the expert's in solitaire: a game in progress, or over."""
+    game_id = uuid.UUID(state["id"])
+    for _ in range(limit):
+        if state["status"] != "in_progress":
+            break
+        seat = state["turn"]["player"]
+        if state["players"][seat]["bot"] is not None:
+            rt.timekeeper.tick(game_id, datetime.now(UTC))
+            state = rt.games.state(game_id)
+            continue
+        choice: Any
+        if len(state["players"]) == 1:
+            choice = EXPERT.choose(Position.from_game(rt.games.game(game_id)), rng)
+        else:
+            legal = state["legal_actions"]
+            choice = parse_action(
+                {"type": "stop"} if {"type": "stop"} in legal else rng.choice(legal)
+            )
+        state = rt.games.act(game_id, seat, choice).state
+    return state
+
+
+def a_mixed_store(rt: Runtime, client: FlaskClient) -> None:
+    """Games of every kind the views tell apart: finished, in progress, lobbies waiting (empty
+    or half full), with a clock, against a computer player, solitaire played to its end, rated
+    games between accounts finished and under way."""
+    rng = random.Random(7)
+    tokens = {handle: sign_up(client, handle) for handle in ("ann", "bob")}
+    finished_rated_game(client, tokens)
+    rated_pair(client, tokens, "bob", "ann")
+    for _ in range(3):
+        rt.games.create(NewGame(seats=2))
+    half = uuid.UUID(rt.games.create(NewGame(seats=3))[0]["id"])
+    rt.lobby.join(half, "Cleo")
+    full = uuid.UUID(rt.games.create(NewGame(seats=2))[0]["id"])
+    rt.lobby.join(full, "Dev")
+    play(rt, rt.lobby.join(full, "Eve").state, rng, 12)
+    for limit in (0, 9, 40):
+        play(rt, rt.games.create(NewGame(players=["Finn", "Gus"]))[0], rng, limit)
+    play(
+        rt,
+        rt.games.create(NewGame(players=["Hana", "Ivo"], clock={"turn_seconds": 60}))[0],
+        rng,
+        10,
+    )
+    bot = {"name": "Expert", "bot": "expert"}
+    play(rt, rt.games.create(NewGame(players=["Jun", bot]))[0], rng, 15)
+    resigned = rt.games.create(NewGame(players=["Ann", "Bob"]))[0]
+    rt.games.act(uuid.UUID(resigned["id"]), 0, Resign())
+    solo = play(
+        rt, rt.games.create(NewGame(players=["Kim"], rules={"solitaire": "easy"}))[0], rng, 2000
+    )
+    assert solo["status"] == "finished"
+
+
+def tables(views: Views, view: View) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table of the view, in order, but the notices' batch numbers."""
+    found = {}
+    for short in view.tables:
+        if view.name == "notices" and BATCH_NUMBERS.get(short, "") is None:
+            continue
+        skip = BATCH_NUMBERS.get(short) if view.name == "notices" else None
+
+        def everything(sql: Sql, short: str = short) -> list[Any]:
+            return sql.all(f"SELECT * FROM {{{short}}}")
+
+        rows = views.read(view, everything, fresh=False)
+        found[short] = sorted(
+            tuple(sorted((k, v) for k, v in dict(row).items() if k != skip)) for row in rows
+        )
+    return found
+
+
+def test_every_view_rebuilt_is_as_built_event_by_event(
+    app: Flask, client: FlaskClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt: Runtime = app.extensions["cantstop"]
+    a_mixed_store(rt, client)
+    monkeypatch.setattr(views_module, "BATCH", 7)  # many batches, as a live view meets them
+    monkeypatch.setattr(views_module, "PAGE", 50)  # the scratch build in several pages
+    for view in rt.all_views():
+        with monkeypatch.context() as scope:  # the rebuild before: every event, batch by batch
+            scope.setattr(Views, "_build", lambda *args: 0)
+            rt.views.rebuild(view)
+        by_event = tables(rt.views, view)
+        before = rt.views.tracking(view)
+        rt.views.rebuild(view)
+        after = rt.views.tracking(view)
+        assert after.generation > before.generation and after.position >= before.position
+        assert tables(rt.views, view) == by_event, view.name
+        if view.name == "due":
+            assert by_event["due"], "the mix has games with something due"
+
+
+def test_the_due_index_rebuilt_plans_only_the_games_not_finished(app: Flask) -> None:
+    rt: Runtime = app.extensions["cantstop"]
+    rng = random.Random(3)
+    for _ in range(6):
+        state = rt.games.create(NewGame(players=["Ann", "Bob"]))[0]
+        rt.games.act(uuid.UUID(state["id"]), 0, Resign())
+    waiting = [rt.games.create(NewGame(seats=2))[0]["id"] for _ in range(2)]
+    playing = play(rt, rt.games.create(NewGame(players=["Cleo", "Dev"]))[0], rng, 5)["id"]
+    index = next(view for view in rt.all_views() if isinstance(view, DueIndex))
+    planned = []
+    original = index.plan
+
+    def counted(game_id: uuid.UUID, **kwargs: Any) -> Any:
+        planned.append(str(game_id))
+        return original(game_id, **kwargs)
+
+    index.plan = counted  # type: ignore[method-assign]
+    rt.views.rebuild(index)
+    assert sorted(planned) == sorted([*waiting, playing])
+    rows = rt.views.read(index, lambda sql: sql.all("SELECT game_id FROM {due}"), fresh=False)
+    assert sorted(row["game_id"] for row in rows) == sorted([*waiting, playing])
