@@ -5,6 +5,7 @@ Two Flask apps on one store stand for two worker processes. Whole-server tests a
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -553,3 +554,49 @@ def test_a_slow_reader_catching_up_is_waited_for_not_dropped() -> None:
     theirs.close()
     assert len(received) == 2000 * 1008
     assert most <= sinks_module.DRAIN_ABOVE + 1008
+
+
+def test_account_feeds_read_again_when_the_notices_view_was_rebuilt() -> None:
+    """The poller compares the notices view's batch stamps; a rebuild counts its batches afresh
+    (fewer, larger), so the stamp goes back: every account feed then reads the store once,
+    instead of waiting until the count passes the stamp it remembered."""
+
+    class Notices:
+        def __init__(self) -> None:
+            self.answers: list[tuple[int, dict[str, int]]] = []
+
+        def move_on(self) -> None:
+            pass
+
+        def changed(self, stamp: int) -> tuple[int, dict[str, int]]:
+            return self.answers.pop(0)
+
+    class AccountFeed:
+        def __init__(self) -> None:
+            self.resyncs = 0
+            self.hints: list[int] = []
+
+        def resync(self) -> None:
+            self.resyncs += 1
+
+        def hint(self, number: int) -> None:
+            self.hints.append(number)
+
+    notices = Notices()
+    hub = Hub(cast(Any, None), None, LiveConfig())
+    hub.notices = cast(Any, notices)
+    feed = AccountFeed()
+    hub._feeds[f"{streams_module.ACCOUNT_CHANNEL_PREFIX}ann"] = cast(Any, feed)
+
+    def poll(answer: tuple[int, dict[str, int]]) -> None:
+        notices.answers.append(answer)
+        asyncio.run(hub._poll_notices())
+
+    poll((40, {}))  # the first poll: a baseline, and one read
+    assert feed.resyncs == 1
+    poll((41, {"ann": 7}))  # a new notice: a hint
+    assert feed.hints == [7] and feed.resyncs == 1
+    poll((3, {}))  # rebuilt: batch 3 of the new view, after batch 41 of the old one
+    assert feed.resyncs == 2
+    poll((4, {"ann": 8}))  # and it goes on from the new count
+    assert feed.hints == [7, 8]

@@ -546,9 +546,11 @@ class Hub:
         except Exception as exc:  # the store may be briefly unavailable: try again later
             log.warning("live: polling the notices failed: %s: %s", type(exc).__name__, exc)
             return
-        first = self._stamp < 0
+        # No baseline yet, or the count went back: the view was rebuilt, and a rebuild counts
+        # its batches afresh (fewer, larger ones), so stamps before and after do not compare.
+        first = self._stamp < 0 or stamp < self._stamp
         self._stamp = stamp
-        if first:  # no baseline yet: whatever came before it, each account's feed reads once
+        if first:  # whatever came before it, each account's feed reads once
             for channel, feed in self._feeds.items():
                 if channel.startswith(ACCOUNT_CHANNEL_PREFIX):
                     feed.resync()
