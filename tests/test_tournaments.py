@@ -21,9 +21,11 @@ from typing import Any
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
+from openapi_core import OpenAPI
 
 from service.config import Settings
 from service.http.app import create_app
+from tests.conftest import CheckedClient
 from tests.support.http import bearer
 from tests.support.polling import wait_until
 from tests.support.servers import run_scheduler
@@ -53,8 +55,23 @@ def hosts(database_url: str) -> Iterator[list[Flask]]:
         app.extensions["cantstop"].close()
 
 
+SPEC: list[OpenAPI] = []
+
+
+@pytest.fixture(autouse=True)
+def _validated(openapi_spec: OpenAPI) -> Iterator[None]:
+    """Every /v1/ request and answer of these tests is checked against openapi.yaml."""
+    SPEC.append(openapi_spec)
+    yield
+    SPEC.clear()
+
+
 def client_of(app: Flask) -> FlaskClient:
-    return app.test_client()
+    app.test_client_class = CheckedClient
+    client = app.test_client()
+    assert isinstance(client, CheckedClient)
+    client.spec = SPEC[0]
+    return client
 
 
 def sign_up(client: FlaskClient, handle: str, *, bot: bool = True) -> str:
@@ -294,7 +311,7 @@ def test_registering_twice_even_racing_is_one_registration(app: Flask) -> None:
     lock = threading.Lock()
 
     def go() -> None:
-        reply = app.test_client().post(f"/v1/tournaments/{tid}/players", headers=bearer(ann))
+        reply = client_of(app).post(f"/v1/tournaments/{tid}/players", headers=bearer(ann))
         with lock:
             answers.append(reply.status_code)
 

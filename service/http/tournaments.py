@@ -31,7 +31,7 @@ STATUSES = ("created", "started", "finished")
 FRESH = {"Cache-Control": "no-cache"}
 
 
-def tournament_id(raw: str) -> uuid.UUID:
+def parsed(raw: str) -> uuid.UUID:
     try:
         return uuid.UUID(raw)
     except ValueError:
@@ -68,51 +68,51 @@ def list_tournaments() -> Response:
     return json_response(runtime().tournaments.list(status, limit, cursor), headers=FRESH)
 
 
-@tournaments_api.get("/v1/tournaments/<tid>")
-def get_tournament(tid: str) -> Response:
-    return json_response(runtime().tournaments.read(tournament_id(tid)), headers=FRESH)
+@tournaments_api.get("/v1/tournaments/<tournament_id>")
+def get_tournament(tournament_id: str) -> Response:
+    return json_response(runtime().tournaments.read(parsed(tournament_id)), headers=FRESH)
 
 
-@tournaments_api.post("/v1/tournaments/<tid>/start")
-def start_tournament(tid: str) -> Response:
-    return json_response(runtime().tournaments.start(me("play"), tournament_id(tid)))
+@tournaments_api.post("/v1/tournaments/<tournament_id>/start")
+def start_tournament(tournament_id: str) -> Response:
+    return json_response(runtime().tournaments.start(me("play"), parsed(tournament_id)))
 
 
-@tournaments_api.post("/v1/tournaments/<tid>/players")
-def register(tid: str) -> Response:
-    found = runtime().tournaments.register(me("play"), tournament_id(tid))
+@tournaments_api.post("/v1/tournaments/<tournament_id>/players")
+def register(tournament_id: str) -> Response:
+    found = runtime().tournaments.register(me("play"), parsed(tournament_id))
     return json_response({"tournament": found}, 201)
 
 
-@tournaments_api.delete("/v1/tournaments/<tid>/players/<handle>")
-def withdraw(tid: str, handle: str) -> Response:
-    runtime().tournaments.withdraw(me("play"), tournament_id(tid), handle)
+@tournaments_api.delete("/v1/tournaments/<tournament_id>/players/<handle>")
+def withdraw(tournament_id: str, handle: str) -> Response:
+    runtime().tournaments.withdraw(me("play"), parsed(tournament_id), handle)
     return _no_content()
 
 
-@tournaments_api.post("/v1/tournaments/<tid>/players/<handle>/pause")
-def pause(tid: str, handle: str) -> Response:
-    runtime().tournaments.pause(me("play"), tournament_id(tid), handle)
+@tournaments_api.post("/v1/tournaments/<tournament_id>/players/<handle>/pause")
+def pause(tournament_id: str, handle: str) -> Response:
+    runtime().tournaments.pause(me("play"), parsed(tournament_id), handle)
     return _no_content()
 
 
-@tournaments_api.delete("/v1/tournaments/<tid>/players/<handle>/pause")
-def resume(tid: str, handle: str) -> Response:
-    runtime().tournaments.resume(me("play"), tournament_id(tid), handle)
+@tournaments_api.delete("/v1/tournaments/<tournament_id>/players/<handle>/pause")
+def resume(tournament_id: str, handle: str) -> Response:
+    runtime().tournaments.resume(me("play"), parsed(tournament_id), handle)
     return _no_content()
 
 
-@tournaments_api.get("/v1/tournaments/<tid>/standings")
-def standings(tid: str) -> Response:
-    key = tournament_id(tid)
+@tournaments_api.get("/v1/tournaments/<tournament_id>/standings")
+def standings(tournament_id: str) -> Response:
+    key = parsed(tournament_id)
     rt = runtime()
     rt.tournaments.version(key)  # 404 for no tournament
     return json_response({"standings": rt.tournaments.standings(key)}, headers=FRESH)
 
 
-@tournaments_api.get("/v1/tournaments/<tid>/export")
-def export(tid: str) -> Response:
-    key = tournament_id(tid)
+@tournaments_api.get("/v1/tournaments/<tournament_id>/export")
+def export(tournament_id: str) -> Response:
+    key = parsed(tournament_id)
     lines = runtime().tournaments.export(key)
     text = b"".join(orjson.dumps(line) + b"\n" for line in lines)
     return Response(
