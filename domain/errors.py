@@ -45,3 +45,41 @@ class AlreadySeated(DomainError):
     """An account holds at most one seat of a game (contract 1.2)."""
 
     code = "already_seated"
+
+
+# ------------------------------------------------------------------ tournaments (issue #45)
+class AlreadyRegistered(DomainError):
+    """An account registers in a tournament once (409)."""
+
+    code = "already_registered"
+
+
+class TournamentStarted(DomainError):
+    """A Swiss tournament takes no registration once it has started (409)."""
+
+    code = "tournament_started"
+
+
+class TournamentFinished(DomainError):
+    """A finished tournament (or an arena whose window closed) changes no more (409)."""
+
+    code = "tournament_finished"
+
+
+class NotRegistered(DomainError):
+    """The account is not a player of the tournament (404)."""
+
+    code = "not_registered"
+
+
+class TournamentFull(DomainError):
+    """The tournament holds its most players already (409)."""
+
+    code = "tournament_full"
+
+
+class TournamentNotReady(DomainError):
+    """The tournament cannot do that now: not started, a round still under way, no such open
+    table, or not over yet (409). Its detail says which."""
+
+    code = "tournament_not_ready"
