@@ -37,6 +37,9 @@ from typing import Any
 
 from eventsourcing.domain import Aggregate
 
+from domain import audit as game_audit
+from domain import jsondoc
+from domain.audit import Check, MalformedExport
 from domain.commands import is_int
 from domain.errors import (
     AlreadyRegistered,
@@ -47,7 +50,8 @@ from domain.errors import (
     TournamentNotReady,
     TournamentStarted,
 )
-from domain.game import check_clock, check_handle, format_at, parse_at
+from domain.game import CANONICAL_JSON, check_clock, check_handle, format_at, parse_at, shown
+from domain.ratings import finish_of, ranks
 from domain.rules import normalize_rules
 
 TABLE_NAMESPACE = uuid.UUID("5b0f3c2e-7d1a-5e8b-9c4f-2a6d8e1b3c70")
@@ -393,6 +397,7 @@ class Tournament(Aggregate):
                 "last_hash": self.last_hash,
                 "finished_at": self.finished_at,
                 "aborted": self.aborted,
+                "version": self.originator_version,
             }
             tournament.open_ids.pop(self.game_id, None)
             players = tournament.tables[tournament.table_index[self.game_id]]["players"]
@@ -944,3 +949,430 @@ def replayed(events: Iterable[Any]) -> Tournament | None:
     for event in events:
         tournament = event.mutate(tournament)
     return tournament
+
+
+# ------------------------------------------------------------------------------ export
+EXPORT_FORMAT = "cantstop-tournament"
+EXPORT_FORMAT_VERSION = 1
+MAX_LINES = 100_000
+"""An export of more lines is refused whole (MalformedExport), before any is parsed: the audit
+of the largest accepted one costs a bounded time (docs/tournaments.md gives the figure)."""
+MAX_DATA_DEPTH = 8
+MAX_GAME_EXPORTS = 10_000
+
+
+def export_header(
+    tournament_id: Any, standings: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    header: dict[str, Any] = {
+        "format": EXPORT_FORMAT,
+        "format_version": EXPORT_FORMAT_VERSION,
+        "tournament_id": str(tournament_id),
+    }
+    if standings is not None:
+        header["standings"] = standings
+    return header
+
+
+def export_lines(tournament_id: Any, events: Iterable[Any]) -> list[dict[str, Any]]:
+    """A tournament's export, line by line: the header (with the standings the events give, as
+    served, which the audit recomputes) and then one ``{"version", "type", "at", "data"}`` per
+    event. ``events`` are the aggregate's stored events (or lines already, as served)."""
+    events = list(events)
+    lines = [e if isinstance(e, Mapping) else event_line(e) for e in events]
+    standings: list[dict[str, Any]] | None = None
+    if events and all(isinstance(e, Tournament.Event) for e in events):
+        built = replayed(events)
+        standings = built.standings() if built is not None else None
+    else:
+        rebuilt = _Replay(str(tournament_id), lines).run()
+        standings = rebuilt.standings() if rebuilt is not None else None
+    return [export_header(tournament_id, standings), *[dict(line) for line in lines]]
+
+
+def parse_tournament_export(data: bytes) -> tuple[dict[str, Any], list[Any]]:
+    """An export's header and records. A bad header (or more than ``MAX_LINES`` lines) is
+    MalformedExport; a bad event line becomes ``{"version": <its line>, "unreadable": …}``,
+    which the audit blames."""
+    lines = data.removeprefix(b"\xef\xbb\xbf").split(b"\n", MAX_LINES + 1)
+    while lines and not lines[-1].strip():
+        lines.pop()
+    if not lines:
+        raise MalformedExport("the file is empty")
+    if len(lines) - 1 > MAX_LINES:
+        raise MalformedExport(f"more than {MAX_LINES} events")
+    try:
+        header = jsondoc.loads(lines[0])
+    except jsondoc.MalformedJson as exc:
+        raise MalformedExport(f"the first line is not a JSON header ({exc})") from None
+    problem = header_problem(header)
+    if problem:
+        raise MalformedExport(problem)
+    records: list[Any] = []
+    for number, line in enumerate(lines[1:], start=1):
+        try:
+            records.append(jsondoc.loads(line, MAX_DATA_DEPTH + 2))
+        except jsondoc.MalformedJson as exc:
+            records.append({"version": number, "unreadable": f"line {number + 1}: {exc}"})
+    return header, records
+
+
+def is_tournament_export(data: bytes) -> bool:
+    """Whether ``data``'s first line names the tournament export format (cheap: no parse of the
+    rest), so ``cantstop audit`` can tell it from a game's export."""
+    first = data.removeprefix(b"\xef\xbb\xbf").split(b"\n", 1)[0]
+    return f'"{EXPORT_FORMAT}"'.encode() in first
+
+
+def header_problem(header: Any) -> str | None:
+    expected = (
+        f'the first line is not {{"format": "{EXPORT_FORMAT}", '
+        f'"format_version": {EXPORT_FORMAT_VERSION}, "tournament_id": "…"}}'
+    )
+    if not isinstance(header, Mapping) or header.get("format") != EXPORT_FORMAT:
+        return expected
+    if (
+        not is_int(header.get("format_version"))
+        or header["format_version"] != EXPORT_FORMAT_VERSION
+    ):
+        return expected
+    tid = header.get("tournament_id")
+    if not isinstance(tid, str):
+        return expected
+    try:
+        uuid.UUID(tid)
+    except ValueError:
+        return f"tournament_id {shown(tid)} is not a UUID"
+    standings = header.get("standings")
+    if standings is not None and not isinstance(standings, list):
+        return "standings, when given, is a list"
+    return None
+
+
+# ------------------------------------------------------------------------------ the audit
+_canonical = CANONICAL_JSON.encode
+KNOWN_TYPES = frozenset(Tournament.EVENT_TYPES)
+CATEGORY = {
+    "Created": "events",
+    "Started": "events",
+    "Finished": "events",
+    "Paused": "registrations",
+    "Resumed": "registrations",
+    "Registered": "registrations",
+    "Withdrawn": "registrations",
+    "RoundPaired": "pairings",
+    "TableSeated": "pairings",
+    "ResultRecorded": "results",
+}
+REPLAY_CHECKS = ("registrations", "pairings", "results")
+
+
+class _Divergence(Exception):
+    def __init__(self, version: int, category: str, detail: str) -> None:
+        super().__init__(detail)
+        self.version = version
+        self.category = category
+        self.detail = detail
+
+
+def line_problem(record: Any, expected_version: int) -> str | None:
+    """Why ``record`` is not a tournament event line as exported, or None."""
+    if not isinstance(record, Mapping):
+        return "not a JSON object"
+    if "unreadable" in record:
+        return f"unreadable: {shown(record['unreadable'])}"
+    missing = [k for k in ("version", "type", "at", "data") if k not in record]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    if not is_int(record["version"]) or record["version"] != expected_version:
+        return f"version {shown(record['version'])} where {expected_version} was due"
+    if not isinstance(record["type"], str) or record["type"] not in KNOWN_TYPES:
+        return f"{shown(record['type'])} is not a tournament event"
+    if not isinstance(record["data"], Mapping):
+        return "data is not an object"
+    if jsondoc.depth(record["data"], MAX_DATA_DEPTH) > MAX_DATA_DEPTH:
+        return f"data is nested more than {MAX_DATA_DEPTH} levels deep"
+    if not isinstance(record["at"], str):
+        return "at is not a string"
+    try:
+        parse_at(record["at"])
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def check_events(records: Sequence[Any]) -> tuple[Check, int]:
+    """Readable lines, versions 1..n, known types, Created first and only first, times never
+    going back. Returns the check and how many records lead up to the first bad one."""
+    last: datetime | None = None
+    for index, record in enumerate(records):
+        version = index + 1
+        problem = line_problem(record, version)
+        if problem is None:
+            if (record["type"] == "Created") != (index == 0):
+                problem = "Created is the first event, and only the first"
+            else:
+                at = parse_at(record["at"])
+                if last is not None and at < last:
+                    problem = f"dated {record['at']}, before the event it follows"
+                last = at
+        if problem is not None:
+            return Check("events", False, f"version {version}: {problem}", version), index
+    if not records:
+        return Check("events", False, "no events: a tournament begins with Created", 1), 0
+    return Check("events", True, f"{len(records)} events, versions 1 to {len(records)}"), len(
+        records
+    )
+
+
+def _same(produced: Mapping[str, Any], recorded: Mapping[str, Any]) -> str | None:
+    for key in ("type", "at", "data"):
+        if _canonical(produced[key]) != _canonical(recorded[key]):
+            theirs, ours = shown(_canonical(recorded[key])), shown(_canonical(produced[key]))
+            return f"{key} is {theirs}, the rules give {ours}"
+    return None
+
+
+class _Replay:
+    """The tournament rebuilt by its own commands from the recorded events: every derived
+    event (a round's pairing, an arena table, a finish) recomputed and compared."""
+
+    def __init__(
+        self, tournament_id: str, records: Sequence[Mapping[str, Any]], truncated: bool = False
+    ) -> None:
+        self.tournament_id = tournament_id
+        self.records = records
+        self.truncated = truncated  # the readable lines before a bad one, not the whole history
+        self.tournament: Tournament | None = None
+        self.position = 0
+
+    def run(self) -> Tournament | None:
+        """The rebuilt tournament, or None when the history diverges from the rules."""
+        try:
+            self.replay()
+        except _Divergence:
+            return None
+        return self.tournament
+
+    def replay(self) -> None:
+        while self.position < len(self.records):
+            record = self.records[self.position]
+            try:
+                produced = self.perform(record)
+            except _Divergence:
+                raise
+            except Exception as exc:  # forged data reaching the rules: reported, never raised
+                code = getattr(exc, "code", type(exc).__name__)
+                detail = getattr(exc, "detail", str(exc))
+                raise _Divergence(
+                    record["version"],
+                    CATEGORY[record["type"]],
+                    f"version {record['version']} ({record['type']}): refused ({code}): {detail}",
+                ) from None
+            if not produced:
+                raise _Divergence(
+                    record["version"],
+                    CATEGORY[record["type"]],
+                    f"version {record['version']} ({record['type']}): nothing follows from it",
+                )
+            for offset, line in enumerate(produced):
+                index = self.position + offset
+                if index >= len(self.records):
+                    if self.truncated:  # the events check blames the line that stopped it
+                        self.position = len(self.records)
+                        return
+                    raise _Divergence(
+                        record["version"],
+                        CATEGORY[record["type"]],
+                        f"version {record['version']}: the history ends before the "
+                        f"{line['type']} that follows from it",
+                    )
+                recorded = self.records[index]
+                problem = (
+                    f"{recorded['type']} where the rules give {line['type']}"
+                    if recorded["type"] != line["type"]
+                    else _same(line, recorded)
+                )
+                if problem:
+                    raise _Divergence(
+                        recorded["version"],
+                        CATEGORY[line["type"]],
+                        f"version {recorded['version']} ({recorded['type']}): {problem}",
+                    )
+            self.position += len(produced)
+
+    def perform(self, record: Mapping[str, Any]) -> list[dict[str, Any]]:
+        kind, data = record["type"], record["data"]
+        at = parse_at(record["at"])
+        if kind == "Created":
+            self.tournament = Tournament.create(
+                **{k: data.get(k) for k in CREATED_FIELDS},
+                id=uuid.UUID(self.tournament_id),
+                at=at,
+            )
+            return [event_line(e) for e in self.tournament.collect_events()]
+        tournament = self.tournament
+        assert tournament is not None
+        if kind == "Registered":
+            tournament.register(data["handle"], data["rating"], at=at)
+        elif kind == "Withdrawn":
+            tournament.withdraw(data["handle"], data["reason"], at=at)
+        elif kind == "Started":
+            tournament.start(at=data["at"])
+        elif kind == "RoundPaired":
+            tournament.pair_next_round(at=at)
+        elif kind == "TableSeated":
+            tournament.seat_next_table(at=at)
+        elif kind == "ResultRecorded":
+            tournament.record_result(
+                data["game_id"],
+                data["places"],
+                data["last_hash"],
+                data["finished_at"],
+                data["aborted"],
+                at=at,
+            )
+        elif kind == "Paused":
+            tournament.pause(data["handle"], at=at)
+        elif kind == "Resumed":
+            tournament.resume(data["handle"], at=at)
+        else:
+            tournament.finish(data["reason"], at=at)
+        return [event_line(e) for e in tournament.collect_events()]
+
+
+CREATED_FIELDS = (
+    "name",
+    "kind",
+    "rules",
+    "players_per_table",
+    "rounds",
+    "minutes",
+    "clock",
+    "rated",
+    "starts_at",
+    "creator",
+)
+
+
+def _check_standings(header: Mapping[str, Any], tournament: Tournament | None) -> Check:
+    if tournament is None:
+        return Check("standings", False, "not recomputed: the replay did not reach the end")
+    mine = tournament.standings()
+    given = header.get("standings")
+    if given is None:
+        return Check("standings", True, f"recomputed for {len(mine)} players (none exported)")
+    if _canonical(given) == _canonical(mine):
+        return Check("standings", True, f"the exported standings of {len(mine)} players recomputed")
+    for row, (theirs, ours) in enumerate(zip(given, mine, strict=False), start=1):
+        if _canonical(theirs) != _canonical(ours):
+            return Check(
+                "standings",
+                False,
+                f"row {row} is {shown(_canonical(theirs))}; "
+                f"the results give {shown(_canonical(ours))}",
+            )
+    return Check("standings", False, f"{len(given)} rows exported; the results give {len(mine)}")
+
+
+def _game_problem(table: Mapping[str, Any], result: Mapping[str, Any], export: Any) -> str | None:
+    """Why a table's game export does not hold its recorded result, or None."""
+    if not isinstance(export, tuple | list) or len(export) != 2:
+        return "no game export given"
+    header, records = export
+    if not isinstance(header, Mapping) or header.get("game_id") != table["game_id"]:
+        return "the game export is another game's"
+    if not isinstance(records, list):
+        return "the game export has no events"
+    verdict = game_audit.audit_records(records)
+    if not verdict["valid"]:
+        return f"the game's own audit fails at version {verdict['first_bad_version']}"
+    game = game_audit.replayed(records)
+    if game is None or game.status != "finished":
+        return "the game is not finished"
+    if game.accounts != list(table["players"]):
+        seats = ", ".join(map(str, game.accounts))
+        return f"its seats are {seats}, the table's {', '.join(table['players'])}"
+    if records[-1]["hash"] != result["last_hash"]:
+        last = records[-1]["hash"]
+        return f"its last hash is {shown(last)}, the result's {shown(result['last_hash'])}"
+    resigned = [r["data"]["seat"] for r in records if r["type"] == "PlayerResigned"]
+    places = ranks(finish_of(game, resigned))
+    aborted = game.finish_reason in ("aborted", "abandoned")
+    if aborted != result["aborted"]:
+        return (
+            f"the game ended as {game.finish_reason}; the result says aborted={result['aborted']}"
+        )
+    if aborted:
+        return None
+    assert places is not None
+    expected = {h: places[seat] for seat, h in enumerate(table["players"])}
+    if expected != dict(result["places"]):
+        theirs = _canonical(result["places"])
+        return f"the game's places are {_canonical(expected)}, the result's {theirs}"
+    return None
+
+
+def _check_games(tournament: Tournament | None, games: Mapping[str, Any]) -> Check:
+    if tournament is None:
+        return Check("games", False, "not compared: the replay did not reach the end")
+    if len(games) > MAX_GAME_EXPORTS:
+        return Check("games", False, f"more than {MAX_GAME_EXPORTS} game exports")
+    checked = 0
+    for game_id, result in tournament.results.items():
+        table = tournament.table_of(game_id)
+        assert table is not None
+        problem = _game_problem(table, result, games.get(game_id))
+        if problem:
+            return Check("games", False, f"table {game_id}: {problem}", result["version"])
+        checked += 1
+    return Check("games", True, f"{checked} tables' games hold their recorded results")
+
+
+def audit_tournament(
+    header: Mapping[str, Any],
+    records: Sequence[Any],
+    games: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The verdict on a tournament's export, in the style of domain.audit's: ``valid``, the
+    ``checks`` (format, events, registrations, pairings, results, standings, and games when
+    the tables' game exports are given as ``{game_id: (header, records)}``), the first version
+    blamed, and the standings the events give. Never raises on bad input."""
+    checks: list[Check] = []
+    problem = header_problem(header)
+    checks.append(
+        Check("format", problem is None, problem or "a cantstop-tournament export, version 1")
+    )
+    tournament: Tournament | None = None
+    if len(records) > MAX_LINES:
+        checks.append(Check("events", False, f"more than {MAX_LINES} events", MAX_LINES + 1))
+    elif problem is None:
+        events, readable = check_events(records)
+        checks.append(events)
+        replay = _Replay(str(header["tournament_id"]), records[:readable], not events.ok)
+        failed: _Divergence | None = None
+        try:
+            replay.replay()
+        except _Divergence as exc:
+            failed = exc
+        if failed is not None and failed.category == "events":
+            checks[-1] = (
+                Check("events", False, failed.detail, failed.version) if events.ok else events
+            )
+        for name in REPLAY_CHECKS:
+            if failed is not None and failed.category == name:
+                checks.append(Check(name, False, failed.detail, failed.version))
+            else:
+                reach = failed.version - 1 if failed else readable
+                checks.append(Check(name, True, f"replayed versions 1 to {reach} by the rules"))
+        tournament = None if failed is not None or not events.ok else replay.tournament
+        checks.append(_check_standings(header, tournament))
+        if games is not None:
+            checks.append(_check_games(tournament, games))
+    blamed = [c.version for c in checks if c.version is not None]
+    return {
+        "valid": all(c.ok for c in checks),
+        "checks": [c.to_dict() for c in checks],
+        "first_bad_version": min(blamed) if blamed else None,
+        "standings": tournament.standings() if tournament is not None else None,
+    }
