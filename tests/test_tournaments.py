@@ -12,6 +12,7 @@ tournament's history stays in order.
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections.abc import Iterator
@@ -23,12 +24,14 @@ from flask import Flask
 from flask.testing import FlaskClient
 from openapi_core import OpenAPI
 
+from domain.tournament import audit_tournament, parse_tournament_export
 from service.config import Settings
 from service.http.app import create_app
 from tests.conftest import CheckedClient
 from tests.support.http import bearer
 from tests.support.polling import wait_until
 from tests.support.servers import run_scheduler
+from tests.support.spec import load_spec, validator
 
 Json = dict[str, Any]
 PASSWORD = "correct horse battery"
@@ -153,12 +156,29 @@ def drive(client: FlaskClient, tid: str, tokens: dict[str, str], seconds: float 
 
 
 def export(client: FlaskClient, tid: str) -> list[Json]:
-    import json
-
     reply = client.get(f"/v1/tournaments/{tid}/export")
     assert reply.status_code == 200
     assert reply.mimetype == "application/x-ndjson"
     return [json.loads(line) for line in reply.get_data(as_text=True).splitlines()]
+
+
+def audited(client: FlaskClient, tid: str, body: Json) -> Json:
+    """The domain's audit of the tournament's export, as served, with every table's game
+    export: pairings and seatings recomputed by the rule, standings from the results, and each
+    result against its game. Its verdict."""
+    raw = client.get(f"/v1/tournaments/{tid}/export").get_data()
+    header, records = parse_tournament_export(raw)
+    plain = plain_of(client.application)
+    games: dict[str, Any] = {}
+    for table in body["tables"]:
+        text = plain.get(f"/v1/games/{table['game_id']}/export").get_data(as_text=True)
+        lines = [json.loads(line) for line in text.splitlines()]
+        games[table["game_id"]] = (lines[0], lines[1:])
+    verdict = audit_tournament(header, records, games)
+    assert verdict["valid"], verdict
+    assert {c["name"] for c in verdict["checks"]} >= {"pairings", "standings", "games"}
+    assert verdict["standings"] == body["standings"]
+    return verdict
 
 
 def never_two_open_tables(lines: list[Json]) -> None:
@@ -243,8 +263,9 @@ def test_a_swiss_of_nine_at_tables_of_three_is_played_to_the_end(hosts: list[Fla
     assert sum(points) == pytest.approx(9 * (2 + 1 + 0))  # 2, 1, 0 at each table of three
     tables_created_once(hosts, client, final)
     lines = export(client, tid)
-    assert lines[0] == {"format": "cantstop-tournament", "format_version": 1, "tournament_id": tid}
+    assert lines[0]["format"] == "cantstop-tournament" and lines[0]["tournament_id"] == tid
     never_two_open_tables(lines)
+    audited(client, tid, final)
     assert sum(1 for line in lines[1:] if line["type"] == "RoundPaired") == 3
     assert sum(1 for line in lines[1:] if line["type"] == "ResultRecorded") == 9
     game_started_reached_everyone(hosts[-1], final)
@@ -294,6 +315,7 @@ def test_an_arena_of_six_seats_tables_until_its_window_closes(hosts: list[Flask]
     tables_created_once(hosts, client, final)
     lines = export(client, tid)
     never_two_open_tables(lines)
+    audited(client, tid, final)
     seated = [line for line in lines[1:] if line["type"] == "TableSeated"]
     assert len(seated) == len(final["tables"])
     standings = final["standings"]
@@ -546,3 +568,49 @@ def test_a_closed_account_is_withdrawn(app: Flask) -> None:
     lines = export(client, tid)
     assert lines[-1]["type"] == "Withdrawn"
     assert lines[-1]["data"] == {"handle": "leaver", "reason": "account_closed"}
+
+
+def test_events_are_typed_by_openapi_and_streamed_with_the_standings(app: Flask) -> None:
+    """A Swiss of two, one round, played out: every export line validates against its
+    TournamentEvent schema; the tournament's stream from the start sends the same events, the
+    standings with each that may move them, and ends after Finished (then 204)."""
+    client = client_of(app)
+    creator = sign_up(client, "host8", bot=False)
+    tokens = {"duo1": sign_up(client, "duo1"), "duo2": sign_up(client, "duo2")}
+    tid = create(client, creator, kind="swiss", players_per_table=2, rounds=1)["id"]
+    for token in tokens.values():
+        register(client, tid, token)
+    stop = run_scheduler(app)
+    try:
+        client.post(f"/v1/tournaments/{tid}/start", headers=bearer(creator))
+        final = drive(client, tid, tokens)
+    finally:
+        stop()
+    spec = load_spec()
+    typed = validator(spec, "TournamentEvent")
+    lines = export(client, tid)
+    for line in lines[1:]:
+        typed.validate(line)
+    assert [line["type"] for line in lines[1:]] == [
+        "Created",
+        "Registered",
+        "Registered",
+        "Started",
+        "RoundPaired",
+        "ResultRecorded",
+        "Finished",
+    ]
+    response = client.get(f"/v1/tournaments/{tid}/stream?after=0", buffered=False)
+    assert response.status_code == 200 and response.mimetype == "text/event-stream"
+    text = b"".join(response.response).decode()
+    sent = [
+        json.loads(row[len("data: ") :]) for row in text.splitlines() if row.startswith("data: ")
+    ]
+    assert [e["type"] for e in sent] == [line["type"] for line in lines[1:]]
+    for event in sent:
+        typed.validate(event)
+    assert sent[-2]["type"] == "ResultRecorded"
+    assert sent[-2]["standings"] == final["standings"]
+    assert "standings" not in sent[0]  # Created moves no standings
+    ended = client.get(f"/v1/tournaments/{tid}/stream", headers={"Last-Event-ID": str(len(sent))})
+    assert ended.status_code == 204

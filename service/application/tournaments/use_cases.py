@@ -35,7 +35,7 @@ from domain.commands import NewGame
 from domain.errors import DomainError, InvalidRequest
 from domain.game import format_at, parse_at
 from domain.rules import normalize_rules
-from domain.tournament import Tournament, event_line
+from domain.tournament import Tournament, export_lines
 from service.application.errors import ApplicationError, ConcurrentAction, NotFound
 from service.application.games.use_cases import Games
 from service.application.players.accounts import Accounts, Principal
@@ -326,15 +326,11 @@ class Tournaments:
         }
 
     def export(self, tournament_id: uuid.UUID) -> builtins.list[dict[str, Any]]:
-        """The tournament's own events as export lines (a header, then one line per event)."""
+        """The tournament's own events as export lines (a header with the standings they give,
+        then one line per event): what ``cantstop audit`` checks."""
         self._tournament(tournament_id)
         events = list(self.store.events.get(tournament_id))
-        header = {
-            "format": "cantstop-tournament",
-            "format_version": 1,
-            "tournament_id": str(tournament_id),
-        }
-        return [header, *(event_line(event) for event in events)]
+        return export_lines(tournament_id, events)
 
     def records(
         self, tournament_id: uuid.UUID, after: int, limit: int
