@@ -602,7 +602,9 @@ def test_events_are_typed_by_openapi_and_streamed_with_the_standings(app: Flask)
     ]
     response = client.get(f"/v1/tournaments/{tid}/stream?after=0", buffered=False)
     assert response.status_code == 200 and response.mimetype == "text/event-stream"
-    text = b"".join(response.response).decode()
+    text = "".join(
+        chunk.decode() if isinstance(chunk, bytes) else chunk for chunk in response.response
+    )
     sent = [
         json.loads(row[len("data: ") :]) for row in text.splitlines() if row.startswith("data: ")
     ]
