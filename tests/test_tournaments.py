@@ -616,3 +616,27 @@ def test_events_are_typed_by_openapi_and_streamed_with_the_standings(app: Flask)
     assert "standings" not in sent[0]  # Created moves no standings
     ended = client.get(f"/v1/tournaments/{tid}/stream", headers={"Last-Event-ID": str(len(sent))})
     assert ended.status_code == 204
+
+
+def test_a_poll_with_nothing_due_loads_no_tournament(
+    app: Flask, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tournaments waiting for their start, and a Swiss waiting on its tables' games, are not
+    due: the scheduler's chore reads the view's due rows and steps none of them."""
+    client = client_of(app)
+    creator = sign_up(client, "host9", bot=False)
+    later = (datetime.now(UTC) + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for _ in range(5):
+        create(client, creator, kind="swiss", players_per_table=2, rounds=1, starts_at=later)
+    tid = create(client, creator, kind="swiss", players_per_table=2, rounds=1)["id"]
+    for handle in ("wait1", "wait2"):
+        register(client, tid, sign_up(client, handle))
+    client.post(f"/v1/tournaments/{tid}/start", headers=bearer(creator))  # its round is paired
+    tournaments = app.extensions["cantstop"].tournaments
+    tournaments.views.catch_up(tournaments.view)
+
+    def loaded(tournament_id: uuid.UUID) -> bool:
+        raise AssertionError(f"tournament {tournament_id} was stepped with nothing due")
+
+    monkeypatch.setattr(tournaments, "step", loaded)
+    assert tournaments.poll() == 0

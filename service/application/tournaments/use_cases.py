@@ -149,8 +149,11 @@ class Tournaments:
         now = self.clock()
         starts_at = data.get("starts_at")
         if starts_at is not None:
-            try:
-                at = parse_at(starts_at)
+            try:  # RFC 3339, with a time zone (Z or an offset), fractions of seconds or not
+                at = datetime.fromisoformat(starts_at)
+                if at.tzinfo is None:
+                    raise ValueError("no time zone")
+                at = at.astimezone(UTC)
             except (TypeError, ValueError):
                 raise InvalidRequest(
                     "starts_at must be an RFC 3339 time, e.g. 2026-05-01T18:00:00Z"
