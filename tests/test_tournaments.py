@@ -13,6 +13,9 @@ tournament's history stays in order.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -640,3 +643,31 @@ def test_a_poll_with_nothing_due_loads_no_tournament(
 
     monkeypatch.setattr(tournaments, "step", loaded)
     assert tournaments.poll() == 0
+
+
+def test_an_excluded_account_is_withdrawn_and_cannot_register(
+    app: Flask, database_url: str
+) -> None:
+    """``cantstop accounts exclude``, as an operator runs it, withdraws the account from every
+    tournament not finished; it cannot register again (403 account_excluded)."""
+    client = client_of(app)
+    creator = sign_up(client, "host10", bot=False)
+    cheat = sign_up(client, "cheat")
+    first = create(client, creator, kind="swiss", players_per_table=2, rounds=1)["id"]
+    second = create(client, creator, kind="arena", players_per_table=2, minutes=5)["id"]
+    register(client, first, cheat)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CANTSTOP_")}
+    env["CANTSTOP_DATABASE_URL"] = database_url
+    done = subprocess.run(
+        [sys.executable, "-m", "service.cli", "accounts", "exclude", "cheat", "--reason", "bots"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert client.get(f"/v1/tournaments/{first}").get_json()["players"] == []
+    assert export(client, first)[-1]["data"] == {"handle": "cheat", "reason": "excluded"}
+    refused = client.post(f"/v1/tournaments/{second}/players", headers=bearer(cheat))
+    assert refused.status_code == 403 and refused.get_json()["code"] == "account_excluded"
