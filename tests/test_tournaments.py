@@ -671,3 +671,38 @@ def test_an_excluded_account_is_withdrawn_and_cannot_register(
     assert export(client, first)[-1]["data"] == {"handle": "cheat", "reason": "excluded"}
     refused = client.post(f"/v1/tournaments/{second}/players", headers=bearer(cheat))
     assert refused.status_code == 403 and refused.get_json()["code"] == "account_excluded"
+
+
+def test_arena_players_pause_and_resume_themselves_only(app: Flask) -> None:
+    client = client_of(app)
+    creator = sign_up(client, "host11")
+    ann, bob = sign_up(client, "pann"), sign_up(client, "pbob")
+    arena = create(client, creator, kind="arena", players_per_table=2, minutes=5)["id"]
+    swiss = create(client, creator, kind="swiss", players_per_table=2, rounds=1)["id"]
+    for tid in (arena, swiss):
+        register(client, tid, ann)
+        register(client, tid, bob)
+    path = f"/v1/tournaments/{arena}/players/pann/pause"
+    assert client.post(path, headers=bearer(ann)).status_code == 204
+    again = client.post(path, headers=bearer(ann))
+    assert again.status_code == 409 and again.get_json()["code"] == "tournament_not_ready"
+    other = client.delete(path, headers=bearer(bob))
+    assert other.status_code == 403 and other.get_json()["code"] == "not_your_registration"
+    assert client.delete(path, headers=bearer(ann)).status_code == 204
+    in_swiss = client.post(f"/v1/tournaments/{swiss}/players/pann/pause", headers=bearer(ann))
+    assert in_swiss.status_code == 422
+    kinds = [line["type"] for line in export(client, arena)[1:]]
+    assert kinds[-2:] == ["Paused", "Resumed"]
+
+
+def test_a_creation_retried_with_its_key_is_answered_once(app: Flask) -> None:
+    client = client_of(app)
+    token = sign_up(client, "retrier")
+    body = {"name": "Once", "kind": "swiss", "players_per_table": 2, "rounds": 1, **CLOCKED}
+    headers = {**bearer(token), "Idempotency-Key": "tournament-1"}
+    first = client.post("/v1/tournaments", json=body, headers=headers)
+    second = client.post("/v1/tournaments", json=body, headers=headers)
+    assert first.status_code == second.status_code == 201
+    assert second.headers["Idempotent-Replayed"] == "true"
+    assert first.get_json()["tournament"]["id"] == second.get_json()["tournament"]["id"]
+    assert len(client.get("/v1/tournaments").get_json()["tournaments"]) == 1

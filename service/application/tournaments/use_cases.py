@@ -35,7 +35,7 @@ from domain.commands import NewGame
 from domain.errors import DomainError, InvalidRequest
 from domain.game import format_at, parse_at
 from domain.rules import normalize_rules
-from domain.tournament import Tournament, export_lines
+from domain.tournament import Tournament, event_line, export_lines
 from service.application.errors import ApplicationError, ConcurrentAction, NotFound
 from service.application.games.use_cases import Games
 from service.application.players.accounts import Accounts, Principal
@@ -339,16 +339,22 @@ class Tournaments:
         self, tournament_id: uuid.UUID, after: int, limit: int
     ) -> builtins.list[dict[str, Any]]:
         """Events after version ``after`` as its stream serves them: the export's lines, with
-        the standings as they stood after each event that may change them."""
-        lines = self.export(tournament_id)[1:]
-        page = [line for line in lines if int(line["version"]) > after][:limit]
-        out = []
-        for line in page:
-            record = dict(line)
+        the standings as they stood after each event that may move them (one replay of the
+        events, however many are served)."""
+        self._tournament(tournament_id)
+        out: builtins.list[dict[str, Any]] = []
+        replay: Any = None
+        events: builtins.list[Any] = list(self.store.events.get(tournament_id))
+        for event in events:
+            replay = event.mutate(replay)  # the library's public door, as domain.tournament
+            if event.originator_version <= after:
+                continue
+            record = event_line(event)
             if record["type"] in STANDINGS_CHANGE:
-                past: Any = self.store.repository.get(tournament_id, version=record["version"])
-                record["standings"] = past.standings()
+                record["standings"] = replay.standings()
             out.append(record)
+            if len(out) >= limit:
+                break
         return out
 
     def version(self, tournament_id: uuid.UUID) -> tuple[int, bool]:
