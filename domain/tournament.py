@@ -28,6 +28,7 @@ The rules, as docs/tournaments.md tells players and auditors:
 
 from __future__ import annotations
 
+import heapq
 import math
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -193,17 +194,14 @@ def arena_table(
     if len(waiting) < size:
         return None
     rank = {p: i for i, p in enumerate(waiting)}
-    anchor = min(waiting, key=lambda p: (since.get(p, 0), rank[p]))
-    others = sorted(
+    anchor = min(waiting, key=lambda p: (since[p], rank[p]))
+    at_points, at_rating = points[anchor], ratings[anchor]
+    others = heapq.nsmallest(  # the closest few: no sort of everyone waiting
+        size - 1,
         (p for p in waiting if p != anchor),
-        key=lambda p: (
-            abs(points.get(p, 0.0) - points.get(anchor, 0.0)),
-            abs(ratings.get(p, DEFAULT_RATING) - ratings.get(anchor, DEFAULT_RATING)),
-            since.get(p, 0),
-            rank[p],
-        ),
+        key=lambda p: (abs(points[p] - at_points), abs(ratings[p] - at_rating), since[p], rank[p]),
     )
-    return rotate_seats([anchor, *others[: size - 1]], firsts)
+    return rotate_seats([anchor, *others], firsts)
 
 
 def new_stats() -> dict[str, Any]:
@@ -339,6 +337,12 @@ class Tournament(Aggregate):
             }
             tournament.stats[key] = new_stats()
             tournament.since[key] = self.originator_version
+            tournament.order_of[key] = tournament.registrations
+            tournament.registrations += 1
+            tournament.idle[key] = None
+            tournament.points_of[key] = 0.0
+            tournament.firsts_of[key] = 0
+            tournament.rating_of[key] = self.rating
 
     class Withdrawn(Event):
         handle: str
@@ -346,6 +350,7 @@ class Tournament(Aggregate):
 
         def update(self, tournament: Tournament) -> None:
             key = _key(self.handle)
+            tournament.idle.pop(key, None)
             if tournament.status == "created":  # before the start: as if never registered
                 del tournament.entrants[key]
                 del tournament.stats[key]
@@ -374,6 +379,7 @@ class Tournament(Aggregate):
                 row = tournament.stats[_key(handle)]
                 row["byes"] += 1
                 row["points"] += bye_points(tournament.players_per_table)
+                tournament.points_of[_key(handle)] = row["points"]
             for table in self.tables:
                 tournament.add_table(table["game_id"], table["players"], self.number)
 
@@ -402,8 +408,12 @@ class Tournament(Aggregate):
             tournament.open_ids.pop(self.game_id, None)
             players = tournament.tables[tournament.table_index[self.game_id]]["players"]
             for handle in players:
-                tournament.busy.pop(_key(handle), None)
-                tournament.since[_key(handle)] = self.originator_version
+                key = _key(handle)
+                tournament.busy.pop(key, None)
+                tournament.since[key] = self.originator_version
+                entrant = tournament.entrants[key]
+                if entrant["withdrawn"] is None and not entrant["paused"]:
+                    tournament.idle[key] = None
             if not self.aborted:
                 tournament.count_result(players, self.places)
 
@@ -412,6 +422,7 @@ class Tournament(Aggregate):
 
         def update(self, tournament: Tournament) -> None:
             tournament.entrants[_key(self.handle)]["paused"] = True
+            tournament.idle.pop(_key(self.handle), None)
 
     class Resumed(Event):
         handle: str
@@ -420,6 +431,8 @@ class Tournament(Aggregate):
             key = _key(self.handle)
             tournament.entrants[key]["paused"] = False
             tournament.since[key] = self.originator_version
+            if key not in tournament.busy:
+                tournament.idle[key] = None
 
     class Finished(Event):
         reason: str
@@ -478,6 +491,14 @@ class Tournament(Aggregate):
         self.since: dict[str, int] = {}  # arena: the version at which each began to wait
         self.stats: dict[str, dict[str, Any]] = {}  # key -> new_stats(), kept as results come
         self.busy: dict[str, None] = {}  # the keys of the players at open tables (a set)
+        self.idle: dict[str, None] = {}  # registered, not paused, withdrawn nor busy (a set)
+        self.order_of: dict[str, int] = {}  # key -> registration number (0 first)
+        self.registrations = 0
+        # Flat copies of stats' points and firsts and of the ratings: the arena's seating reads
+        # them for every waiting player at every table.
+        self.points_of: dict[str, float] = {}
+        self.firsts_of: dict[str, int] = {}
+        self.rating_of: dict[str, float] = {}
         self.tables: list[dict[str, Any]] = []  # {"game_id", "players", "round"}, as seated
         self.table_index: dict[str, int] = {}
         self.open_ids: dict[str, None] = {}  # a set, as a dict: plain state for snapshots
@@ -515,7 +536,11 @@ class Tournament(Aggregate):
         self.tables.append({"game_id": game_id, "players": list(players), "round": number})
         self.open_ids[game_id] = None
         self.busy.update((_key(h), None) for h in players)
-        self.stats[_key(players[0])]["firsts"] += 1
+        for handle in players:
+            self.idle.pop(_key(handle), None)
+        first = _key(players[0])
+        self.stats[first]["firsts"] += 1
+        self.firsts_of[first] = self.stats[first]["firsts"]
 
     def count_result(self, players: Sequence[str], places: Mapping[str, int]) -> None:
         """A table's points, wins and meetings added to its players' stats (arena: a win
@@ -528,6 +553,7 @@ class Tournament(Aggregate):
             if self.kind == "arena" and won and row["streak"] >= FIRE_STREAK:
                 gained *= 2
             row["points"] += gained
+            self.points_of[_key(handle)] = row["points"]
             row["games"] += 1
             row["wins"] += int(won)
             row["streak"] = row["streak"] + 1 if won else 0
@@ -579,12 +605,10 @@ class Tournament(Aggregate):
 
     def waiting(self) -> list[str]:
         """Arena: registered, neither paused nor withdrawn, and not at an open table."""
-        busy = self.busy
-        return [
-            e["handle"]
-            for k, e in self.entrants.items()
-            if e["withdrawn"] is None and not e["paused"] and k not in busy
-        ]
+        return [self.entrants[k]["handle"] for k in self.waiting_keys()]
+
+    def waiting_keys(self) -> list[str]:
+        return sorted(self.idle, key=self.order_of.__getitem__)
 
     def table_of(self, game_id: str) -> dict[str, Any] | None:
         index = self.table_index.get(game_id)
@@ -810,15 +834,13 @@ class Tournament(Aggregate):
         now = self._stamp(at)
         if not self.window_open(now):
             return None
-        waiting = [_key(h) for h in self.waiting()]
-        scores = self.scores()
         table = arena_table(
-            waiting,
+            self.waiting_keys(),
             self.players_per_table,
             self.since,
-            {k: scores[k]["points"] for k in waiting},
-            {k: self.entrants[k]["rating"] for k in waiting},
-            {k: scores[k]["firsts"] for k in waiting},
+            self.points_of,
+            self.rating_of,
+            self.firsts_of,
         )
         if table is None:
             return None
@@ -1018,10 +1040,16 @@ def parse_tournament_export(data: bytes) -> tuple[dict[str, Any], list[Any]]:
 
 
 def is_tournament_export(data: bytes) -> bool:
-    """Whether ``data``'s first line names the tournament export format (cheap: no parse of the
-    rest), so ``cantstop audit`` can tell it from a game's export."""
+    """Whether ``data``'s first line is a header of the tournament export format (no parse of
+    the rest), so ``cantstop audit`` can tell it from a game's export."""
     first = data.removeprefix(b"\xef\xbb\xbf").split(b"\n", 1)[0]
-    return f'"{EXPORT_FORMAT}"'.encode() in first
+    if f'"{EXPORT_FORMAT}"'.encode() not in first:
+        return False
+    try:
+        header = jsondoc.loads(first)
+    except jsondoc.MalformedJson:
+        return False
+    return isinstance(header, dict) and header.get("format") == EXPORT_FORMAT
 
 
 def header_problem(header: Any) -> str | None:

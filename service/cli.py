@@ -30,6 +30,7 @@ from domain.errors import DomainError, InvalidRequest
 from domain.game import format_at
 from domain.receipts import held_by, receipt_problem
 from domain.record_sheet import record_sheet
+from domain.tournament import audit_tournament, is_tournament_export, parse_tournament_export
 from domain.transcript import MalformedTranscript, verify
 from service import arena_cli, logformat, metrics
 from service.application.analysis.jobs import JobConfig, Supervisor, arm_cpu_limit
@@ -118,9 +119,15 @@ def read_exports(name: str, data: bytes | None = None) -> list[tuple[dict[str, A
 def cmd_audit(args: argparse.Namespace) -> int:
     """Audit a game export offline (no server, no database): the same JSON as ``/audit``. A
     file of several exports (an account's bulk export) gets one verdict per game, as JSON
-    Lines with each game's id; exit 0 when every game is valid."""
+    Lines with each game's id; exit 0 when every game is valid. A tournament's export (told by
+    its header) goes to ``cmd_audit_tournament``."""
     try:
-        exports = read_exports(args.file)
+        data = read_input(args.file)
+        if is_tournament_export(data):
+            return cmd_audit_tournament(args, data)
+        if args.games is not None:
+            raise Unreadable(f"{args.file}: --games goes with a tournament's export")
+        exports = read_exports(args.file, data)
     except Unreadable as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -149,6 +156,31 @@ def cmd_audit(args: argparse.Namespace) -> int:
         valid = valid and verdict["valid"]
         print(json.dumps(verdict, ensure_ascii=False))
     return 0 if valid else 1
+
+
+def read_input(name: str) -> bytes:
+    try:
+        return sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
+    except OSError as exc:
+        raise Unreadable(f"{name}: cannot read: {exc.strerror or exc}") from None
+
+
+def cmd_audit_tournament(args: argparse.Namespace, data: bytes) -> int:
+    """Audit a tournament's export offline (docs/tournaments.md): its pairings recomputed by the
+    rule, its results and standings, and with ``--games`` (its tables' game exports, one after
+    another) each result against its game. Prints the verdict; exit 0 when valid."""
+    if args.receipt is not None or args.keys is not None:
+        raise Unreadable(f"{args.file}: --receipt checks a game's export, not a tournament's")
+    try:
+        header, records = parse_tournament_export(data)
+    except MalformedExport as exc:
+        raise Unreadable(f"{args.file}: not a tournament export: {exc}") from None
+    games = None
+    if args.games is not None:
+        games = {str(h.get("game_id")): (h, r) for h, r in read_exports(args.games)}
+    verdict = audit_tournament(header, records, games)
+    print(json.dumps(verdict, indent=2, ensure_ascii=False))
+    return 0 if verdict["valid"] else 1
 
 
 def receipt_check(
@@ -714,10 +746,13 @@ def build_parser() -> argparse.ArgumentParser:
         moderation.add_argument("--reason", required=True, help="shown in the ratings ledger")
         moderation.set_defaults(func=cmd_accounts)
 
-    aud = sub.add_parser("audit", help="check a game export offline (chain, rules, dice)")
+    aud = sub.add_parser("audit", help="check a game's or a tournament's export offline")
     aud.add_argument("--receipt", help="a saved receipt (or a saved action answer) to check too")
     aud.add_argument("--keys", help="a saved answer of GET /v1/keys, to check the receipt with")
-    aud.add_argument("file", metavar="FILE", help="an export (NDJSON) from /export; - for stdin")
+    aud.add_argument("--games", help="a tournament's table games: their exports, one after another")
+    aud.add_argument(
+        "file", metavar="FILE", help="a game's or a tournament's export (NDJSON); - for stdin"
+    )
     aud.set_defaults(func=cmd_audit)
 
     sheet = sub.add_parser("sheet", help="a turn record sheet from an exported game")
