@@ -20,6 +20,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -167,22 +168,38 @@ def export(client: FlaskClient, tid: str) -> list[Json]:
     return [json.loads(line) for line in reply.get_data(as_text=True).splitlines()]
 
 
-def audited(client: FlaskClient, tid: str, body: Json) -> Json:
+def audited(client: FlaskClient, tid: str, body: Json, folder: Path) -> Json:
     """The domain's audit of the tournament's export, as served, with every table's game
     export: pairings and seatings recomputed by the rule, standings from the results, and each
-    result against its game. Its verdict."""
+    result against its game; then ``cantstop audit`` of the files, as an auditor runs it, to the
+    same verdict. The verdict."""
     raw = client.get(f"/v1/tournaments/{tid}/export").get_data()
     header, records = parse_tournament_export(raw)
     plain = plain_of(client.application)
     games: dict[str, Any] = {}
+    texts = []
     for table in body["tables"]:
         text = plain.get(f"/v1/games/{table['game_id']}/export").get_data(as_text=True)
+        texts.append(text)
         lines = [json.loads(line) for line in text.splitlines()]
         games[table["game_id"]] = (lines[0], lines[1:])
     verdict = audit_tournament(header, records, games)
     assert verdict["valid"], verdict
     assert {c["name"] for c in verdict["checks"]} >= {"pairings", "standings", "games"}
     assert verdict["standings"] == body["standings"]
+    (folder / "tournament.ndjson").write_bytes(raw)
+    (folder / "games.ndjson").write_text("".join(texts))
+    command = ["audit", "tournament.ndjson", "--games", "games.ndjson"]
+    done = subprocess.run(
+        [sys.executable, "-m", "service.cli", *command],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=folder,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout) == verdict
     return verdict
 
 
@@ -239,7 +256,9 @@ def game_started_reached_everyone(app: Flask, body: Json) -> None:
             wait_until(told, 10, f"game_started to {handle}")
 
 
-def test_a_swiss_of_nine_at_tables_of_three_is_played_to_the_end(hosts: list[Flask]) -> None:
+def test_a_swiss_of_nine_at_tables_of_three_is_played_to_the_end(
+    hosts: list[Flask], tmp_path: Path
+) -> None:
     client = client_of(hosts[0])
     creator = sign_up(client, "organizer", bot=False)
     tokens = {f"swissbot{i}": sign_up(client, f"swissbot{i}") for i in range(9)}
@@ -270,7 +289,7 @@ def test_a_swiss_of_nine_at_tables_of_three_is_played_to_the_end(hosts: list[Fla
     lines = export(client, tid)
     assert lines[0]["format"] == "cantstop-tournament" and lines[0]["tournament_id"] == tid
     never_two_open_tables(lines)
-    audited(client, tid, final)
+    audited(client, tid, final, tmp_path)
     assert sum(1 for line in lines[1:] if line["type"] == "RoundPaired") == 3
     assert sum(1 for line in lines[1:] if line["type"] == "ResultRecorded") == 9
     game_started_reached_everyone(hosts[-1], final)
@@ -278,7 +297,9 @@ def test_a_swiss_of_nine_at_tables_of_three_is_played_to_the_end(hosts: list[Fla
     assert [t["id"] for t in listed] == [tid]
 
 
-def test_an_arena_of_six_seats_tables_until_its_window_closes(hosts: list[Flask]) -> None:
+def test_an_arena_of_six_seats_tables_until_its_window_closes(
+    hosts: list[Flask], tmp_path: Path
+) -> None:
     client = client_of(hosts[0])
     creator = sign_up(client, "arenaboss", bot=False)
     tokens = {f"arenabot{i}": sign_up(client, f"arenabot{i}") for i in range(6)}
@@ -320,7 +341,7 @@ def test_an_arena_of_six_seats_tables_until_its_window_closes(hosts: list[Flask]
     tables_created_once(hosts, client, final)
     lines = export(client, tid)
     never_two_open_tables(lines)
-    audited(client, tid, final)
+    audited(client, tid, final, tmp_path)
     seated = [line for line in lines[1:] if line["type"] == "TableSeated"]
     assert len(seated) == len(final["tables"])
     standings = final["standings"]
