@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from eventsourcing.application import Repository
 from flask import Flask
 from flask.testing import FlaskClient
 from openapi_core import OpenAPI
 
-from domain.tournament import audit_tournament, parse_tournament_export
+from domain.tournament import Tournament, audit_tournament, parse_tournament_export, replayed
 from service.config import Settings
 from service.http.app import create_app
 from tests.conftest import CheckedClient
@@ -729,3 +730,31 @@ def test_a_creation_retried_with_its_key_is_answered_once(app: Flask) -> None:
     assert second.headers["Idempotent-Replayed"] == "true"
     assert first.get_json()["tournament"]["id"] == second.get_json()["tournament"]["id"]
     assert len(client.get("/v1/tournaments").get_json()["tournaments"]) == 1
+
+
+def test_a_tournament_read_from_its_snapshot_is_the_one_its_events_build(app: Flask) -> None:
+    """Tournaments are snapshotted every 20 events (service/application/store.py): a read from
+    the latest snapshot and the events after it equals the replay of every event."""
+    store = app.extensions["cantstop"].store
+    tournament = Tournament.create(
+        name="big",
+        kind="swiss",
+        rules=None,
+        players_per_table=3,
+        rounds=3,
+        clock=CLOCK,
+        creator="someone",
+    )
+    for i in range(45):
+        tournament.register(f"p{i}", 25.0 + i)
+    tournament.start()
+    tournament.pair_next_round()
+    store.save(tournament)
+    assert [s.originator_version for s in store.snapshots.get(tournament.id)] == [20, 40]
+    reads: Repository[uuid.UUID] = Repository(
+        event_store=store.events, snapshot_store=store.snapshots
+    )
+    read: Any = reads.get(tournament.id)
+    built = replayed(list(store.events.get(tournament.id)))
+    assert built is not None
+    assert read.as_json() == built.as_json() == tournament.as_json()
