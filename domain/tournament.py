@@ -1006,7 +1006,7 @@ def export_lines(tournament_id: Any, events: Iterable[Any]) -> list[dict[str, An
     if events and all(isinstance(e, Tournament.Event) for e in events):
         built = replayed(events)
         standings = built.standings() if built is not None else None
-    else:
+    elif check_events(lines)[0].ok:
         rebuilt = _Replay(str(tournament_id), lines).run()
         standings = rebuilt.standings() if rebuilt is not None else None
     return [export_header(tournament_id, standings), *[dict(line) for line in lines]]

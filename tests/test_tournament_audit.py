@@ -6,6 +6,7 @@ docs/tournaments.md names these tests beside the promises they hold."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
@@ -263,3 +264,20 @@ def test_forged_exports_never_crash_the_audit(
     parsed = parse_tournament_export(encoded(header, records))  # and through the parser
     alone = audit_tournament(header, records)  # without the games, as parsed
     assert audit_tournament(*parsed)["first_bad_version"] == alone["first_bad_version"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300), st.lists(JSON, max_size=4))
+def test_any_bytes_parse_or_are_refused_as_malformed(data: bytes, lines: list[Any]) -> None:
+    """Random bytes, and a good header followed by random JSON lines: the parser answers or
+    refuses (MalformedExport), and the audit gives a verdict; neither raises anything else."""
+    with contextlib.suppress(MalformedExport):
+        parse_tournament_export(data)
+    header = {"format": "cantstop-tournament", "format_version": 1}
+    header["tournament_id"] = str(uuid.UUID(int=7))
+    text = "\n".join(json.dumps(x) for x in [header, *lines]).encode() + b"\n" + data
+    with contextlib.suppress(MalformedExport):
+        parsed = parse_tournament_export(text)
+        verdict = audit_tournament(*parsed)
+        assert verdict["valid"] is False
+    assert export_lines(header["tournament_id"], [])[0]["tournament_id"] == header["tournament_id"]
