@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -219,3 +220,38 @@ def test_the_rule_of_28_decides_as_published() -> None:
     assert bot.choose(position({}, legal_actions=moves), 0) == moves[1]
     moves = [{"type": "move", "sums": [7]}, {"type": "move", "sums": [9]}]
     assert bot.choose(position({"9": 1, "5": 1, "4": 1}, legal_actions=moves), 0) == moves[1]
+
+
+def test_reference_bots_play_a_whole_tournament(server: tuple[str, Path]) -> None:
+    """Three bots given ``--tournament``: each registers, plays every table it is seated at
+    (a Swiss of 2 rounds at tables of 2: one bye a round) and stops when it finishes."""
+    url, _ = server
+    with Client(url) as organizer:
+        organizer.sign_up("o" + uuid.uuid4().hex[:10], "correct horse battery")
+        tournament = organizer.create_tournament(
+            "bots' evening",
+            "swiss",
+            players_per_table=2,
+            rounds=2,
+            clock={"turn_seconds": 60},
+            rules={"columns_to_win": 1},
+        )
+        tid = tournament["id"]
+        accounts = [bot_account(url) for _ in range(3)]
+        bots = [start_bot(url, token, "--tournament", tid) for _, token in accounts]
+        for _ in range(600):  # each bot registers once its stream is open
+            if len(organizer.tournament(tid)["players"]) == 3:
+                break
+            for bot in bots:
+                assert bot.poll() is None, finish(bot)
+            time.sleep(0.1)  # bounded: 600 looks
+        assert sorted(organizer.tournament(tid)["players"]) == sorted(h for h, _ in accounts)
+        organizer.start_tournament(tid)
+        outputs = [finish(bot) for bot in bots]
+        final = organizer.tournament(tid)
+    assert final["status"] == "finished" and final["finish_reason"] == "completed"
+    assert [len(r["tables"]) for r in final["rounds"]] == [1, 1]
+    assert all(t["result"] is not None for r in final["rounds"] for t in r["tables"])
+    for output in outputs:
+        assert f"registered in tournament {tid}" in output
+        assert f"tournament {tid} finished: rank" in output, output

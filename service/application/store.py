@@ -30,6 +30,7 @@ from eventsourcing.persistence import JSONTranscoder, Mapper, StoredEvent, Trans
 from eventsourcing.utils import get_topic, strtobool
 
 from domain.game import Game, event_record, event_records
+from domain.tournament import Tournament
 from service.application.aggregates import Vault, imported_marker_id
 from service.application.errors import NotFound, describe
 from service.persistence.accounts import Credentials
@@ -155,7 +156,13 @@ class Store(Application[uuid.UUID]):
     # them itself (``_take_snapshots_of``), from the objects it saves: the library's
     # ``snapshotting_intervals`` stay empty, or its ``save`` would read each back from the store.
     is_snapshotting_enabled = True
-    SNAPSHOT_INTERVALS: ClassVar[dict[type[Aggregate], int]] = {Game: 20, Vault: 50}
+    # A tournament is read at every registration, result and scheduler step: from its latest
+    # snapshot, it replays fewer than 20 events however many players and tables it has.
+    SNAPSHOT_INTERVALS: ClassVar[dict[type[Aggregate], int]] = {
+        Game: 20,
+        Vault: 50,
+        Tournament: 20,
+    }
 
     LOCK_STRIPES = 256
     LIVE_GAMES = 500

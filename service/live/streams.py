@@ -80,6 +80,9 @@ class LiveConfig:
 
 
 # -------------------------------------------------------------------------------- envelope
+FINAL_TYPES = frozenset({"GameFinished", "Finished"})  # a game's end, a tournament's
+
+
 @dataclass(frozen=True)
 class Envelope:
     """One event as a stream sends it: the served JSON serialized once, and its SSE frame
@@ -121,7 +124,7 @@ class Envelope:
 
     @property
     def final(self) -> bool:
-        return self.type == "GameFinished"
+        return self.type in FINAL_TYPES
 
 
 # ---------------------------------------------------------------------------------- streams

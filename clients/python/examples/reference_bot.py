@@ -12,7 +12,11 @@ heuristic, as Glenn & Aloi state it) over the JSON state the server sends.
     python clients/python/examples/reference_bot.py --seek           # play until Ctrl-C
 
 Options: ``--challenge HANDLE`` challenges an account on start; ``--games N`` stops after N
-games finished (for tests and trials); ``--workers N`` games handled at once (default 4);
+games finished (for tests and trials); ``--tournament ID`` registers in that tournament (a
+registration it holds already is fine), plays every table it is seated at (each is an ordinary
+game of its account, announced by ``game_started`` and ``your_turn``) and stops once the
+tournament is finished (it follows the tournament's own stream for that); ``--workers N``
+games handled at once (default 4);
 ``--rated`` makes its seek and its challenge ask for rated games, which need a turn clock:
 ``--clock SECONDS`` (default 60; any game's clock with ``--clock`` alone).
 """
@@ -126,8 +130,10 @@ class Bot:
         games: int | None,
         rated: bool = False,
         clock: int | None = None,
+        tournament: str | None = None,
     ) -> None:
         self.client = client
+        self.tournament = tournament
         # What its seek and its challenge ask for: a rated game needs a clock (contract 1.3).
         self.rated = rated
         self.clock = {"turn_seconds": clock or 60} if rated or clock else None
@@ -171,6 +177,8 @@ class Bot:
                 self.log(f"challenged {self.challenge_on_start}: {sent['status']} ({sent['id']})")
             if self.seek:
                 self.place_seek()
+            if self.tournament is not None:
+                self.enter(self.tournament)
         for game in self.client.all_account_games(self.handle, status="in_progress"):
             self.schedule(str(game["game_id"]))
         for pending in self.client.challenges()["incoming"]:
@@ -190,6 +198,29 @@ class Bot:
             self.seek_expired(notice.seek["id"])
         # Other types (challenge_declined, challenge_canceled, challenge_expired, types added
         # later) need nothing from this bot; a bot that tracks its challenges would look here.
+
+    def enter(self, tournament_id: str) -> None:
+        """Register (once: already registered is fine), then follow the tournament's stream in
+        a thread until it ends, and stop the bot then; its tables come by the account stream."""
+        try:
+            self.client.register(tournament_id)
+            self.log(f"registered in tournament {tournament_id}")
+        except ApiError as exc:
+            if exc.code != "already_registered":
+                raise
+        threading.Thread(target=self.follow, args=(tournament_id,), daemon=True).start()
+
+    def follow(self, tournament_id: str) -> None:
+        if self.client.tournament(tournament_id)["status"] != "finished":
+            with self.client.tournament_stream(tournament_id, max_failures=None) as events:
+                for event in events:
+                    if event.get("type") == "Finished":
+                        break
+        standings = self.client.standings(tournament_id)
+        mine = next((s for s in standings if s["handle"].lower() == self.handle.lower()), None)
+        place = f"rank {mine['rank']}, {mine['points']:g} points" if mine else "not ranked"
+        self.log(f"tournament {tournament_id} finished: {place}")
+        self.stream.close()  # ends the loop in run(); games in hand are finished first
 
     def accept(self, challenge_id: str, challenger: str) -> None:
         with self.lock:
@@ -302,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sign-up", metavar="HANDLE", help="create a bot account, print its token")
     parser.add_argument("--rated", action="store_true", help="seek and challenge for rated games")
     parser.add_argument("--clock", type=int, metavar="SECONDS", help="a turn's time (rated: 60)")
+    parser.add_argument(
+        "--tournament", metavar="ID", help="register, play every table, stop when it ends"
+    )
     args = parser.parse_args(argv)
     with Client(args.url, args.token) as client:
         if args.sign_up:
@@ -316,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
             games=args.games,
             rated=args.rated,
             clock=args.clock,
+            tournament=args.tournament,
         )
         try:
             bot.run(args.challenge)

@@ -26,6 +26,7 @@ Attempts are bounded (``attempts``, 5 by default) with exponential back-off and 
 
 from __future__ import annotations
 
+import json
 import json as jsonlib
 import os
 import random
@@ -432,6 +433,83 @@ class Client:
     def withdraw_seek(self, seek_id: str) -> None:
         self._call("DELETE", f"/v1/seeks/{seek_id}")
 
+    # ------------------------------------------------------------------ tournaments
+    def create_tournament(
+        self,
+        name: str,
+        kind: str,
+        *,
+        players_per_table: int,
+        clock: Mapping[str, int],
+        rounds: int | None = None,
+        minutes: int | None = None,
+        rules: Mapping[str, Any] | None = None,
+        rated: bool = False,
+        starts_at: str | None = None,
+    ) -> dict[str, Any]:
+        """A Swiss (``rounds``) or an arena (``minutes``) of this account's; its JSON."""
+        body: dict[str, Any] = {
+            "name": name,
+            "kind": kind,
+            "players_per_table": players_per_table,
+            "clock": dict(clock),
+            "rated": rated,
+        }
+        optional = {"rounds": rounds, "minutes": minutes, "rules": rules, "starts_at": starts_at}
+        body.update({k: v for k, v in optional.items() if v is not None})
+        return cast(dict[str, Any], self._creating("/v1/tournaments", json=body)["tournament"])
+
+    def tournaments(
+        self, *, status: str | None = None, limit: int | None = None, cursor: str | None = None
+    ) -> dict[str, Any]:
+        """A page of tournaments, newest first: ``{"tournaments": [...], "next_cursor"}``."""
+        params = {"status": status, "limit": limit, "cursor": cursor}
+        return self._json("GET", "/v1/tournaments", params=params, auth=False)
+
+    def tournament(self, tournament_id: str) -> dict[str, Any]:
+        return self._json("GET", f"/v1/tournaments/{tournament_id}", auth=False)
+
+    def start_tournament(self, tournament_id: str) -> dict[str, Any]:
+        return self._json("POST", f"/v1/tournaments/{tournament_id}/start")
+
+    def register(self, tournament_id: str) -> dict[str, Any]:
+        """Register this account; a repeat is ``ApiError`` ``already_registered``."""
+        found = self._json("POST", f"/v1/tournaments/{tournament_id}/players")
+        return cast(dict[str, Any], found["tournament"])
+
+    def withdraw(self, tournament_id: str, handle: str) -> None:
+        """Withdraw this account (its own handle); idempotent."""
+        self._call("DELETE", f"/v1/tournaments/{tournament_id}/players/{handle}")
+
+    def pause(self, tournament_id: str, handle: str) -> None:
+        self._call("POST", f"/v1/tournaments/{tournament_id}/players/{handle}/pause")
+
+    def resume(self, tournament_id: str, handle: str) -> None:
+        self._call("DELETE", f"/v1/tournaments/{tournament_id}/players/{handle}/pause")
+
+    def standings(self, tournament_id: str) -> list[dict[str, Any]]:
+        path = f"/v1/tournaments/{tournament_id}/standings"
+        return cast(list[dict[str, Any]], self._json("GET", path, auth=False)["standings"])
+
+    def tournament_export(self, tournament_id: str) -> str:
+        """The tournament's events as NDJSON (``cantstop audit`` checks it offline)."""
+        return self._call("GET", f"/v1/tournaments/{tournament_id}/export", auth=False).text
+
+    def tournament_stream(
+        self, tournament_id: str, *, after: int | None = None, max_failures: int | None = 10
+    ) -> EventStream[dict[str, Any]]:
+        """A tournament's events as they are recorded (registrations, rounds, results, its
+        end), each that may move the standings with them (``standings``); it ends after
+        ``Finished`` (after version ``after`` when given, else from now)."""
+        return EventStream(
+            self._http,
+            f"/v1/tournaments/{tournament_id}/stream",
+            _record_of,
+            headers={},
+            last_event_id=None if after is None else str(after),
+            max_failures=max_failures,
+        )
+
     # ------------------------------------------------------------------ streams
     def account_stream(
         self,
@@ -603,6 +681,14 @@ def _settled(state: GameState, seat: int) -> bool:
     return state["status"] == "finished" or (
         state["status"] == "in_progress" and turn is not None and turn["player"] == seat
     )
+
+
+def _record_of(message: ServerSentEvent) -> dict[str, Any] | None:
+    try:
+        value = json.loads(message.data)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _event_of(message: ServerSentEvent) -> Event | None:
