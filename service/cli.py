@@ -306,6 +306,8 @@ def cmd_accounts(args: argparse.Namespace) -> int:
             return 1
         with contextlib.suppress(Exception):  # the ledger shows it now; else at the next poll
             runtime.views.catch_up(runtime.ratings)
+        if account.excluded:  # never paired again in a tournament (issue #45)
+            runtime.tournaments.withdraw_everywhere(account.handle, "excluded")
         print(
             json.dumps(
                 {

@@ -30,6 +30,7 @@ from service.application.notify.webhooks import WebhookConfig, Webhooks
 from service.application.players.accounts import Accounts
 from service.application.players.standings import AccountGames, RatingsView
 from service.application.store import Store
+from service.application.tournaments.use_cases import Tournaments
 from service.config import Settings
 from service.live.hub import Hub, LiveConfig
 from service.live.redis_link import RedisLink
@@ -93,6 +94,13 @@ class Runtime:
         self.notices = Notices(self.views, self.notices_view)
         self.challenges = Challenges(self.store, self.games, self.accounts, self.views)
         self.seeks = Seeks(self.store, self.games, self.views, self.ratings)
+        self.tournaments = Tournaments(
+            self.store,
+            self.games,
+            self.accounts,
+            self.views,
+            self.ratings,
+        )
         self.closing = Closing(
             self.accounts,
             self.games,
@@ -101,6 +109,7 @@ class Runtime:
             self.seeks,
             self.account_games,
             self.views,
+            self.tournaments,
         )
         self.fair_play = FairPlay(
             self.games,
@@ -119,6 +128,7 @@ class Runtime:
             self.notices_view,
             self.challenges.pending,
             self.seeks.pool,
+            self.tournaments.view,
             AnalysisFeed(self.games),  # finished rated games' analyses queued
         )
         if create_tables:
@@ -142,6 +152,7 @@ class Runtime:
             others=self.moved_views,
             chores=(
                 self.seeks.pair_all,
+                self.tournaments.poll,  # started, paired, seated, results: once whoever is first
                 self.challenges.expire_due,  # recorded, so announced, once whoever is first
                 self.seeks.expire_due,
                 self.notices.prune_now_and_then,

@@ -1,11 +1,12 @@
 """Closing an account (``DELETE /v1/account``): nothing of it plays on.
 
-Its pending challenges are answered (incoming declined, outgoing cancelled) and its seeks
-withdrawn, so no game starts for it; each lobby seat it holds is given back and that seat's
-token revoked; each game under way is resigned on its behalf, so its seat tokens can no longer
-act there (a rated game counts the resignation as any other, and one resigned before every seat
-has played a turn is aborted, contract 1.3); then the account is closed (its personal tokens
-die, its password is erased) and its webhooks deleted.
+Its pending challenges are answered (incoming declined, outgoing cancelled), its seeks withdrawn
+and it is withdrawn from every tournament not finished (``account_closed``), so no game starts
+for it; each lobby seat it holds is given back and that seat's token revoked; each game under
+way is resigned on its behalf, so its seat tokens can no longer act there (a rated game counts
+the resignation as any other, and one resigned before every seat has played a turn is aborted,
+contract 1.3); then the account is closed (its personal tokens die, its password is erased) and
+its webhooks deleted.
 
 None of this needs the closing token's ``play`` scope: the server gives up the seats itself. The
 sweep runs again once the account is closed, for a game that started meanwhile (a seek paired,
@@ -28,6 +29,7 @@ from service.application.matchmaking.challenges import Challenges
 from service.application.matchmaking.seeks import Seeks
 from service.application.players.accounts import Accounts, Principal
 from service.application.players.standings import AccountGames
+from service.application.tournaments.use_cases import Tournaments
 from service.persistence.views import Views
 
 log = logging.getLogger("cantstop.accounts")
@@ -45,6 +47,7 @@ class Closing:
         seeks: Seeks,
         account_games: AccountGames,
         views: Views,
+        tournaments: Tournaments | None = None,
     ) -> None:
         self.accounts = accounts
         self.games = games
@@ -53,6 +56,7 @@ class Closing:
         self.seeks = seeks
         self.account_games = account_games
         self.views = views
+        self.tournaments = tournaments
 
     def close(self, principal: Principal) -> None:
         """Close the account (the token needs the scope ``account``, and no other)."""
@@ -66,6 +70,8 @@ class Closing:
         games under way: how many seats were given up."""
         self.challenges.withdraw_all(principal)
         self.seeks.withdraw_all(principal)
+        if self.tournaments is not None:  # never paired again; a table under way is resigned
+            self.tournaments.withdraw_everywhere(principal.handle, "account_closed")
         given_up = 0
         for status in ("waiting", "in_progress"):
             for game_id in self._unfinished(principal.handle, status):

@@ -29,6 +29,7 @@ from service.http.matchmaking import matchmaking_api
 from service.http.pages import pages
 from service.http.sheets import sheets_api
 from service.http.stream import stream_api
+from service.http.tournaments import tournaments_api
 from service.http.transcripts import transcripts_api
 from service.http.webhooks import webhooks_api
 from service.runtime import Runtime
@@ -119,6 +120,7 @@ def create_app(settings: Settings | None = None, *, create_tables: bool = False)
     app.register_blueprint(fair_play_api)  # an account's fair-play figures
     app.register_blueprint(webhooks_api)  # an account's webhooks and their deliveries
     app.register_blueprint(matchmaking_api)  # challenges, seeks
+    app.register_blueprint(tournaments_api)  # tournaments, their players and standings
     limits.init_app(app, settings)  # CANTSTOP_RATE_LIMITS, on the routes registered above
     if settings.cors_origins:  # CANTSTOP_CORS_ORIGINS: off unless asked for
         CORS(

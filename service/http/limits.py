@@ -14,6 +14,8 @@ counted by the ``limits`` library in fixed windows, checked by the limited views
   are off: it is what stands between a password and someone guessing it. ``challenge`` covers
   ``POST /v1/challenges``, counted per challenged account, and is on by default too (20 a
   minute): a flood of challenges to one account is refused however many send it.
+  ``tournament`` covers ``POST /v1/tournaments``, counted per personal token (per address
+  without one), on by default (10 an hour).
 - With Redis the counters live there, shared by every worker and host; without it, or while it is
   unreachable, each process counts in its own memory (the effective limit is then the configured
   one times the number of processes). Counting never touches the event store.
@@ -55,6 +57,7 @@ SCOPES: dict[str, tuple[str, ...]] = {
     "action": ("games.act",),
     "signin": ("accounts.sign_up", "accounts.sign_in"),
     "challenge": ("matchmaking.challenge",),
+    "tournament": ("tournaments.create_tournament",),
     "audit": (
         "audit.audit_game",
         "audit.export_game",
@@ -103,6 +106,7 @@ KEYS: dict[str, Callable[[flask.Request], str]] = {
     "signin": client_address,
     "signin_handle": handle_asked,
     "challenge": challenged,
+    "tournament": seat_or_address,
 }
 
 

@@ -315,3 +315,19 @@ class SeekRequestSchema(Schema):
     players = StrictInt(load_default=2, validate=validate.Range(min=2, max=8))
     rated = StrictBool(load_default=False)
     clock = fields.Nested(ClockSchema, allow_none=True)
+
+
+# --------------------------------------------------------------------------- tournaments
+class TournamentRequestSchema(Schema):
+    """``POST /v1/tournaments``: the shape; the bounds and combinations are judged by the
+    application (service/application/tournaments/use_cases.py), with one code for all."""
+
+    name = fields.String(required=True, validate=validate.Length(min=1, max=80))
+    kind = fields.String(required=True, validate=validate.OneOf(["swiss", "arena"]))
+    rules = fields.Nested(RulesSchema, allow_none=True)
+    players_per_table = StrictInt(required=True, validate=validate.Range(min=2, max=8))
+    rounds = StrictInt(allow_none=True, validate=validate.Range(min=1, max=20))
+    minutes = StrictInt(allow_none=True, validate=validate.Range(min=1, max=1440))
+    clock = fields.Nested(ClockSchema, required=True)
+    rated = StrictBool(load_default=False)
+    starts_at = fields.String(allow_none=True, validate=validate.Length(min=1, max=40))

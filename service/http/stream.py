@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 
 from flask import Blueprint, Response, request
 
+from service.application.errors import NotFound
 from service.application.games.use_cases import parse_game_id
 from service.http.core import BadRequest, error_problem, me, runtime
 from service.live.hub import ShuttingDown, StreamBody, TooManyClientStreams, TooManyStreams
@@ -110,3 +112,40 @@ def _served(open_stream: Callable[[], StreamBody]) -> Response:
     response.headers["Cache-Control"] = "no-cache"
     response.headers["X-Accel-Buffering"] = "no"  # nginx: do not buffer the stream
     return response
+
+
+@stream_api.get("/v1/tournaments/<tournament_id>/stream")
+def tournament_stream(tournament_id: str) -> Response:
+    """The tournament's events (registrations, rounds, results, its end), each that may move
+    the standings with them; ends after ``Finished``. Resumed with ``Last-Event-ID``."""
+    try:
+        tid = uuid.UUID(tournament_id)
+    except ValueError:
+        raise NotFound(f"no tournament {tournament_id!r}") from None
+    rt = runtime()
+    after = _resume_point()
+    version, finished = rt.tournaments.version(tid)  # 404 for no tournament
+    if after is None:
+        after = version
+    elif after > version:
+        raise BadRequest(
+            f"the tournament is at version {version}; cannot resume after {after}",
+            version=version,
+        )
+    if finished and after >= version:
+        response = Response(status=204)
+        del response.headers["Content-Type"]
+        return response
+    if request.method == "HEAD":
+        return _head()
+    tournaments = rt.tournaments
+    return _served(
+        lambda: rt.hub.tournament_stream(
+            tid,
+            after,
+            version=version,
+            finished=finished,
+            client=request.remote_addr or "",
+            records=lambda after, limit: tournaments.records(tid, after, limit),
+        )
+    )

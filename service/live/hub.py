@@ -137,6 +137,34 @@ class Hub:
             client=client,
         )
 
+    def tournament_stream(
+        self,
+        tournament_id: uuid.UUID,
+        after: int,
+        *,
+        version: int,
+        finished: bool,
+        client: str,
+        records: Callable[[int, int], list[dict[str, Any]]],
+    ) -> StreamBody:
+        """A stream of a tournament's events after version ``after``, as ``records`` serves
+        them. Its channel is named as a game's: the store poller hints it from the log's heads
+        (a tournament's events are not published to Redis), within ``CANTSTOP_STREAM_CHECK``
+        with Redis, ``CANTSTOP_STREAM_POLL`` without."""
+        channel = f"{CHANNEL_PREFIX}{tournament_id}"
+
+        def reader(after: int, limit: int) -> list[Envelope]:
+            return [Envelope.from_record(record) for record in records(after, limit)]
+
+        return self._open(
+            lambda: Feed(self, channel, version, reader, name=f"tournament {tournament_id}"),
+            channel,
+            version,
+            after,
+            finished=finished,
+            client=client,
+        )
+
     def account_stream(self, account: str, after: int, *, latest: int, client: str) -> StreamBody:
         """A stream of the account's notices after number ``after`` (``latest``: its newest
         now), counted against the same limits as a game's streams."""

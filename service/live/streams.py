@@ -74,6 +74,9 @@ class LiveConfig:
 
 
 # -------------------------------------------------------------------------------- envelope
+FINAL_TYPES = frozenset({"GameFinished", "Finished"})  # a game's end, a tournament's
+
+
 @dataclass(frozen=True)
 class Envelope:
     """One event as a stream sends it: the served JSON, serialized once."""
@@ -108,7 +111,7 @@ class Envelope:
 
     @property
     def final(self) -> bool:
-        return self.type == "GameFinished"
+        return self.type in FINAL_TYPES
 
     def frame(self) -> bytes:
         return f"id: {self.version}\nevent: {self.type}\ndata: {self.text}\n\n".encode()

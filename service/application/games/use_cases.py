@@ -237,6 +237,28 @@ class Games:
         race for one first version; ``also``: aggregates whose changes are saved in the same
         transaction (the challenge accepted, the seeks paired): all or nothing
         (IntegrityError when another request changed one first)."""
+        game, vault, issued = self._started(setup, seed_commitment, game_id)
+        self.store.save(*also, game, vault)  # what made the game first, in the log too
+        self.store.live.put(game)  # the first action needs no read
+        return self.views.of(game), issued
+
+    def create_many(
+        self, setups: Sequence[tuple[NewGame, uuid.UUID]], *, also: Sequence[Aggregate] = ()
+    ) -> list[dict[str, Any]]:
+        """New games of derived ids, saved with ``also`` in one transaction (a tournament's
+        round and its tables): all or nothing, so a table's game exists exactly when its round
+        does (IntegrityError when another process saved any of them first). The seats' tokens
+        are held by nobody: every seat is an account's, which acts with its personal token."""
+        made = [self._started(setup, None, game_id)[:2] for setup, game_id in setups]
+        self.store.save(*also, *(part for pair in made for part in pair))
+        for game, _ in made:
+            self.store.live.put(game)
+        return [self.views.of(game) for game, _ in made]
+
+    def _started(
+        self, setup: NewGame, seed_commitment: str | None, game_id: uuid.UUID | None
+    ) -> tuple[Game, Vault, list[Seat]]:
+        """A new game and its vault, not saved yet."""
         check_bots(setup.players or ())
         check_rated_clock(setup)
         game_id = uuid.uuid4() if game_id is None else game_id
@@ -263,9 +285,7 @@ class Games:
                     vault.issue(seat, token_hash(token))
                 issued.append(Seat(seat, name, token, bot))
             vault.seal()
-        self.store.save(*also, game, vault)  # what made the game first, in the log too
-        self.store.live.put(game)  # the first action needs no read
-        return self.views.of(game), issued
+        return game, vault, issued
 
     @staticmethod
     def judge(setup: NewGame) -> None:
