@@ -24,7 +24,14 @@ from tests.support.spec import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 UNDOCUMENTED = {"/", "/docs/", "/docs/<path:path>", "/static/<path:filename>"}
-PAGES = ("/games/", "/assets/", "/account", "/players/", "/leaderboards/")  # web pages, not the API
+PAGES = (
+    "/games/",
+    "/assets/",
+    "/account",
+    "/players/",
+    "/leaderboards/",
+    "/tournaments",
+)  # web pages, not the API
 METHODS = {"get", "post", "put", "patch", "delete"}
 
 

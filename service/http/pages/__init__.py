@@ -18,6 +18,7 @@ index to everyone else, with ``Vary: Accept``. Every HTML answer (pages, and the
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -253,3 +254,98 @@ def leaderboard_page(pool: str) -> Response:
         board=board,
         text=pool_text(board["rules"], board["players"]),
     )
+
+
+# ---------------------------------------------------------------------------- tournaments
+TOURNAMENT_SECTIONS = (
+    ("started", "Under way", "No tournament is under way."),
+    ("created", "Upcoming", "No tournament is open for registration."),
+    ("finished", "Finished", "No tournament has finished yet."),
+)
+TOURNAMENTS_LISTED = 50  # per section
+
+
+def tournament_text(t: Mapping[str, Any]) -> str:
+    """A tournament in words: "Swiss · 3 rounds · tables of 3 · standard rules … · rated · 60 s
+    a turn" (its page), or what a listing row holds: "Arena · 6 players · starts …"."""
+    if t.get("kind") == "swiss":
+        rounds = t.get("rounds_planned")
+        parts = ["Swiss"] + ([f"{rounds} {'round' if rounds == 1 else 'rounds'}"] if rounds else [])
+    else:
+        minutes = t.get("minutes")
+        parts = ["Arena"] + ([f"{minutes:g} minutes"] if isinstance(minutes, int | float) else [])
+    per_table = t.get("players_per_table")
+    rules = t.get("rules")
+    if isinstance(per_table, int) and isinstance(rules, Mapping):
+        parts.append(f"tables of {per_table}")
+        parts.append(pool_text(rules, per_table).split(" · ", 1)[-1])
+    players = t.get("players")
+    count = len(players) if isinstance(players, list) else players
+    if isinstance(count, int):
+        parts.append(f"{count} {'player' if count == 1 else 'players'}")
+    if "rated" in t:
+        parts.append("rated" if t["rated"] else "unrated")
+    clock = t.get("clock")
+    if isinstance(clock, Mapping) and clock.get("turn_seconds"):
+        parts.append(f"{clock['turn_seconds']} s a turn")
+    if t.get("status") == "created" and t.get("starts_at"):
+        parts.append(f"starts {str(t['starts_at'])[:16].replace('T', ' ')} UTC")
+    return " · ".join(parts)
+
+
+@pages.get("/tournaments")
+def tournaments_page() -> Response:
+    """Every tournament, upcoming, under way and finished: links to their pages."""
+    rt = runtime()
+    listed = {}
+    for status, _, _ in TOURNAMENT_SECTIONS:
+        found = rt.tournaments.list(status, TOURNAMENTS_LISTED)["tournaments"]
+        listed[status] = [{**t, "summary": tournament_text(t)} for t in found]
+    return _html("pages/tournaments.html", sections=TOURNAMENT_SECTIONS, listed=listed)
+
+
+@pages.get("/tournaments/<tournament_id>")
+def tournament_page(tournament_id: str) -> Response:
+    """One tournament: its standings (live), its rounds' tables linked to their games, its
+    players, and register / withdraw for the signed-in account (static/js/tournament.js)."""
+    try:
+        found = uuid.UUID(tournament_id)
+    except ValueError:
+        raise NotFound(f"no tournament {tournament_id!r}") from None
+    t = runtime().tournaments.read(found)  # 404, as an HTML page, when unknown
+    status_text = {"created": "upcoming", "started": "under way"}.get(t["status"], t["status"])
+    return _html(
+        "pages/tournament.html",
+        t=t,
+        summary=tournament_text(t),
+        status_text=status_text,
+        groups=table_groups(t),
+    )
+
+
+def table_outcome(table: Mapping[str, Any]) -> str:
+    """How a table stands: "under way", "aborted", or its winner(s)."""
+    result = table.get("result")
+    if not result:
+        return "under way"
+    if result.get("aborted"):
+        return "aborted: no points"
+    places = result.get("places") or {}
+    first = [handle for handle, place in places.items() if place == 0]
+    return f"{' and '.join(first)} won" if first else "finished"
+
+
+def table_groups(t: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The tables as the page lists them: a Swiss's by round, an arena's newest first
+    (static/js/tournament.js draws the same from the API's answer)."""
+
+    def shown(tables: list[Any]) -> list[dict[str, Any]]:
+        return [{**table, "outcome": table_outcome(table)} for table in tables]
+
+    if t.get("kind") == "swiss":
+        return [
+            {"title": f"Round {r['number']}", "tables": shown(r["tables"]), "byes": r.get("byes")}
+            for r in t.get("rounds") or []
+        ]
+    tables = list(reversed(t.get("tables") or []))
+    return [{"title": "Games, newest first", "tables": shown(tables), "byes": []}] if tables else []
