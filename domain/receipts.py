@@ -7,6 +7,7 @@ and what must match.
 from __future__ import annotations
 
 import base64
+import binascii
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,8 +19,13 @@ def message(game_id: str, version: int, digest: str, at: str) -> bytes:
     return f"cantstop-receipt:v1:{game_id}:{version}:{digest}:{at}".encode()
 
 
+URLSAFE = bytes.maketrans(b"+/", b"-_")
+
+
 def b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+    """base64url without padding (``base64.urlsafe_b64encode``'s text, in one call less of
+    Python: a receipt's signature on every action)."""
+    return binascii.b2a_base64(data, newline=False).translate(URLSAFE).rstrip(b"=").decode("ascii")
 
 
 def unb64url(text: str) -> bytes:

@@ -21,6 +21,60 @@ def legal_actions(game: Game) -> list[dict[str, Any]]:
     return [{"type": "roll"}]
 
 
+@lru_cache(maxsize=4096)
+def _moves(options: tuple[tuple[int, ...], ...]) -> list[dict[str, Any]]:
+    """A roll's legal moves as actions: a few hundred distinct sets, shared between views."""
+    return [{"type": "move", "sums": list(m)} for m in options]
+
+
+ROLL_OR_STOP = [{"type": "roll"}, {"type": "stop"}]
+ROLL = [{"type": "roll"}]
+
+
+def _legal_actions(game: Game, current: int | None) -> list[dict[str, Any]]:
+    """``legal_actions`` for the view: the same lists, shared between views (never changed)."""
+    if game.status != "in_progress" or current is None:
+        return []
+    phase = game.phase
+    if phase == "move":
+        return _moves(tuple(map(tuple, game.options)))
+    if phase == "roll_or_stop" and not game.forced_to_roll():
+        return ROLL_OR_STOP
+    return ROLL
+
+
+@lru_cache(maxsize=8192)
+def _positions(positions: tuple[int, ...]) -> dict[str, int]:
+    """``position_map`` of a board's positions, shared between views (never changed)."""
+    return position_map(positions)
+
+
+@lru_cache(maxsize=8192)
+def _player(
+    seat: int,
+    name: str | None,
+    markers: tuple[int, ...],
+    columns: range,
+    claimed: tuple[int, ...],
+    resigned: bool,
+    bot: str | None,
+    account: str | None,
+    timeouts: int,
+) -> dict[str, Any]:
+    """A seat as the view shows it. Only a turn's end changes a seat (a roll or a move changes
+    none), so most views share their seats with the view before (views are never changed)."""
+    return {
+        "seat": seat,
+        "name": name,
+        "markers": _positions(markers),
+        "claimed": [c for c in columns if claimed[c] == seat] if seat in claimed else [],
+        "resigned": resigned,
+        "bot": bot,
+        "account": account,
+        "timeouts_in_a_row": timeouts,
+    }
+
+
 @lru_cache(maxsize=64)
 def _rules(rules: Rules) -> dict[str, Any]:
     return rules.to_dict()
@@ -44,14 +98,16 @@ def game_state(game: Game, game_id: str | None = None) -> dict[str, Any]:
     are built once and shared: a view is never changed once built."""
     rules = game.rules_obj
     claimed = tuple(game.claimed)
+    status, current = game.status, game.current
     turn = None
-    if game.status == "in_progress" and game.current is not None:
+    if status == "in_progress" and current is not None:
+        phase = game.phase
         turn = {
             "number": game.turn_number,
-            "player": game.current,
-            "phase": game.phase,
-            "dice": list(game.dice) if game.phase == "move" and game.dice else None,
-            "runners": position_map(game.runners),
+            "player": current,
+            "phase": phase,
+            "dice": list(game.dice) if phase == "move" and game.dice else None,
+            "runners": _positions(tuple(game.runners)),
             "deadline": format_at(deadline) if (deadline := game.deadline) else None,
         }
     solitaire = None
@@ -66,32 +122,34 @@ def game_state(game: Game, game_id: str | None = None) -> dict[str, Any]:
     names, markers, resigned = game.names, game.markers, game.resigned
     bots = game.bots
     accounts = game.accounts
+    timeouts = game.timeouts
     players = [
-        {
-            "seat": seat,
-            "name": names[seat],
-            "markers": position_map(markers[seat]),
-            "claimed": [c for c in columns if claimed[c] == seat] if seat in claimed else [],
-            "resigned": resigned[seat],
-            "bot": bots.get(str(seat)),
-            "account": accounts[seat],
-            "timeouts_in_a_row": game.timeouts_of(seat),
-        }
+        _player(
+            seat,
+            names[seat],
+            tuple(markers[seat]),
+            columns,
+            claimed,
+            resigned[seat],
+            bots.get(str(seat)),
+            accounts[seat],
+            timeouts[seat] if seat < len(timeouts) else 0,
+        )
         for seat in range(game.seats)
     ]
     return {
         "id": game_id,
         "version": game.version,
-        "status": game.status,
+        "status": status,
         "rules": _rules(rules),
         "dice": game.dice_mode,
         "columns": _columns(rules, claimed),
         "players": players,
         "turn": turn,
-        "legal_actions": legal_actions(game),
+        "legal_actions": _legal_actions(game, current),
         "winner": game.winner,
         "finish_reason": game.finish_reason,
-        "first_player": game.first_player if game.status != "waiting" else None,
+        "first_player": game.first_player if status != "waiting" else None,
         "solitaire": solitaire,
         "clock": {"turn_seconds": game.clock_seconds} if game.clock_seconds else None,
         "rematch_of": game.rematch_of,

@@ -296,7 +296,7 @@ def test_an_opening_roll_with_a_die_off_the_board_is_refused(
 
 def test_the_replay_must_end_in_the_live_state(finished: tuple[Game, Records]) -> None:
     game, records = finished
-    live = game_state(game)
+    live = copy.deepcopy(game_state(game))  # a view's parts are shared: change a copy
     live["players"][0]["markers"] = {"7": 1}
     verdict = audit_records(records, live_state=live)
     assert failing(verdict) == {"final_state": len(records)}

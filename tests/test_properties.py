@@ -8,6 +8,7 @@ picking at random among ``legal_actions`` (with the odd resignation by anyone st
 from __future__ import annotations
 
 import dataclasses
+import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,8 +29,9 @@ from hypothesis import strategies as st
 
 from domain.commands import NewGame
 from domain.errors import DomainError, GameOver, IllegalAction, InvalidDice, NotYourTurn
-from domain.game import AT_FORMAT, Game, format_at, parse_at
-from domain.view import game_state
+from domain.game import AT_FORMAT, Game, format_at, parse_at, position_map
+from domain.moves import UNCLAIMED
+from domain.view import game_state, legal_actions
 from service.application.aggregates import Vault
 from service.application.store import GameEventMapper, ServiceTranscoder
 
@@ -325,6 +327,97 @@ def test_replaying_the_events_gives_the_live_state_at_every_version(
     assert set(played.live) <= set(range(1, len(events) + 1))
     assert game_state(replayed) == game_state(played.game)
     assert replayed.last_hash == events[-1].hash
+
+
+def reference_state(game: Game, game_id: str | None = None) -> dict[str, Any]:
+    """The state view as ``domain.view.game_state`` built it before it shared its parts between
+    views (seats, positions, legal moves): every part built afresh, nothing shared."""
+    rules = game.rules_obj
+    claimed = tuple(game.claimed)
+    turn = None
+    if game.status == "in_progress" and game.current is not None:
+        turn = {
+            "number": game.turn_number,
+            "player": game.current,
+            "phase": game.phase,
+            "dice": list(game.dice) if game.phase == "move" and game.dice else None,
+            "runners": position_map(game.runners),
+            "deadline": format_at(deadline) if (deadline := game.deadline) else None,
+        }
+    solitaire = None
+    if rules.solitaire:
+        solitaire = {
+            "mode": rules.solitaire,
+            "turns": game.turns_completed,
+            "target": game.solitaire_target,
+            "rating": game.rating,
+        }
+    columns = rules.columns
+    players = [
+        {
+            "seat": seat,
+            "name": game.names[seat],
+            "markers": position_map(game.markers[seat]),
+            "claimed": [c for c in columns if claimed[c] == seat] if seat in claimed else [],
+            "resigned": game.resigned[seat],
+            "bot": game.bots.get(str(seat)),
+            "account": game.accounts[seat],
+            "timeouts_in_a_row": game.timeouts_of(seat),
+        }
+        for seat in range(game.seats)
+    ]
+    return {
+        "id": game_id,
+        "version": game.version,
+        "status": game.status,
+        "rules": rules.to_dict(),
+        "dice": game.dice_mode,
+        "columns": [
+            {
+                "column": c,
+                "height": rules.heights[c],
+                "claimed_by": None if claimed[c] == UNCLAIMED else claimed[c],
+            }
+            for c in columns
+        ],
+        "players": players,
+        "turn": turn,
+        "legal_actions": legal_actions(game),
+        "winner": game.winner,
+        "finish_reason": game.finish_reason,
+        "first_player": game.first_player if game.status != "waiting" else None,
+        "solitaire": solitaire,
+        "clock": {"turn_seconds": game.clock_seconds} if game.clock_seconds else None,
+        "rematch_of": game.rematch_of,
+        "rated": game.rated,
+        "fairness": {
+            "seed_commitment": game.seed_commitment,
+            "client_seed": game.client_seed,
+            "server_seed": game.server_seed,
+        },
+    }
+
+
+@PROPERTY
+@given(setup=setups(), data=st.data())
+def test_the_view_with_shared_parts_is_the_view_built_afresh(
+    setup: Setup, data: st.DataObject
+) -> None:
+    """``game_state`` shares the parts that many versions have alike (docs/performance.md): at
+    every version of random games it is the view built afresh, to the byte as JSON, and the
+    views built before it are unchanged (sharing never lets one view change another's)."""
+    played = play(data, setup)
+    events: list[Any] = list(played.game.pending_events)
+    replayed: Game = events[0].mutate(None)
+    built: list[tuple[dict[str, Any], bytes]] = []
+    for event in events[1:]:
+        replayed = event.mutate(replayed)
+        view = game_state(replayed, "g")
+        assert view == reference_state(replayed, "g")
+        built.append((view, json.dumps(view).encode()))
+        assert json.dumps(view) == json.dumps(reference_state(replayed, "g"))
+    for view, text in built:
+        assert json.dumps(view).encode() == text
 
 
 @PROPERTY

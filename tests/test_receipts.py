@@ -4,7 +4,9 @@ differing at it, or a receipt that does not verify, fails the offline audit's ``
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -96,6 +98,16 @@ def test_a_receipt_is_signed_as_the_cryptography_library_signs_it() -> None:
         at = format_at(datetime.now(UTC))
         signed = receipts.sign("game", 7, "ab" * 32, at)
         assert unb64url(signed["signature"]) == key.sign(message("game", 7, "ab" * 32, at))
+
+
+def test_b64url_is_the_standard_librarys_urlsafe_base64_unpadded() -> None:
+    """``b64url`` (one call to binascii on every action's receipt) writes what
+    ``base64.urlsafe_b64encode`` writes, less its padding, for every length and byte."""
+    for size in range(70):
+        for data in (os.urandom(size), b"\xff" * size, b"\xfb\xef" * size):
+            expected = base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+            assert b64url(data) == expected
+            assert unb64url(b64url(data)) == data
 
 
 def test_a_rotated_key_still_verifies_old_receipts(database_url: str, tmp_path: Path) -> None:

@@ -205,7 +205,8 @@ def act(game_id: str) -> Response:
     req = this_request()  # each read of ``flask.request`` is a context lookup
     environ = req.environ
     gid = parse_game_id(game_id)
-    games = runtime().games
+    rt = runtime()
+    games = rt.games
     seat = games.seats.authenticate(gid, bearer_token(environ))
     command = action_command(req)
     if_match = required_versions(environ)
@@ -227,7 +228,7 @@ def act(game_id: str) -> Response:
     if result.replayed:
         headers["Idempotent-Replayed"] = "true"
     last = result.events[-1]
-    receipt = runtime().receipts.sign(str(gid), last["version"], last["hash"], last["at"])
+    receipt = rt.receipts.sign(result.state["id"], last["version"], last["hash"], last["at"])
     body = {"game": result.state, "events": result.events, "receipt": receipt}
     return json_response(body, headers=headers)
 
