@@ -27,6 +27,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from service.persistence.compact import COMPACT
+
 # The events' and snapshots' tables: stored_events and stored_snapshots in SQLite,
 # cantstop_events and cantstop_snapshots in PostgreSQL (and their indexes).
 EVENTS = ("stored_events", "cantstop_events")
@@ -139,13 +141,18 @@ STAMPS = re.compile(rb'"timestamp":\{"_type_":"datetime_iso","_data_":"[^"]*"\},
 
 
 def payload_parts(rows: list[tuple[str, bytes]]) -> Counter[str]:
-    """The events' bytes by what they hold (a row's ids and version are ~24 bytes more)."""
+    """The events' bytes by what they hold (a row's ids and version are ~24 bytes more), in
+    either stored form: JSON (hashes as hex, times as ISO text, names repeated) or compact
+    (service/persistence/compact.py: hashes as bytes, times as 8 bytes, names by schema)."""
     parts: Counter[str] = Counter()
     for topic, state in rows:
         state = bytes(state)
         kind = "game" if topic.startswith("domain.game:") else topic.split(":")[-1].split(".")[0]
-        hashes = sum(len(m) for m in HASHES.findall(state))
-        stamps = sum(len(m) for m in STAMPS.findall(state))
+        if state[:1] == bytes((COMPACT,)):
+            hashes, stamps = 64, 8
+        else:
+            hashes = sum(len(m) for m in HASHES.findall(state))
+            stamps = sum(len(m) for m in STAMPS.findall(state))
         parts[f"{kind}: hash chain"] += hashes
         parts[f"{kind}: timestamps"] += stamps
         parts[f"{kind}: topic"] += len(topic)

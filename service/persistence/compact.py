@@ -1,0 +1,181 @@
+"""The compact stored form of a game's events, and of large states (snapshots).
+
+The library's JSON form of an event repeats every field's name, writes its hashes as 64
+characters of hex and its time as a 60-character object: ~300 bytes for a roll of the dice, of
+which ~110 say something. The compact form keeps the same values, losslessly:
+
+    0x01 | schema (1 byte) | time: µs since 1970 UTC (8 bytes, signed, big-endian)
+         | prev_hash (32 bytes) | hash (32 bytes) | the other fields' values: a JSON array
+
+where the schema is the event's field names in order (``SCHEMAS``: its index there). A state
+that does not fit one exactly (another order or set of fields, a time not in UTC, a hash that
+is not 64 lowercase hex characters, a value JSON does not hold as it is) is stored in the JSON
+form, which is read as before: a store written before this form existed is read as it is, row
+by row, whatever form each row has.
+
+A large state in the JSON form (a snapshot: ~1.3 KB) is stored deflated: ``0x02 | zlib``. On
+SQLite a row of its snapshots' table (``WITHOUT ROWID``) over ~1 KB spills into overflow pages,
+most of each left empty: ~4.7 KB on disk per snapshot instead of ~0.7 KB.
+
+JSON begins with ``{``: the first byte tells the forms apart.
+
+``SCHEMAS`` only grows: a schema's index is written in stored rows, so none is ever changed
+or removed (tests/test_compact_store.py checks that every event of a game has one).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import orjson
+
+COMPACT = 0x01
+DEFLATED = 0x02
+DEFLATE_FROM = 512  # bytes of JSON: smaller states (every event) are stored as they are
+DEFLATE_LEVEL = 6
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MICROSECOND = timedelta(microseconds=1)
+HEAD = struct.Struct(">BBq32s32s")  # marker, schema, time, prev_hash, hash
+FIXED = ("timestamp", "prev_hash", "hash")
+
+# Each game event's fields, in the order its class declares them (and so stores them), without
+# the originator's id and version (the row's columns). Append only: see the module's docstring.
+SCHEMAS: tuple[tuple[str, ...], ...] = (
+    # 0: GameCreated
+    (
+        "timestamp",
+        "originator_topic",
+        "prev_hash",
+        "hash",
+        "players",
+        "seats",
+        "rules",
+        "dice",
+        "first_player",
+        "client_seed",
+        "seed_commitment",
+        "seed_committed_at",
+        "clock",
+        "bots",
+        "rematch_of",
+        "accounts",
+        "rated",
+        "abortable",
+    ),
+    ("timestamp", "prev_hash", "hash", "seat", "name", "bot", "account"),  # 1: SeatJoined
+    ("timestamp", "prev_hash", "hash", "seat"),  # 2: SeatLeft
+    ("timestamp", "prev_hash", "hash", "first_player", "draws"),  # 3: TurnOrderDecided
+    ("timestamp", "prev_hash", "hash", "seat", "dice", "nonce", "moves", "entropy"),  # 4
+    ("timestamp", "prev_hash", "hash", "seat", "sums", "runners"),  # 5: MovePlayed
+    (  # 6: TurnStopped
+        "timestamp",
+        "prev_hash",
+        "hash",
+        "seat",
+        "markers",
+        "progress",
+        "claimed",
+        "removed",
+        "next_player",
+    ),
+    ("timestamp", "prev_hash", "hash", "seat", "lost", "wiped", "next_player"),  # 7: TurnBusted
+    (  # 8: TurnTimedOut
+        "timestamp",
+        "prev_hash",
+        "hash",
+        "seat",
+        "deadline",
+        "lost",
+        "in_a_row",
+        "next_player",
+    ),
+    (  # 9: PlayerResigned
+        "timestamp",
+        "prev_hash",
+        "hash",
+        "seat",
+        "removed",
+        "next_player",
+        "reason",
+    ),
+    ("timestamp", "prev_hash", "hash", "winner", "reason", "turns", "rating"),  # 10: GameFinished
+    ("timestamp", "prev_hash", "hash", "idle_since", "after"),  # 11: GameAbandoned
+    ("timestamp", "prev_hash", "hash", "server_seed"),  # 12: SeedRevealed
+)
+
+SCHEMA_IDS: dict[tuple[str, ...], int] = {names: index for index, names in enumerate(SCHEMAS)}
+# Each schema's other fields: their names, in order, and how many.
+OTHERS: tuple[tuple[str, ...], ...] = tuple(
+    tuple(name for name in names if name not in FIXED) for names in SCHEMAS
+)
+assert all(set(FIXED) <= set(names) for names in SCHEMAS)
+assert len(SCHEMAS) < 256
+
+# orjson writes datetimes and dataclasses of its own accord: refused here, like anything else
+# that is not a JSON value (a value that would not read back as it was).
+_PLAIN = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+
+
+def _hash_bytes(value: Any) -> bytes | None:
+    """A hash's 32 bytes, if it is 64 lowercase hex characters (what reads back the same)."""
+    if type(value) is not str or len(value) != 64:
+        return None
+    try:
+        raw = bytes.fromhex(value)
+    except ValueError:
+        return None
+    return raw if raw.hex() == value else None
+
+
+def encode_event(state: dict[str, Any]) -> bytes | None:
+    """``state`` (an event's fields, its originator's id and version taken out) in the compact
+    form, or None if it does not fit a schema exactly (then the JSON form stores it)."""
+    schema = SCHEMA_IDS.get(tuple(state))
+    if schema is None:
+        return None
+    timestamp = state["timestamp"]
+    if type(timestamp) is not datetime or timestamp.tzinfo is not UTC:
+        return None
+    prev_hash = _hash_bytes(state["prev_hash"])
+    digest = _hash_bytes(state["hash"])
+    if prev_hash is None or digest is None:
+        return None
+    try:
+        others = orjson.dumps([state[name] for name in OTHERS[schema]], option=_PLAIN)
+    except TypeError:  # orjson.JSONEncodeError: not JSON values
+        return None
+    micros = (timestamp - EPOCH) // MICROSECOND
+    return HEAD.pack(COMPACT, schema, micros, prev_hash, digest) + others
+
+
+def decode_event(data: bytes) -> dict[str, Any]:
+    """An event's fields from the compact form, in its schema's order; ValueError (or another
+    error) for data that is not a whole compact event."""
+    _, schema, micros, prev_hash, digest = HEAD.unpack_from(data)
+    names = SCHEMAS[schema]
+    others = orjson.loads(data[HEAD.size :])
+    if type(others) is not list or len(others) != len(OTHERS[schema]):
+        raise ValueError("a compact event's fields do not match its schema")
+    fixed = {
+        "timestamp": EPOCH + micros * MICROSECOND,
+        "prev_hash": prev_hash.hex(),
+        "hash": digest.hex(),
+    }
+    values = iter(others)
+    return {name: fixed[name] if name in fixed else next(values) for name in names}
+
+
+def deflate(data: bytes) -> bytes:
+    """A JSON state, deflated if large enough to gain (``DEFLATE_FROM``)."""
+    if len(data) < DEFLATE_FROM:
+        return data
+    return bytes((DEFLATED,)) + zlib.compress(data, DEFLATE_LEVEL)
+
+
+def inflate(data: bytes) -> bytes:
+    """A deflated state's JSON (``deflate``'s inverse)."""
+    return zlib.decompress(data[1:])

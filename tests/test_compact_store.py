@@ -1,0 +1,156 @@
+"""The compact stored form (service/persistence/compact.py): every event of a game has a schema,
+the schemas never change, a store written in the JSON form before it existed is read as it was
+(and games in it go on, in both forms at once), and a damaged compact row is reported like any
+damaged row, never a 500."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from domain.audit import audit_records, parse_export
+from service.application.store import GAME_EVENT_CLASSES
+from service.config import Settings
+from service.http.app import create_app
+from service.persistence import compact
+from tests.support.games import (
+    choose,
+    create_game,
+    export_text,
+    play_manual,
+    play_to_the_end,
+)
+from tests.support.http import bearer, ok
+from tests.support.stored import StoredRows
+
+# The schemas' text as first released: a stored row names its schema by index, so an index
+# that changed meaning would misread every row written with it. New schemas are appended.
+RELEASED = 13
+RELEASED_DIGEST = "cee6e274a925d014a4d352b35b082364"
+
+
+def schemas_digest(count: int) -> str:
+    return hashlib.sha256(repr(compact.SCHEMAS[:count]).encode()).hexdigest()[:32]
+
+
+def test_every_event_of_a_game_has_a_schema_and_released_schemas_never_change() -> None:
+    for name, cls in GAME_EVENT_CLASSES.items():
+        if name == "Created":  # the library's base class: never an event of a game
+            continue
+        fields = tuple(
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.name not in ("originator_id", "originator_version")
+        )
+        assert fields in compact.SCHEMA_IDS, f"{name}: append a schema for {fields}"
+    assert len(compact.SCHEMAS) >= RELEASED
+    assert schemas_digest(RELEASED) == RELEASED_DIGEST
+
+
+@contextmanager
+def served(url: str) -> Iterator[FlaskClient]:
+    """A client of a new app on the store at ``url``: nothing cached, every read from it."""
+    app = create_app(Settings(database_url=url), create_tables=True)
+    try:
+        yield app.test_client()
+    finally:
+        app.extensions["cantstop"].close()
+
+
+def answers(client: FlaskClient, game_id: str) -> dict[str, Any]:
+    """What the API serves of a game from its stored rows: state, past versions, events,
+    export, audit, record sheet."""
+    game = ok(client.get(f"/v1/games/{game_id}"))
+    paths = [
+        f"/v1/games/{game_id}",
+        f"/v1/games/{game_id}/events?limit=1000",
+        f"/v1/games/{game_id}/export",
+        f"/v1/games/{game_id}/audit",
+        f"/v1/games/{game_id}/record-sheet?seat=0",
+        *(f"/v1/games/{game_id}?version={v}" for v in range(1, game["version"] + 1, 7)),
+    ]
+    found = {}
+    for path in paths:
+        response = client.get(path)
+        assert response.status_code == 200, path
+        found[path] = response.get_data()
+    return found
+
+
+def test_a_store_written_in_the_json_form_reads_as_it_did_and_its_games_go_on(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Games stored by the code before the compact form (its JSON and its snapshots as they
+    were: the encoder switched off) read back byte for byte as that code served them; a game
+    begun then is played on in the compact form, and its rows of both forms verify."""
+    with monkeypatch.context() as before:
+        before.setattr("service.application.store.encode_event", lambda state: None)
+        before.setattr("service.application.store.deflate", lambda data: data)
+        with served(database_url) as old:
+            finished, tokens = create_game(old, players=["Ann", "Bob"])
+            play_to_the_end(old, finished, tokens)
+            going_on, going_on_tokens = create_game(old, players=["Cy", "Di"])
+            for _ in range(12):
+                game = ok(old.get(f"/v1/games/{going_on}"))
+                token = bearer(going_on_tokens[game["turn"]["player"]])
+                ok(old.post(f"/v1/games/{going_on}/actions", json=choose(game), headers=token))
+            then = answers(old, finished)
+            rows = StoredRows(old.application, database_url)
+            first = rows.read(finished, 1)[1]
+            assert first.startswith(b"{") and compact.COMPACT not in first[:1]
+    with served(database_url) as new:
+        assert answers(new, finished) == then
+        state = play_to_the_end(new, going_on, going_on_tokens)
+        assert state["status"] == "finished"
+        rows = StoredRows(new.application, database_url)
+        forms = {rows.read(going_on, v)[1][:1] for v in range(1, state["version"] + 1)}
+        assert forms == {b"{", bytes((compact.COMPACT,))}  # both forms in one game
+        verdict = ok(new.get(f"/v1/games/{going_on}/audit"))
+        assert verdict["valid"] is True
+        assert audit_records(parse_export(export_text(new, going_on).encode())[1])["valid"]
+    with served(database_url) as again:  # the same answers, read afresh
+        assert answers(again, finished) == then
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda state: state[:5], id="cut-short"),
+        pytest.param(lambda state: state[:1] + bytes((250,)) + state[2:], id="no-such-schema"),
+        pytest.param(lambda state: state[:-1] + b",1]", id="a-field-too-many"),
+        pytest.param(lambda state: state[:20] + bytes((state[20] ^ 1,)) + state[21:], id="hash"),
+    ],
+)
+def test_a_damaged_compact_row_is_found_by_the_audit_and_marked_in_the_export(
+    app: Flask, client: FlaskClient, database_url: str, damage: Any
+) -> None:
+    game_id, _ = play_manual(client)
+    rows = StoredRows(app, database_url)
+    topic, state = rows.read(game_id, 6)
+    assert state[0] == compact.COMPACT
+    rows.write(game_id, 6, topic, damage(state))
+    with served(database_url) as fresh:
+        verdict = ok(fresh.get(f"/v1/games/{game_id}/audit"))
+        assert verdict["valid"] is False and verdict["first_bad_version"] == 6
+        lines = export_text(fresh, game_id).splitlines()
+        assert len(lines) == 1 + 11  # the header, then every version, the damaged one marked
+        events = fresh.get(f"/v1/games/{game_id}/events")
+        assert events.status_code in (200, 409)  # a hash changed reads; a cut row is corrupt
+        if events.status_code == 409:
+            assert events.get_json()["code"] == "corrupt_game"
+
+
+def test_only_large_json_is_deflated_and_every_form_reads_back() -> None:
+    small = b'{"a":1}'
+    large = b'{"a":"' + b"x" * compact.DEFLATE_FROM + b'"}'
+    assert compact.deflate(small) == small
+    deflated = compact.deflate(large)
+    assert deflated[0] == compact.DEFLATED and len(deflated) < len(large)
+    assert compact.inflate(deflated) == large
