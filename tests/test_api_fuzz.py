@@ -38,7 +38,10 @@ Case = schemathesis.Case[Any]
 # Built at import: schemathesis parametrizes from the schema at collection time (its
 # fixture-based loader does not work under pytest 9). The store is a throwaway SQLite file.
 _STORE = tempfile.TemporaryDirectory(prefix="cantstop-fuzz-")
-app = create_app(Settings(database_url=f"sqlite:///{_STORE.name}/fuzz.sqlite"), create_tables=True)
+# Metrics on: GET /metrics is documented, and answers as documented only when it is served.
+app = create_app(
+    Settings(database_url=f"sqlite:///{_STORE.name}/fuzz.sqlite", metrics=True), create_tables=True
+)
 schema = schemathesis.openapi.from_wsgi("/openapi.yaml", app)
 
 
