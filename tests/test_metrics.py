@@ -6,18 +6,21 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import sqlite3
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.config import ConfigError, Settings
 from service.http.app import create_app
+from service.http.metrics import StoreCollector
 from tests.support.http import HOST, Reply, send
 from tests.support.polling import wait_until
 from tests.support.servers import free_port, serving
@@ -344,3 +347,25 @@ def test_json_log_lines(tmp_path: Path) -> None:
             if text.startswith("{"):
                 assert json.loads(text)["logger"]
         assert any(text.startswith("{") for text in served.output().splitlines())
+
+
+def test_a_figure_the_store_cannot_give_now_is_left_out_of_the_scrape(tmp_path: Path) -> None:
+    """A store's own error (SQLite busy, PostgreSQL gone) while a figure is read leaves that
+    figure out of the scrape, as the collector promises; it never makes the scrape a 500."""
+    app = create_app(
+        Settings(database_url=f"sqlite:///{tmp_path / 'busy.sqlite'}", metrics=True),
+        create_tables=True,
+    )
+    collector = StoreCollector(app.extensions["cantstop"])
+    try:
+        for error in (sqlite3.OperationalError("database is locked"), psycopg.OperationalError()):
+
+            def fails(error: Exception = error) -> Any:
+                raise error
+
+            collector._lag = fails  # type: ignore[method-assign]
+            names = {family.name for family in collector.collect()}
+            assert "cantstop_view_lag_events" not in names
+            assert "cantstop_analysis_jobs" in names
+    finally:
+        app.extensions["cantstop"].close()

@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import socket
+import sqlite3
 import threading
 import time
 import weakref
@@ -25,6 +26,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 from flask import Blueprint, Flask, Response, request
 
 from service import metrics
@@ -160,7 +162,7 @@ class StoreCollector:
         for read, name, documentation, labels in families:
             try:
                 values = read()
-            except (ApplicationError, LookupError, OSError) as exc:
+            except (ApplicationError, LookupError, OSError, sqlite3.Error, psycopg.Error) as exc:
                 log.warning("metrics: %s not read: %s", name, exc)
                 continue
             family = GaugeMetricFamily(name, documentation, labels=labels)
