@@ -317,7 +317,9 @@ def tournament_page(tournament_id: str) -> Response:
     return _html(
         "pages/tournament.html",
         t=t,
-        summary=tournament_text(t),
+        # Without the count of players: the page's script redraws its players and standings
+        # as they change, not this line, where the count stayed as the page was first served.
+        summary=tournament_text({**t, "players": None}),
         status_text=status_text,
         groups=table_groups(t),
     )
