@@ -122,17 +122,12 @@ class Hub:
     ) -> StreamBody:
         """A stream of the game's events after ``after`` (``version``: the game's now), counted
         against the limits: 503 beyond the worker's, 429 beyond the client's."""
-        channel = f"{CHANNEL_PREFIX}{game_id}"
-
-        def reader(after: int, limit: int) -> list[Envelope]:
-            records = self.games.history(game_id, after=after, limit=limit)
-            return [Envelope.from_record(record) for record in records]
-
-        return self._open(
-            lambda: Feed(self, channel, version, reader, name=f"game {game_id}"),
-            channel,
-            version,
+        return self._records_stream(
+            f"game {game_id}",
+            f"{CHANNEL_PREFIX}{game_id}",
+            lambda after, limit: self.games.history(game_id, after=after, limit=limit),
             after,
+            version=version,
             finished=finished,
             client=client,
         )
@@ -151,13 +146,35 @@ class Hub:
         them. Its channel is named as a game's: the store poller hints it from the log's heads
         (a tournament's events are not published to Redis), within ``CANTSTOP_STREAM_CHECK``
         with Redis, ``CANTSTOP_STREAM_POLL`` without."""
-        channel = f"{CHANNEL_PREFIX}{tournament_id}"
+        return self._records_stream(
+            f"tournament {tournament_id}",
+            f"{CHANNEL_PREFIX}{tournament_id}",
+            records,
+            after,
+            version=version,
+            finished=finished,
+            client=client,
+        )
+
+    def _records_stream(
+        self,
+        name: str,
+        channel: str,
+        records: Callable[[int, int], list[dict[str, Any]]],
+        after: int,
+        *,
+        version: int,
+        finished: bool,
+        client: str,
+    ) -> StreamBody:
+        """A stream of numbered records (a game's events, a tournament's) after ``after``,
+        read a page at a time by ``records(after, limit)``."""
 
         def reader(after: int, limit: int) -> list[Envelope]:
             return [Envelope.from_record(record) for record in records(after, limit)]
 
         return self._open(
-            lambda: Feed(self, channel, version, reader, name=f"tournament {tournament_id}"),
+            lambda: Feed(self, channel, version, reader, name=name),
             channel,
             version,
             after,
