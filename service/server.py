@@ -52,6 +52,12 @@ RECV = 64 * 1024
 DRAIN_MAX = 1024 * 1024
 # Answers after which the rest of the body cannot be told from a next request: always closing.
 CLOSING = frozenset({408, 413})
+# Closing on a client still sending its body would make the kernel answer its next bytes with a
+# reset, and a reset can throw away the answer before the client has read it (found when the
+# 413 to a chunked body reached the client as a broken pipe). So the worker stops writing and
+# reads what still comes, for this long and this much at most, before it closes: a lingering
+# close, as Apache and nginx do.
+LINGER_SECONDS = 1.0
 
 PROBLEM_CODES = {
     400: "malformed_request",
@@ -159,7 +165,25 @@ class Connection:
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
+            if self.h11.their_state is h11.SEND_BODY:  # the client may still be sending
+                self._linger()
             self.sock.close()
+
+    def _linger(self) -> None:
+        """Stop writing, then read and drop what the client still sends, within LINGER_SECONDS
+        and DRAIN_MAX bytes, so the answer already sent is not lost to a reset."""
+        self.sock.shutdown(socket.SHUT_WR)
+        until = time.monotonic() + LINGER_SECONDS
+        dropped = 0
+        while dropped < DRAIN_MAX:
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            self.sock.settimeout(left)
+            data = self.sock.recv(RECV)
+            if not data:
+                return
+            dropped += len(data)
 
 
 class Body:
