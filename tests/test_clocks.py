@@ -23,9 +23,10 @@ from domain.commands import NewGame
 from domain.errors import GameOver, IllegalAction, InvalidRequest, NotYourTurn, TimedOut
 from domain.game import Game, chain_hash, event_records, format_at, parse_at
 from domain.record_sheet import record_sheet
-from service.application.games.scheduler import Scheduler
+from service.application.games.scheduler import RETRY, RETRY_BUG, Scheduler
 from service.config import Settings
 from service.http.app import create_app
+from service.persistence.errors import StoreUnavailable
 from tests.support.clocks import clocked_game, roll
 from tests.support.games import history
 from tests.support.http import send
@@ -274,6 +275,43 @@ def test_a_plain_game_is_not_reread_per_event_yet_is_abandoned_on_time(
     assert state["status"] == "finished" and state["finish_reason"] == "abandoned"
     scheduler.refresh()
     assert scheduler.next_due is None  # finished: nothing more is due
+
+
+def test_a_step_that_fails_keeps_its_deadline_and_is_tried_again(
+    moved_clock: tuple[Flask, Scheduler, FakeTime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tick that fails (the store did not answer; a bug) leaves the game in the due-index, due
+    again a little later, so its timeout is recorded once the trouble passes; it was dropped, and
+    the deadline forgotten until someone acted in the game."""
+    app, scheduler, time_ = moved_clock
+    client = app.test_client()
+    created = client.post(
+        "/v1/games", json={"players": ["Ann", "Bob"], "clock": {"turn_seconds": 30}}
+    ).get_json()
+    game_id = uuid.UUID(created["game"]["id"])
+    scheduler.refresh()
+    deadline = scheduler.next_due
+    assert deadline is not None
+    tick = scheduler.timekeeper.tick
+    for failure, retry in (
+        (StoreUnavailable("no answer"), RETRY),
+        (RuntimeError("bug"), RETRY_BUG),
+    ):
+        monkeypatch.setattr(scheduler.timekeeper, "tick", functools.partial(fail, failure))
+        time_.now = scheduler.next_due or deadline
+        assert scheduler.run_due() == 1
+        assert scheduler.planned(game_id) == (time_.now + timedelta(seconds=retry), False)
+        kinds = [e["type"] for e in history(client, str(game_id))]
+        assert "TurnTimedOut" not in kinds
+    monkeypatch.setattr(scheduler.timekeeper, "tick", tick)
+    time_.now = scheduler.next_due or deadline
+    assert scheduler.run_due() == 1
+    kinds = [e["type"] for e in history(client, str(game_id))]
+    assert kinds.count("TurnTimedOut") == 1
+
+
+def fail(failure: Exception, *_: Any) -> None:
+    raise failure
 
 
 def test_a_new_game_is_planned_from_its_creation_unless_it_has_a_clock(

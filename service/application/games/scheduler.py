@@ -39,12 +39,19 @@ from service.application.errors import ApplicationError, describe
 from service.application.games.timekeeper import Timekeeper
 from service.application.games.use_cases import Games
 from service.application.store import GAME_TOPICS
+from service.persistence.errors import CorruptGame
 from service.persistence.views import Sql, View, Views
 
 log = logging.getLogger("cantstop.scheduler")
 
 POLL = 0.25  # seconds between reads of the log
 DUE_PAGE = 100  # due games done per query
+# A game whose step failed stays in the index, due again after this many seconds: dropping it
+# (as the loop once did) lost its deadline until someone acted in it. A refusal of the store
+# (unavailable, no answer in time) is retried soon; an unexpected error, less often, since it
+# is logged each time.
+RETRY = 2.0
+RETRY_BUG = 30.0
 # After these, a game without a clock or computer players may have one: plan it again.
 CREATED = get_topic(Game.GameCreated)
 REPLAN = frozenset({CREATED, *(get_topic(c) for c in (Game.SeatJoined, Game.SeatLeft))})
@@ -246,12 +253,17 @@ class Scheduler:
     def _tick(self, game_id: uuid.UUID, was: int) -> None:
         try:
             after = self.timekeeper.tick(game_id, self.clock())
-        except ApplicationError as exc:
+        except CorruptGame as exc:  # nothing can be done in it until someone repairs the store
             log.warning("scheduler: game %s: %s", game_id, exc.detail)
             after = None
-        except Exception as exc:  # one game's trouble never stops the others
-            log.exception("scheduler: game %s failed: %s", game_id, describe(exc))
-            after = None
+        except ApplicationError as exc:  # e.g. the store did not answer: the deadline stays
+            log.warning("scheduler: game %s: %s; again in %s s", game_id, exc.detail, RETRY)
+            after = self.clock() + timedelta(seconds=RETRY)
+        except Exception as exc:  # one game's trouble never stops the others, nor is forgotten
+            log.exception(
+                "scheduler: game %s failed: %s; again in %s s", game_id, describe(exc), RETRY_BUG
+            )
+            after = self.clock() + timedelta(seconds=RETRY_BUG)
         metrics.scheduler_late((_micros(self.clock()) - was) / 1e6)  # due to done (if on)
         key = str(game_id)
 
