@@ -37,6 +37,7 @@ from gunicorn.workers.base import Worker
 from werkzeug.exceptions import BadRequest
 
 from service.config import ServerSettings
+from service.http.metrics import REQUEST_ID, REQUEST_ID_KEY, new_request_id
 from service.http.stream import ADOPT
 
 # What the worker answers itself, before the app sees the request. The app has its own, tighter
@@ -86,7 +87,6 @@ LOGGED_QUERY = frozenset(
         *("status", "open", "mode", "dice_faces", "steep_hill"),
     ]
 )
-REQUEST_ID_KEY = "cantstop.request_id"  # the request's id, set by service/http/metrics.py
 access_log = logging.getLogger("gunicorn.access")  # set up by gunicorn from its accesslog setting
 
 
@@ -102,8 +102,9 @@ def logged_target(target: str) -> str:
     return f"{path}?{'&'.join(parts)}"
 
 
-def problem_bytes(status: int, detail: str) -> bytes:
-    """A whole HTTP answer, problem+json with a stable code, closing the connection."""
+def problem_bytes(status: int, detail: str, request_id: str | None = None) -> bytes:
+    """A whole HTTP answer, problem+json with a stable code, closing the connection; with the
+    request's id (a new one if the request never reached the app), as the app's answers have."""
     code = PROBLEM_CODES.get(status, "malformed_request")
     reason = REASONS.get(status, "Bad Request")
     body = json.dumps(
@@ -117,6 +118,7 @@ def problem_bytes(status: int, detail: str) -> bytes:
     ).encode()
     head = (
         f"HTTP/1.1 {status} {reason}\r\nConnection: close\r\n"
+        f"{REQUEST_ID}: {request_id or new_request_id()}\r\n"
         f"Content-Type: application/problem+json\r\nContent-Length: {len(body)}\r\n\r\n"
     )
     return head.encode("latin-1") + body
@@ -522,8 +524,9 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
         try:
             result = self.wsgi(environ, start_response)
         except Exception:
-            self.log.exception("the app failed on %s", environ["RAW_URI"])
-            self._send(conn, problem_bytes(500, "an unexpected error; it has been logged"))
+            rid = environ.get(REQUEST_ID_KEY)
+            self.log.exception("the app failed on %s (request %s)", environ["RAW_URI"], rid)
+            self._send(conn, problem_bytes(500, "an unexpected error; it has been logged", rid))
             return False
         try:
             status, response_headers = head[0], head[1]
@@ -534,7 +537,8 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
                 self._log(environ, code, 0, started)
                 return ADOPTED
             if body.error is not None:  # the app saw a read fail; the worker says why
-                self._send(conn, problem_bytes(400, f"the body cannot be read: {body.error}"))
+                detail = f"the body cannot be read: {body.error}"
+                self._send(conn, problem_bytes(400, detail, environ.get(REQUEST_ID_KEY)))
                 self._log(environ, 400, 0, started)
                 return False
             return self._respond(

@@ -135,16 +135,21 @@ def test_gunicorn_passes_over_long_lines_and_headers_to_the_app_which_answers_pr
         assert send(port, "GET", "/v1/games", headers={"X-Padding": "b" * 30_000}).status == 200
         # What gunicorn still refuses itself (more than 100 fields, though far under 32 KiB; a
         # field over 64 KiB; a request line it cannot parse) is problem+json too, not HTML.
+        # Each with a request id, as the app's answers have (a new one: the request was not read).
         many = {f"X-H{i}": "v" for i in range(105)}
-        problem(send(port, "GET", "/v1/games", headers=many), 431, "headers_too_large")
+        refused = send(port, "GET", "/v1/games", headers=many)
+        problem(refused, 431, "headers_too_large")
         huge = send(port, "GET", "/v1/games", headers={"X-Padding": "b" * 70_000})
         problem(huge, 431, "headers_too_large")
+        ids = {refused.headers["x-request-id"], huge.headers["x-request-id"]}
         with socket.create_connection((HOST, port), timeout=10) as raw:
             raw.sendall(b"NOT A REQUEST LINE\r\n\r\n")
             answer = raw.makefile("rb").read()
         head, _, payload = answer.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 400 ") and b"application/problem+json" in head, head
         assert json.loads(payload)["code"] == "malformed_request"
+        ids |= {line.split(b": ")[1] for line in head.split(b"\r\n") if b"X-Request-Id" in line}
+        assert len(ids) == 3 and all(ids), ids
 
 
 def test_the_access_log_shows_the_apis_own_query_values_and_no_other(tmp_path: Path) -> None:
@@ -283,12 +288,13 @@ def test_bodies_sent_with_a_length_or_in_chunks_are_read_alike_and_limited(
                 raw.sendall(
                     f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
                     "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
-                    "Connection: close\r\n\r\n".encode()
+                    "X-Request-Id: chunks-1\r\nConnection: close\r\n\r\n".encode()
                     + broken
                 )
                 answer = raw.makefile("rb").read()
             head, _, payload = answer.partition(b"\r\n\r\n")
             assert head.startswith(b"HTTP/1.1 400 "), answer
+            assert b"\r\nX-Request-Id: chunks-1\r\n" in head, head
             assert json.loads(payload)["code"] == "malformed_request"
         assert send(port, "GET", f"/v1/games/{game['id']}").json()["version"] == now["version"]
 

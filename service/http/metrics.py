@@ -76,6 +76,11 @@ class _Ids:
 _ids = _Ids()
 
 
+def new_request_id() -> str:
+    """An id for an answer made without the app (the server's own, to what it cannot parse)."""
+    return _ids.make()
+
+
 def with_request_ids(wsgi_app: WsgiApp, *, timed: bool = False) -> WsgiApp:
     """``wsgi_app`` answering with an ``X-Request-Id``: the client's if it is safe, else a new
     one, also kept in the environ (``REQUEST_ID_KEY``). A WSGI middleware (Flask's documented
