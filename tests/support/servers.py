@@ -50,7 +50,10 @@ class Served:
     def output(self) -> str:
         return self.log.read_text(errors="replace")[-4000:]
 
-    def wait_ready(self, port: int, timeout: float = 30) -> None:
+    def wait_ready(self, port: int, timeout: float = 90) -> None:
+        # 90 s: a `serve` with two workers and its own worker process took over 30 s to first
+        # answer on the 2-core VM while the whole suite ran beside it; the wait ends at once if
+        # the server exits.
         def ready() -> bool:
             if self.process.poll() is not None:
                 raise AssertionError(f"the server exited:\n{self.output()}")
