@@ -23,10 +23,9 @@ from playwright.sync_api import Browser, Page, ViewportSize, expect
 
 from service.http.pages import game_summary, pool_text
 from service.http.pages.charts import nice_step, rating_chart
-from tests.support.browser import Server, Watch, axe, context, shot
-from tests.support.http import HOST, send
+from tests.support.browser import ACCESS_LOG, Server, Watch, axe, context, shot, started_server
+from tests.support.http import send
 from tests.support.polling import poll
-from tests.support.servers import free_port, serving
 
 CHOICE = re.compile(r"^(Roll|Stop|Move \d+( and \d+)?)$")
 STEP_TIMEOUT = 45  # seconds for one step of a game (a computer player's whole turn included)
@@ -38,13 +37,8 @@ BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.
 # ------------------------------------------------------------------------------ fixtures
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("account-pages")
-    port = free_port()
-    # The access log is on (to stdout, into the server's log file): no token may ever appear in it.
-    env = {"CANTSTOP_BOT_PAUSE": "0", "CANTSTOP_ACCESS_LOG": "-", "CANTSTOP_THREADS": "32"}
-    args = ("--host", HOST, "--port", str(port), "--workers", "1")
-    with serving(tmp, *args, env=env, ready_port=port) as served:
-        yield Server(f"http://{HOST}:{port}", port, served)
+    with started_server(tmp_path_factory.mktemp("account-pages"), env=ACCESS_LOG) as started:
+        yield started
 
 
 # ------------------------------------------------------------------------------- helpers

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, expect
 
-from tests.support.browser import Server, axe, context, shot
+from tests.support.browser import Server, axe, context, shot, started_server
 from tests.support.http import HOST, send
 from tests.support.polling import poll, wait_until
 from tests.support.servers import free_port, serving
@@ -35,12 +35,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("analysis-pages")
-    port = free_port()
-    args = ("--host", HOST, "--port", str(port), "--workers", "1")
-    env = {"CANTSTOP_BOT_PAUSE": "0", "CANTSTOP_THREADS": "32"}
-    with serving(tmp, *args, env=env, ready_port=port) as served:
-        yield Server(f"http://{HOST}:{port}", port, served)
+    with started_server(tmp_path_factory.mktemp("analysis-pages")) as started:
+        yield started
 
 
 def finished_game(server: Server, body: dict[str, object]) -> str:

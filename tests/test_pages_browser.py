@@ -10,7 +10,6 @@ screenshot of each page is kept under ``var/screenshots/`` for a person to look 
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import re
@@ -25,9 +24,8 @@ import pytest
 from playwright.sync_api import Browser, Locator, Page, Route, expect
 from pypdf import PdfReader
 
-from tests.support.browser import Server, Watch, axe, context, shot
-from tests.support.http import HOST
-from tests.support.servers import free_port, serving
+from tests.support.browser import ACCESS_LOG, Server, Watch, axe, context, shot, started_server
+from tests.support.servers import free_port
 
 CHOICE = re.compile(r"^(Roll|Stop|Move \d+( and \d+)?)$")
 HEIGHTS = {2: 3, 3: 5, 4: 7, 5: 9, 6: 11, 7: 13, 8: 11, 9: 9, 10: 7, 11: 5, 12: 3}
@@ -39,21 +37,8 @@ pytestmark = pytest.mark.slow
 # ------------------------------------------------------------------------------ fixtures
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("pages")
-    port = free_port()
-    # The access log is on (to stdout, into the server's log file): no token may ever appear in it.
-    env = {"CANTSTOP_BOT_PAUSE": "0", "CANTSTOP_ACCESS_LOG": "-", "CANTSTOP_THREADS": "32"}
-    with started_server(tmp, port, env) as started:
+    with started_server(tmp_path_factory.mktemp("pages"), env=ACCESS_LOG) as started:
         yield started
-
-
-@contextlib.contextmanager
-def started_server(tmp_path: Path, port: int, env: dict[str, str]) -> Iterator[Server]:
-    """``cantstop serve`` with one worker on ``port``, its store in ``tmp_path``: the module's
-    server, or a test's own (one it stops, starts again on the same store, or limits)."""
-    args = ("--host", HOST, "--port", str(port), "--workers", "1")
-    with serving(tmp_path, *args, env=env, ready_port=port) as served:
-        yield Server(f"http://{HOST}:{port}", port, served)
 
 
 # ------------------------------------------------------------------------------- helpers

@@ -12,7 +12,6 @@ since, and a receipt whose signature was altered each get their own verdict, in 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
 import sqlite3
@@ -25,9 +24,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from tests.support.browser import Server, axe, context, shot
+from tests.support.browser import Server, axe, context, shot, started_server
 from tests.support.http import HOST
-from tests.support.servers import CANTSTOP, free_port, serving
+from tests.support.servers import CANTSTOP, free_port
 
 ANN_AND_BOB = {"players": ["Ann", "Bob"], "dice": "manual", "first_player": 0}
 RECEIPTS = "cantstop:receipts"
@@ -40,19 +39,8 @@ pytestmark = pytest.mark.slow
 # ------------------------------------------------------------------------------ fixtures
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("receipt-pages")
-    with started_server(tmp, free_port()) as started:
+    with started_server(tmp_path_factory.mktemp("receipt-pages")) as started:
         yield started
-
-
-@contextlib.contextmanager
-def started_server(tmp_path: Path, port: int) -> Iterator[Server]:
-    """``cantstop serve`` with one worker on ``port``, its store (and its development receipt
-    key, var/receipt-keys.json) in ``tmp_path``: started again there, it keeps both."""
-    args = ("--host", HOST, "--port", str(port), "--workers", "1")
-    env = {"CANTSTOP_BOT_PAUSE": "0", "CANTSTOP_THREADS": "32"}
-    with serving(tmp_path, *args, env=env, ready_port=port) as served:
-        yield Server(f"http://{HOST}:{port}", port, served)
 
 
 # ------------------------------------------------------------------------------- helpers

@@ -20,9 +20,8 @@ import pytest
 from playwright.sync_api import Browser, Page, ViewportSize, expect
 
 from service.http.pages import table_groups, table_outcome, tournament_text
-from tests.support.browser import Server, axe, context, shot
-from tests.support.http import HOST, send
-from tests.support.servers import free_port, serving
+from tests.support.browser import ACCESS_LOG, Server, axe, context, shot, started_server
+from tests.support.http import send
 
 PASSWORD = "correct horse battery"
 BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
@@ -32,13 +31,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("tournament-pages")
-    port = free_port()
-    # The access log is on (to stdout, into the server's log file): no token may ever appear in it.
-    env = {"CANTSTOP_BOT_PAUSE": "0", "CANTSTOP_ACCESS_LOG": "-", "CANTSTOP_THREADS": "32"}
-    args = ("--host", HOST, "--port", str(port), "--workers", "1")
-    with serving(tmp, *args, env=env, ready_port=port) as served:
-        yield Server(f"http://{HOST}:{port}", port, served)
+    with started_server(tmp_path_factory.mktemp("tournament-pages"), env=ACCESS_LOG) as started:
+        yield started
 
 
 def account(server: Server, handle: str) -> str:

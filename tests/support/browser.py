@@ -23,8 +23,8 @@ from playwright.sync_api import (
     sync_playwright,
 )
 
-from tests.support.http import send
-from tests.support.servers import Served
+from tests.support.http import HOST, send
+from tests.support.servers import Served, free_port, serving
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -69,6 +69,26 @@ class Server:
 
     def log(self) -> str:
         return self.served.log.read_text(errors="replace")
+
+
+# The pages' server: computer players move at once, and 32 threads, so that a page's streams
+# (each holds one) leave room for its requests. ``ACCESS_LOG`` adds the access log to the
+# server's output, where a test checks that no token ever appears.
+PAGE_ENV = {"CANTSTOP_BOT_PAUSE": "0", "CANTSTOP_THREADS": "32"}
+ACCESS_LOG = {**PAGE_ENV, "CANTSTOP_ACCESS_LOG": "-"}
+
+
+@contextlib.contextmanager
+def started_server(
+    tmp_path: Path, port: int | None = None, env: dict[str, str] | None = None
+) -> Iterator[Server]:
+    """``cantstop serve`` with one worker on ``port`` (a free one by default), its store (and
+    its development receipt key) in ``tmp_path``: a module's server, or a test's own (one it
+    stops and starts again on the same store, or limits)."""
+    port = free_port() if port is None else port
+    args = ("--host", HOST, "--port", str(port), "--workers", "1")
+    with serving(tmp_path, *args, env=PAGE_ENV if env is None else env, ready_port=port) as served:
+        yield Server(f"http://{HOST}:{port}", port, served)
 
 
 # ----------------------------------------------------------------------------- the browser
