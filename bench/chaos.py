@@ -948,18 +948,21 @@ PLAN_SLACK = 2.0  # seconds: a scheduler's poll and its lag behind the log, unde
 
 def due_differs(kept: list[tuple[Any, ...]], rebuilt: list[tuple[Any, ...]]) -> list[Json]:
     """The due-index is the one view the scheduler also writes outside the log: after each tick
-    it plans the game again (at once after a lost race, or not at all after an error), so its
-    rows may be earlier than a rebuild's plan, or name a game the scheduler would drop at its
-    next look; and a computer player's next turn is planned from when the scheduler saw the
-    game (its pause after that), the rebuild's from the event's time, so the live plan may be
-    later by the scheduler's own delay in seeing it. What must hold: no game the rebuild plans
-    is missing, none is planned later than that delay allows (``PLAN_SLACK``)."""
+    it plans the game again (at once after a lost race, ``RETRY`` seconds later after the store
+    refused the step), so its rows may be earlier than a rebuild's plan, or name a game the
+    scheduler would drop at its next look; and a computer player's next turn is planned from
+    when the scheduler saw the game (its pause after that), the rebuild's from the event's time,
+    so the live plan may be later by the scheduler's own delay in seeing it. What must hold: no
+    game the rebuild plans is missing, none is planned later than that delay and a retry allow
+    (``PLAN_SLACK`` + ``RETRY``)."""
+    from service.application.games.scheduler import RETRY
+
     planned = {row[0]: row[1] for row in kept}
     wrong = []
     for game_id, due_at, _plain in rebuilt:
         if game_id not in planned:
             wrong.append({"table": "due.due", "game": game_id, "forgotten": due_at})
-        elif planned[game_id] > due_at + PLAN_SLACK * 1e6:
+        elif planned[game_id] > due_at + (PLAN_SLACK + RETRY) * 1e6:
             late = (planned[game_id] - due_at) / 1e6
             wrong.append({"table": "due.due", "game": game_id, "planned_late_s": late})
     return wrong
