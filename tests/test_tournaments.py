@@ -492,6 +492,10 @@ def test_creation_is_rate_limited(database_url: str) -> None:
         token = sign_up(client, "busy", bot=False)
         for _ in range(2):
             create(client, token, kind="swiss", players_per_table=2, rounds=1)
+        # Counted per account, not per token: a token minted for the third does not help.
+        minted = client.post("/v1/tokens", json={"handle": "busy", "password": PASSWORD})
+        assert minted.status_code == 201, minted.get_json()
+        token = minted.get_json()["token"]
         third = client.post(
             "/v1/tournaments",
             json={
@@ -504,6 +508,9 @@ def test_creation_is_rate_limited(database_url: str) -> None:
             headers=bearer(token),
         )
         assert third.status_code == 429 and third.get_json()["code"] == "rate_limited"
+        # Another account, from the same address, is not held by the first one's count.
+        other = sign_up(client, "calm", bot=False)
+        create(client, other, kind="swiss", players_per_table=2, rounds=1)
     finally:
         application.extensions["cantstop"].close()
 

@@ -14,8 +14,9 @@ counted by the ``limits`` library in fixed windows, checked by the limited views
   are off: it is what stands between a password and someone guessing it. ``challenge`` covers
   ``POST /v1/challenges``, counted per challenged account, and is on by default too (20 a
   minute): a flood of challenges to one account is refused however many send it.
-  ``tournament`` covers ``POST /v1/tournaments``, counted per personal token (per address
-  without one), on by default (10 an hour).
+  ``tournament`` covers ``POST /v1/tournaments``, counted per account (per address without a
+  valid personal token), on by default (10 an hour): per token, an account could mint tokens
+  to make more.
 - With Redis the counters live there, shared by every worker and host; without it, or while it is
   unreachable, each process counts in its own memory (the effective limit is then the configured
   one times the number of processes). Counting never touches the event store.
@@ -47,7 +48,8 @@ from werkzeug.exceptions import TooManyRequests
 
 from service.application.aggregates import token_hash
 from service.config import Settings
-from service.http.core import bearer_token, json_bytes, parse_json, this_request
+from service.errors import ApplicationError
+from service.http.core import bearer_token, json_bytes, parse_json, runtime, this_request
 
 log = logging.getLogger("cantstop")
 
@@ -82,6 +84,16 @@ def seat_or_address(req: flask.Request) -> str:
     return f"t:{token_hash(token)[:32]}" if token is not None else client_address(req)
 
 
+def account_or_address(req: flask.Request) -> str:
+    """The account the personal token speaks for (any of its tokens counts alike); the client's
+    address without a valid one (the view then answers 401)."""
+    try:
+        principal = runtime().accounts.authenticate(bearer_token(req.environ))
+    except ApplicationError:
+        return client_address(req)
+    return f"u:{principal.handle.lower()}"
+
+
 def handle_asked(req: flask.Request, field: str = "handle") -> str:
     """The handle a sign-up or sign-in names (lower case), read from its JSON body (read the
     way the view reads it, which then finds it read already); the client's address if none."""
@@ -106,7 +118,7 @@ KEYS: dict[str, Callable[[flask.Request], str]] = {
     "signin": client_address,
     "signin_handle": handle_asked,
     "challenge": challenged,
-    "tournament": seat_or_address,
+    "tournament": account_or_address,
 }
 
 
