@@ -330,10 +330,15 @@ class TurnPlanner:
     # ------------------------------------------------------------------ points and moves
     def unpack(self, key: int) -> State:
         found = self._states.get(key)
-        if found is None:
-            found = self._states[key] = tuple(
-                (c, at) for c in self.columns if (at := key >> (SHIFT * c) & MASK)
-            )
+        if found is None:  # the columns holding runners, lowest first, by their bits alone
+            state = []
+            rest = key
+            while rest:
+                c = ((rest & -rest).bit_length() - 1) // SHIFT
+                shift = SHIFT * c
+                state.append((c, rest >> shift & MASK))
+                rest &= ~(MASK << shift)
+            found = self._states[key] = tuple(state)
         return found
 
     def _caps(self, key: int) -> tuple[tuple[int, int], ...]:
