@@ -55,6 +55,8 @@ CLOSED, RUNNER_ONE, RUNNER_MORE, FREE_ONE, FREE_MORE = range(5)
 NO_STOP = float("-inf")
 LOOK_AHEAD = 1
 """Rolls looked at one by one before ``horizon`` takes over, while runners can be placed."""
+REMEMBERED_SEARCHES = 16
+"""The last searches ``TurnPlanner.fits`` keeps, of each outcome."""
 EXACT_BUDGET = 250
 """Points the exact search may value for one decision (a few milliseconds); past them, the
 look-ahead decides (measured: no loss in strength against a budget of 600). Eight-sided dice
@@ -295,6 +297,7 @@ class TurnPlanner:
                 free[c] = FREE_MORE if self.next_space[c][placed] else FREE_ONE
         self.free_shape = tuple(free)
         self.free_columns = [c for c in columns if free[c]]
+        self.free_mask = sum(1 << c for c in self.free_columns)  # their bits
         # steps[c][s]: how many more steps a runner at s in column c can take (0, 1, 2: more)
         self.steps = [
             [(2 if row[to] else 1) if (to := row[at]) else 0 for at in range(len(row))]
@@ -321,6 +324,9 @@ class TurnPlanner:
         self._value: dict[int, float] = {}
         # the points the exact search goes on to from a point: none where it stops at once
         self._onward: dict[int, tuple[int, ...]] = {}
+        # ``fits``' last searches: the points reached by those that fit, the points of others
+        self._fitting: deque[frozenset[int]] = deque(maxlen=REMEMBERED_SEARCHES)
+        self._not_fitting: deque[frozenset[int]] = deque(maxlen=REMEMBERED_SEARCHES)
         self._moves: dict[tuple[int, tuple[Sums, ...]], list[float]] = {}
         self._estimate: dict[tuple[int, int], float] = {}
         self._horizon: dict[int, float] = {}
@@ -370,8 +376,10 @@ class TurnPlanner:
         state = self.unpack(key)
         if len(state) >= MAX_RUNNERS:
             return True
-        held = {c for c, _ in state}
-        return all(c in held for c in self.free_columns)
+        held = 0
+        for c, _ in state:
+            held |= 1 << c
+        return held & self.free_mask == self.free_mask
 
     def after(self, key: int, move: Sums) -> int:
         """The point reached by playing ``move``."""
@@ -525,11 +533,29 @@ class TurnPlanner:
         Points are counted as they are found, and those whose onward points are known already
         are looked past first, then the others in the order found (breadth first: the points
         nearer the start, which roll on more often, first): a search too big for the budget is
-        told from a few points."""
+        told from a few points.
+
+        The last searches are remembered: the points a search that fit reached (closed: they
+        hold every point they reach) answer for any points among them, and points that did not
+        fit for any points that include them."""
         limit = self.exact_budget
         seen = set(keys)
         if len(seen) > limit:
             return False
+        for reached in self._fitting:
+            if seen <= reached:
+                return True
+        for too_many in self._not_fitting:
+            if too_many <= seen:
+                return False
+        found = self._search(seen, limit)
+        remembered = self._fitting if found else self._not_fitting
+        remembered.appendleft(frozenset(seen) if found else frozenset(keys))
+        return found
+
+    def _search(self, seen: set[int], limit: int) -> bool:
+        """``fits``' search from the points ``seen``: they grow to every point reached, as long
+        as they number at most ``limit``."""
         known = self._onward
         ready = [key for key in seen if key in known]
         later = deque([key for key in seen if key not in known])
@@ -554,7 +580,7 @@ class TurnPlanner:
             return found
         look = self.look_ahead(key)
         stop = self.stop_value(key)
-        busts = self._kids(key)[0]
+        busts = (self._children.get(key) or self._kids(key))[0]
         if not busts or busts == self.total or stop == NO_STOP or not self.settled(key):
             found = self._horizon[key] = max(stop, look)
             return found
