@@ -298,6 +298,7 @@ class TurnPlanner:
         self.free_shape = tuple(free)
         self.free_columns = [c for c in columns if free[c]]
         self.free_mask = sum(1 << c for c in self.free_columns)  # their bits
+        self.low_bits = sum(1 << (SHIFT * c) for c in columns)  # each column's lowest in a key
         # steps[c][s]: how many more steps a runner at s in column c can take (0, 1, 2: more)
         self.steps = [
             [(2 if row[to] else 1) if (to := row[at]) else 0 for at in range(len(row))]
@@ -622,8 +623,16 @@ class TurnPlanner:
         return list(found)
 
     def _move_values(self, start: int, moves: Sequence[Sums]) -> list[float]:
-        children = [self.after(start, m) for m in moves]
-        columns = {tuple(c for c, _ in self.unpack(child)) for child in children}
+        delta = self.step_delta
+        children = []
+        for move in moves:  # ``after``, inlined
+            kid = start
+            for c in move:
+                kid += delta[c][kid >> (SHIFT * c) & MASK]
+            children.append(kid)
+        # the columns holding runners: each field (SHIFT = 5 bits) ORed into its lowest bit
+        low = self.low_bits
+        columns = {(k | k >> 1 | k >> 2 | k >> 3 | k >> 4) & low for k in children}
         if len(columns) == 1 and self.settled(children[0]) and self.fits(children):
             return [self.value(child) for child in children]
         return [self.estimate(child, self.depth) for child in children]
