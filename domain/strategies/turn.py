@@ -36,6 +36,7 @@ exactly ``Board.legal_moves`` (a test compares them).
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable, Sequence
 from functools import cache, lru_cache
 from typing import NamedTuple, cast
@@ -54,6 +55,8 @@ CLOSED, RUNNER_ONE, RUNNER_MORE, FREE_ONE, FREE_MORE = range(5)
 NO_STOP = float("-inf")
 LOOK_AHEAD = 1
 """Rolls looked at one by one before ``horizon`` takes over, while runners can be placed."""
+REMEMBERED_SEARCHES = 16
+"""The last searches ``TurnPlanner.fits`` keeps, of each outcome."""
 EXACT_BUDGET = 250
 """Points the exact search may value for one decision (a few milliseconds); past them, the
 look-ahead decides (measured: no loss in strength against a budget of 600). Eight-sided dice
@@ -198,6 +201,51 @@ def pack(state: State) -> int:
 
 Children = tuple[int, tuple[int, ...], tuple[int, ...]]
 """(busting rolls, the packed point each move leads to, the rolls offering each move)."""
+Credits = tuple[tuple[int, int], ...]
+"""The moves credited by an expectation, best first, each with its count of ordered rolls."""
+Plans = dict[tuple[int, ...], Credits]
+Kids = tuple[int, tuple[int, ...], tuple[int, ...], int, tuple[tuple[int, ...], ...], Plans]
+"""``Children``, then the rolls offering some move (bits), the columns each move leaves held
+and the credits by ranking of the moves (``credit_plans``): what the planner keeps per point."""
+Layout = tuple[Shape, tuple[tuple[int, ...], ...], list[int] | None, int, Plans]
+"""Per shape of the runners: the rolls by move, the columns each move leaves held, the moves'
+offsets of the packed key (None: not uniform), the rolls offering some move (bits), and the
+credits by ranking of the moves."""
+
+PLANS_PER_SHAPE = 256
+"""Rankings of the moves kept per group of rolls (``credit_plans``): with the 512 groups kept,
+at most 131,072 plans of a few pairs each."""
+
+
+@lru_cache(maxsize=512)
+def credit_plans(rolls: tuple[int, ...]) -> Plans:
+    """For the moves of one group of rolls (``Shape.rolls``): per ranking of them, best first
+    (the ranking by their worth, ties in the moves' order), the moves credited with rolls and
+    how many rolls each, as ``_credit`` works them out. The rolls each move is
+    credited with depend on the ranking alone, and the same rankings come back again and
+    again (the best moves of nearby points rank alike): the sum over them is then a few
+    multiplications. Filled by the planners, at most ``PLANS_PER_SHAPE`` rankings."""
+    return {}
+
+
+def _credit(order: list[int], rolls: tuple[int, ...], left: int, plans: Plans) -> Credits:
+    """The moves credited for a ranking (best first) and their counts of rolls: each move the
+    rolls that offer it and no better move, until every roll in ``left`` is credited."""
+    ranking = tuple(order)
+    found = plans.get(ranking)
+    if found is None:
+        credited = []
+        for i in order:
+            fresh = rolls[i] & left
+            if fresh:
+                credited.append((i, fresh.bit_count()))
+                left ^= fresh
+                if not left:
+                    break
+        found = tuple(credited)
+        if len(plans) < PLANS_PER_SHAPE:
+            plans[ranking] = found
+    return found
 
 
 class TurnPlanner:
@@ -249,6 +297,8 @@ class TurnPlanner:
                 free[c] = FREE_MORE if self.next_space[c][placed] else FREE_ONE
         self.free_shape = tuple(free)
         self.free_columns = [c for c in columns if free[c]]
+        self.free_mask = sum(1 << c for c in self.free_columns)  # their bits
+        self.low_bits = sum(1 << (SHIFT * c) for c in columns)  # each column's lowest in a key
         # steps[c][s]: how many more steps a runner at s in column c can take (0, 1, 2: more)
         self.steps = [
             [(2 if row[to] else 1) if (to := row[at]) else 0 for at in range(len(row))]
@@ -265,12 +315,9 @@ class TurnPlanner:
         )
         self._shapes: dict[tuple[tuple[int, int], ...], Shape] = {}
         # per shape of the runners: the rolls by move, and the columns each move leaves held
-        self._layouts: dict[
-            tuple[tuple[int, int], ...], tuple[Shape, tuple[tuple[int, ...], ...], list[int] | None]
-        ] = {}
-        self._held_after: dict[int, tuple[tuple[int, ...], ...]] = {}  # per point, as in its layout
+        self._layouts: dict[tuple[tuple[int, int], ...], Layout] = {}
         self._states: dict[int, State] = {}
-        self._children: dict[int, Children] = {}
+        self._children: dict[int, Kids] = {}
         self._stop: dict[int, float] = {}
         self._worth: dict[int, float] = {}
         self._bust: dict[int, float] = {}
@@ -278,6 +325,9 @@ class TurnPlanner:
         self._value: dict[int, float] = {}
         # the points the exact search goes on to from a point: none where it stops at once
         self._onward: dict[int, tuple[int, ...]] = {}
+        # ``fits``' last searches: the points reached by those that fit, the points of others
+        self._fitting: deque[frozenset[int]] = deque(maxlen=REMEMBERED_SEARCHES)
+        self._not_fitting: deque[frozenset[int]] = deque(maxlen=REMEMBERED_SEARCHES)
         self._moves: dict[tuple[int, tuple[Sums, ...]], list[float]] = {}
         self._estimate: dict[tuple[int, int], float] = {}
         self._horizon: dict[int, float] = {}
@@ -287,10 +337,15 @@ class TurnPlanner:
     # ------------------------------------------------------------------ points and moves
     def unpack(self, key: int) -> State:
         found = self._states.get(key)
-        if found is None:
-            found = self._states[key] = tuple(
-                (c, at) for c in self.columns if (at := key >> (SHIFT * c) & MASK)
-            )
+        if found is None:  # the columns holding runners, lowest first, by their bits alone
+            state = []
+            rest = key
+            while rest:
+                c = ((rest & -rest).bit_length() - 1) // SHIFT
+                shift = SHIFT * c
+                state.append((c, rest >> shift & MASK))
+                rest &= ~(MASK << shift)
+            found = self._states[key] = tuple(state)
         return found
 
     def _caps(self, key: int) -> tuple[tuple[int, int], ...]:
@@ -322,8 +377,10 @@ class TurnPlanner:
         state = self.unpack(key)
         if len(state) >= MAX_RUNNERS:
             return True
-        held = {c for c, _ in state}
-        return all(c in held for c in self.free_columns)
+        held = 0
+        for c, _ in state:
+            held |= 1 << c
+        return held & self.free_mask == self.free_mask
 
     def after(self, key: int, move: Sums) -> int:
         """The point reached by playing ``move``."""
@@ -334,6 +391,11 @@ class TurnPlanner:
 
     def children(self, key: int) -> Children:
         """(busting rolls, the point each move offered leads to, the rolls offering each)."""
+        return self._kids(key)[:3]
+
+    def _kids(self, key: int) -> Kids:
+        """``children``, with the rolls offering some move and the columns each move leaves
+        held (``Kids``), kept per point."""
         found = self._children.get(key)
         if found is None:
             state = self.unpack(key)
@@ -345,13 +407,17 @@ class TurnPlanner:
                 offsets = None
                 if self.uniform:
                     offsets = [self.after(key, move) - key for move in group.moves]
+                offering = 0
+                for bits in group.rolls:
+                    offering |= bits
                 layout = self._layouts[caps] = (
                     group,
                     columns_after(tuple([c for c, _ in state]), group.moves),
                     offsets,
+                    offering,
+                    credit_plans(group.rolls),
                 )
-            group, held_after, offsets = layout
-            self._held_after[key] = held_after
+            group, held_after, offsets, offering, plans = layout
             if offsets is not None:
                 kids = [key + offset for offset in offsets]
             else:
@@ -362,7 +428,14 @@ class TurnPlanner:
                     for c in move:
                         kid += delta[c][kid >> (SHIFT * c) & MASK]
                     kids.append(kid)
-            found = self._children[key] = (group.busts, tuple(kids), group.rolls)
+            found = self._children[key] = (
+                group.busts,
+                tuple(kids),
+                group.rolls,
+                offering,
+                held_after,
+                plans,
+            )
         return found
 
     # ------------------------------------------------------------------ values
@@ -395,20 +468,12 @@ class TurnPlanner:
 
         Moves are taken best first; each is credited with the rolls that offer it and no
         better move (``Shape``), until every roll that does not bust is credited."""
-        busts, kids, rolls = self.children(key)
+        busts, kids, rolls, left, _, plans = self._children.get(key) or self._kids(key)
         total = busts * self._bust_utility(key) if busts else 0.0
         values = [worth(kid) for kid in kids]
-        covered = 0
-        rest = self.total - busts
-        for i in sorted(range(len(kids)), key=values.__getitem__, reverse=True):
-            fresh = rolls[i] & ~covered
-            if fresh:
-                n = fresh.bit_count()
-                total += values[i] * n
-                rest -= n
-                if not rest:
-                    break
-                covered |= fresh
+        order = sorted(range(len(kids)), key=values.__getitem__, reverse=True)
+        for i, n in plans.get(tuple(order)) or _credit(order, rolls, left, plans):
+            total += values[i] * n
         return total / self.total
 
     def look_ahead(self, key: int) -> float:
@@ -416,14 +481,13 @@ class TurnPlanner:
         inlined: the planner's hottest path)."""
         found = self._look.get(key)
         if found is None:
-            busts, kids, rolls = self.children(key)
+            busts, kids, rolls, left, held_after, plans = self._children.get(key) or self._kids(key)
             total = busts * self._bust_utility(key) if busts else 0.0
             worth = self._worth
-            utility = self.utility
-            states = self._states
             known = list(map(worth.get, kids))
             if None in known:  # points not valued yet
-                held_after = self._held_after[key]
+                utility = self.utility
+                states = self._states
                 for i, value in enumerate(known):
                     if value is None:
                         kid = kids[i]
@@ -434,17 +498,9 @@ class TurnPlanner:
                             )
                         known[i] = worth[kid] = utility(state)
             values = cast("list[float]", known)
-            covered = 0
-            rest = self.total - busts
-            for i in sorted(range(len(kids)), key=values.__getitem__, reverse=True):
-                fresh = rolls[i] & ~covered
-                if fresh:
-                    n = fresh.bit_count()
-                    total += values[i] * n
-                    rest -= n
-                    if not rest:
-                        break
-                    covered |= fresh
+            order = sorted(range(len(kids)), key=values.__getitem__, reverse=True)
+            for i, n in plans.get(tuple(order)) or _credit(order, rolls, left, plans):
+                total += values[i] * n
             found = self._look[key] = total / self.total
         return found
 
@@ -466,11 +522,8 @@ class TurnPlanner:
         found = self._onward.get(key)
         if found is None:
             stop = self.stop_value(key)
-            if stop != NO_STOP and stop >= self.look_ahead(key):
-                found = ()
-            else:
-                found = self.children(key)[1]
-            self._onward[key] = found
+            stops = stop != NO_STOP and stop >= self.look_ahead(key)
+            found = self._onward[key] = () if stops else self._kids(key)[1]
         return found
 
     def fits(self, keys: Sequence[int]) -> bool:
@@ -479,17 +532,39 @@ class TurnPlanner:
         between the exact search and the look-ahead depends on the points alone.
 
         Points are counted as they are found, and those whose onward points are known already
-        are looked past first: a search too big for the budget is told from a few points."""
+        are looked past first, then the others in the order found (breadth first: the points
+        nearer the start, which roll on more often, first): a search too big for the budget is
+        told from a few points.
+
+        The last searches are remembered: the points a search that fit reached (closed: they
+        hold every point they reach) answer for any points among them, and points that did not
+        fit for any points that include them."""
         limit = self.exact_budget
         seen = set(keys)
         if len(seen) > limit:
             return False
+        for reached in self._fitting:
+            if seen <= reached:
+                return True
+        for too_many in self._not_fitting:
+            if too_many <= seen:
+                return False
+        found = self._search(seen, limit)
+        remembered = self._fitting if found else self._not_fitting
+        remembered.appendleft(frozenset(seen) if found else frozenset(keys))
+        return found
+
+    def _search(self, seen: set[int], limit: int) -> bool:
+        """``fits``' search from the points ``seen``: they grow to every point reached, as long
+        as they number at most ``limit``."""
         known = self._onward
         ready = [key for key in seen if key in known]
-        later = [key for key in seen if key not in known]
+        later = deque([key for key in seen if key not in known])
         onward = self.onward
         while ready or later:
-            for kid in onward(ready.pop() if ready else later.pop()):
+            key = ready.pop() if ready else later.popleft()
+            kids = known.get(key)
+            for kid in onward(key) if kids is None else kids:
                 if kid not in seen:
                     seen.add(kid)
                     if len(seen) > limit:
@@ -506,7 +581,7 @@ class TurnPlanner:
             return found
         look = self.look_ahead(key)
         stop = self.stop_value(key)
-        busts = self.children(key)[0]
+        busts = (self._children.get(key) or self._kids(key))[0]
         if not busts or busts == self.total or stop == NO_STOP or not self.settled(key):
             found = self._horizon[key] = max(stop, look)
             return found
@@ -548,8 +623,16 @@ class TurnPlanner:
         return list(found)
 
     def _move_values(self, start: int, moves: Sequence[Sums]) -> list[float]:
-        children = [self.after(start, m) for m in moves]
-        columns = {tuple(c for c, _ in self.unpack(child)) for child in children}
+        delta = self.step_delta
+        children = []
+        for move in moves:  # ``after``, inlined
+            kid = start
+            for c in move:
+                kid += delta[c][kid >> (SHIFT * c) & MASK]
+            children.append(kid)
+        # the columns holding runners: each field (SHIFT = 5 bits) ORed into its lowest bit
+        low = self.low_bits
+        columns = {(k | k >> 1 | k >> 2 | k >> 3 | k >> 4) & low for k in children}
         if len(columns) == 1 and self.settled(children[0]) and self.fits(children):
             return [self.value(child) for child in children]
         return [self.estimate(child, self.depth) for child in children]
