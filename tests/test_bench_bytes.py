@@ -27,7 +27,7 @@ def test_bytes_per_game_by_part(
     assert result["store"] == {"sqlite": "sqlite", "postgres": "postgresql"}[store]
     assert result["games"] == 3
     parts = result["parts"]
-    assert parts["events"] > 0 and parts["snapshots"] > 0
+    assert parts["events"] > 0 and parts.get("snapshots", 0) < parts["events"] / 10
     assert abs(sum(parts.values()) - result["bytes_per_game"]) <= len(parts)  # rounding
     payload = result["event_payload_per_game"]
     assert payload["game: hash chain"] > 0 and payload["game: timestamps"] > 0
