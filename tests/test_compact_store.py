@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -154,3 +155,5 @@ def test_only_large_json_is_deflated_and_every_form_reads_back() -> None:
     deflated = compact.deflate(large)
     assert deflated[0] == compact.DEFLATED and len(deflated) < len(large)
     assert compact.inflate(deflated) == large
+    # Rows deflated before at zlib's defaults (level 6, 32 KiB window) read as they did.
+    assert compact.inflate(bytes((compact.DEFLATED,)) + zlib.compress(large, 6)) == large
