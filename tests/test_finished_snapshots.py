@@ -17,9 +17,10 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from domain.game import Game
+from service import cli
 from service.application.store import Store
-from tests.support.games import create_game, play_to_the_end
-from tests.test_compact_store import answers, served
+from tests.support.games import choose, create_game, play_to_the_end
+from tests.support.stored import answers, served
 
 
 def snapshot_versions(app: Flask, game_id: str) -> list[int]:
@@ -130,3 +131,44 @@ def test_a_failed_deletion_of_snapshots_is_logged_and_the_game_still_finishes(
     assert "snapshots were not thinned out" in caplog.text
     assert snapshot_versions(app, game_id)  # left as they were: still right
     assert ok_audit(client, game_id)
+
+
+def test_cantstop_snapshots_thin_thins_out_a_store_written_before(
+    database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The games finished before keep every snapshot; ``cantstop snapshots thin`` leaves them
+    those at multiples of KEPT_WHEN_FINISHED (here 40), a game going on all of its own, and
+    reads the same answers after; run again, it finds the same and changes nothing."""
+    monkeypatch.setattr(Store, "KEPT_WHEN_FINISHED", 40)
+    with monkeypatch.context() as before:
+        before.setattr(Store, "_thin_out", lambda self, game_id: None)
+        with served(database_url) as old:
+            finished = []
+            for names in (["Ann", "Bob"], ["Cy", "Di"]):
+                game_id, tokens = create_game(old, players=names)
+                play_to_the_end(old, game_id, tokens)
+                finished.append(game_id)
+            going_on, going_on_tokens = create_game(old, players=["Ed", "Flo"])
+            for _ in range(45):
+                game = old.get(f"/v1/games/{going_on}").get_json()
+                token = {"Authorization": f"Bearer {going_on_tokens[game['turn']['player']]}"}
+                response = old.post(
+                    f"/v1/games/{going_on}/actions", json=choose(game), headers=token
+                )
+                assert response.status_code == 200
+            app = old.application
+            kept = {g: snapshot_versions(app, g) for g in (*finished, going_on)}
+            assert all(kept.values())
+            then = {g: answers(old, g) for g in finished}
+    monkeypatch.setenv("CANTSTOP_DATABASE_URL", database_url)
+    for _ in range(2):
+        assert cli.main(["snapshots", "thin"]) == 0
+        assert "snapshots of 2 finished game(s) thinned out" in capsys.readouterr().err
+    with served(database_url) as fresh:
+        app = fresh.application
+        for game_id in finished:
+            assert snapshot_versions(app, game_id) == [v for v in kept[game_id] if v % 40 == 0]
+            assert without_snapshots_detail(answers(fresh, game_id)) == without_snapshots_detail(
+                then[game_id]
+            )
+        assert snapshot_versions(app, going_on) == kept[going_on]

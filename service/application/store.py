@@ -331,6 +331,24 @@ class Store(Application[uuid.UUID]):
                 passed.setdefault(event.originator_id, []).append(event.originator_version)
         return passed
 
+    def thin_out_finished(self, batch: int = 1000) -> int:
+        """Thin out the snapshots of every finished game (``_thin_out``), as a store written
+        before finished games were thinned out holds them all (``cantstop snapshots thin``):
+        the games it found finished. Safe while the service runs, and to run again."""
+        topic = get_topic(GAME_FINISHED)
+        found, start = 0, None
+        while True:
+            rows = self.recorder.select_notifications(
+                start, batch, topics=[topic], inclusive_of_start=False
+            )
+            for row in rows:
+                game_id = row.originator_id
+                self._thin_out(game_id if isinstance(game_id, uuid.UUID) else uuid.UUID(game_id))
+            found += len(rows)
+            if len(rows) < batch:
+                return found
+            start = rows[-1].id
+
     def _thin_out(self, game_id: uuid.UUID) -> None:
         """Delete the snapshots of a game that finished (its events are stored) but those at
         multiples of KEPT_WHEN_FINISHED. A failure is logged, not raised: the snapshots left
