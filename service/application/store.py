@@ -379,11 +379,12 @@ class Store(Application[uuid.UUID]):
         events = [event for aggregate in aggregates for event in aggregate.collect_events()]
         stored = [self.mapper.to_stored_event(e) for e in events]
         by_id = {a.id: a for a in aggregates}
-        due = self._snapshots_of(by_id, self._multiples_passed(by_id, events))
-        if not due:
+        passed = self._multiples_passed(by_id, events)
+        if not passed:  # 19 actions in 20
             self.recorder.insert_events(stored)
         else:
             assert self.snapshots is not None
+            due = self._snapshots_of(by_id, passed)
             recorder = self.recorder  # the stores are SQLiteStore and PostgresStore (store.py)
             assert isinstance(
                 recorder, GuardedSQLiteApplicationRecorder | GuardedPostgresApplicationRecorder
