@@ -12,6 +12,11 @@ app called directly, two moves a turn, then stop), on a fresh SQLite file or, wi
   timestamps and topics, the rest), which is what an encoding can save.
 
     python -m bench.bytes [--games 200] [--postgres postgresql://postgres@127.0.0.1/postgres]
+        [--seed N]
+
+With ``--seed``, ``os.urandom`` draws from that seed while the games are played (as in
+bench/instructions.py): the server's seeds, and so the dice and the games, are the same in
+every tree, so two trees compare on the same games (the times still differ).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import sys
 import tempfile
@@ -47,18 +53,35 @@ def part_of(name: str) -> str:
     return next(part for part, matches in PARTS if matches(name))
 
 
-def play(url: str, games: int) -> None:
+def seeded(seed: int) -> None:
+    """``os.urandom`` (uuid4, secrets: ids, tokens, server seeds) drawn from ``seed``."""
+    draws = random.Random(seed)
+
+    def fixed(n: int) -> bytes:
+        return draws.randbytes(n)
+
+    os.urandom = fixed
+    random._urandom = fixed  # type: ignore[attr-defined]  # SystemRandom's source
+
+
+def play(url: str, games: int, seed: int | None = None) -> None:
     os.environ["CANTSTOP_DATABASE_URL"] = url
     os.environ["CANTSTOP_RATE_LIMITS"] = "off"
     from bench.inproc import Games, WsgiClient
     from service.http.app import create_app
 
     app = create_app(create_tables=True)
-    player, finished, seen = Games(WsgiClient(app)), 0, None
-    while finished < games:
-        player.act()
-        if player.game["status"] == "finished" and player.game["id"] != seen:
-            finished, seen = finished + 1, player.game["id"]
+    urandom, system = os.urandom, random._urandom  # type: ignore[attr-defined]
+    if seed is not None:
+        seeded(seed)
+    try:
+        player, finished, seen = Games(WsgiClient(app)), 0, None
+        while finished < games:
+            player.act()
+            if player.game["status"] == "finished" and player.game["id"] != seen:
+                finished, seen = finished + 1, player.game["id"]
+    finally:
+        os.urandom, random._urandom = urandom, system  # type: ignore[attr-defined]
     runtime = app.extensions["cantstop"]
     for view in runtime.all_views():  # as the worker keeps them, at the end of the log
         runtime.views.catch_up(view)
@@ -189,13 +212,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--games", type=int, default=200)
     parser.add_argument("--postgres", metavar="URL", help="a server to make a database on")
+    parser.add_argument("--seed", type=int, help="the same games in every tree")
     args = parser.parse_args(argv)
     if args.postgres:
         url, drop = pg_database(args.postgres)
         try:
             created(url)
             before = pg_sizes(url)
-            play(url, args.games)
+            play(url, args.games, args.seed)
             result = report(before, pg_sizes(url), pg_rows(url), args.games)
         finally:
             drop()
@@ -205,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         url = f"sqlite:///{path}"
         created(url)
         before = sqlite_sizes(path)
-        play(url, args.games)
+        play(url, args.games, args.seed)
         result = report(before, sqlite_sizes(path), sqlite_rows(path), args.games)
         result["store"] = "sqlite"
     json.dump(result, sys.stdout, indent=2)

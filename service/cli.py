@@ -450,6 +450,19 @@ def cmd_backup(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_snapshots(args: argparse.Namespace) -> int:
+    """``thin``: delete the snapshots of the games finished before they were thinned out as
+    they finish, but every ``Store.KEPT_WHEN_FINISHED``-th (docs/scaling.md, "Bytes per
+    game"); safe while the service runs."""
+    runtime = Runtime(Settings.from_env(), create_tables=True)
+    try:
+        found = runtime.games.store.thin_out_finished()
+    finally:
+        runtime.close()
+    print(f"snapshots of {found} finished game(s) thinned out", file=sys.stderr)
+    return 0
+
+
 def cmd_projections(args: argparse.Namespace) -> int:
     """``status``: each view's place in the log and whether its code changed. ``rebuild
     [NAME]``: fill a new generation of the view(s) from the log while the service keeps answering
@@ -714,6 +727,12 @@ def build_parser() -> argparse.ArgumentParser:
     proj.add_argument("action", choices=("status", "rebuild"))
     proj.add_argument("name", nargs="?", help="one view (default: all)")
     proj.set_defaults(func=cmd_projections)
+
+    snaps = sub.add_parser(
+        "snapshots", help="delete the snapshots finished games no longer need (older stores)"
+    )
+    snaps.add_argument("action", choices=("thin",))
+    snaps.set_defaults(func=cmd_snapshots)
 
     arena_cli.add_parser(sub)
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Iterator
-from contextlib import contextmanager
+import zlib
 from typing import Any
 
 import pytest
@@ -17,8 +16,6 @@ from flask.testing import FlaskClient
 
 from domain.audit import audit_records, parse_export
 from service.application.store import GAME_EVENT_CLASSES
-from service.config import Settings
-from service.http.app import create_app
 from service.persistence import compact
 from tests.support.games import (
     choose,
@@ -28,7 +25,7 @@ from tests.support.games import (
     play_to_the_end,
 )
 from tests.support.http import bearer, ok
-from tests.support.stored import StoredRows
+from tests.support.stored import StoredRows, answers, served
 
 # The schemas' text as first released: a stored row names its schema by index, so an index
 # that changed meaning would misread every row written with it. New schemas are appended.
@@ -52,36 +49,6 @@ def test_every_event_of_a_game_has_a_schema_and_released_schemas_never_change() 
         assert fields in compact.SCHEMA_IDS, f"{name}: append a schema for {fields}"
     assert len(compact.SCHEMAS) >= RELEASED
     assert schemas_digest(RELEASED) == RELEASED_DIGEST
-
-
-@contextmanager
-def served(url: str) -> Iterator[FlaskClient]:
-    """A client of a new app on the store at ``url``: nothing cached, every read from it."""
-    app = create_app(Settings(database_url=url), create_tables=True)
-    try:
-        yield app.test_client()
-    finally:
-        app.extensions["cantstop"].close()
-
-
-def answers(client: FlaskClient, game_id: str) -> dict[str, Any]:
-    """What the API serves of a game from its stored rows: state, past versions, events,
-    export, audit, record sheet."""
-    game = ok(client.get(f"/v1/games/{game_id}"))
-    paths = [
-        f"/v1/games/{game_id}",
-        f"/v1/games/{game_id}/events?limit=1000",
-        f"/v1/games/{game_id}/export",
-        f"/v1/games/{game_id}/audit",
-        f"/v1/games/{game_id}/record-sheet?seat=0",
-        *(f"/v1/games/{game_id}?version={v}" for v in range(1, game["version"] + 1, 7)),
-    ]
-    found = {}
-    for path in paths:
-        response = client.get(path)
-        assert response.status_code == 200, path
-        found[path] = response.get_data()
-    return found
 
 
 def test_a_store_written_in_the_json_form_reads_as_it_did_and_its_games_go_on(
@@ -154,3 +121,5 @@ def test_only_large_json_is_deflated_and_every_form_reads_back() -> None:
     deflated = compact.deflate(large)
     assert deflated[0] == compact.DEFLATED and len(deflated) < len(large)
     assert compact.inflate(deflated) == large
+    # Rows deflated before at zlib's defaults (level 6, 32 KiB window) read as they did.
+    assert compact.inflate(bytes((compact.DEFLATED,)) + zlib.compress(large, 6)) == large

@@ -26,13 +26,21 @@ from eventsourcing.application import (
     project_aggregate,
 )
 from eventsourcing.domain import Aggregate
-from eventsourcing.persistence import JSONTranscoder, Mapper, StoredEvent, Transcoder, Transcoding
+from eventsourcing.persistence import (
+    JSONTranscoder,
+    Mapper,
+    PersistenceError,
+    StoredEvent,
+    Transcoder,
+    Transcoding,
+)
 from eventsourcing.utils import get_topic, strtobool
 
 from domain.game import Game, event_record, event_records
 from domain.tournament import Tournament
 from service.application.aggregates import Vault, imported_marker_id
 from service.application.errors import NotFound, describe
+from service.errors import ApplicationError
 from service.persistence.accounts import Credentials
 from service.persistence.commitments import SeedCommitments
 from service.persistence.compact import (
@@ -45,8 +53,15 @@ from service.persistence.compact import (
 )
 from service.persistence.errors import CorruptGame, StoreUnavailable
 from service.persistence.keys import StoredKeys
-from service.persistence.postgres import GuardedPostgresApplicationRecorder
-from service.persistence.sqlite import GuardedSQLiteApplicationRecorder, SQLiteStore
+from service.persistence.postgres import (
+    GuardedPostgresAggregateRecorder,
+    GuardedPostgresApplicationRecorder,
+)
+from service.persistence.sqlite import (
+    GuardedSQLiteAggregateRecorder,
+    GuardedSQLiteApplicationRecorder,
+    SQLiteStore,
+)
 
 log = logging.getLogger("cantstop")
 
@@ -56,6 +71,7 @@ GAME_EVENT_CLASSES: dict[str, type[Game.Event]] = {
     if isinstance(cls, type) and issubclass(cls, Game.Event) and cls is not Game.Event
 }
 GAME_TOPICS = frozenset(get_topic(cls) for cls in GAME_EVENT_CLASSES.values())
+GAME_FINISHED = Game.GameFinished
 
 
 class ServiceTranscoder(JSONTranscoder):
@@ -198,6 +214,13 @@ class Store(Application[uuid.UUID]):
         Tournament: 20,
     }
 
+    # A finished game's past versions are read far less than a live game's, and a finished
+    # game of ~130 events replays from its first in ~3 ms of CPU: on finishing, its snapshots
+    # are deleted but those at multiples of KEPT_WHEN_FINISHED, so a very long game's past
+    # still replays fewer than that many events; none is taken after (``_multiples_passed``).
+    # ~6 KB a game (docs/scaling.md, "Bytes per game"; tests/test_finished_snapshots.py).
+    KEPT_WHEN_FINISHED = 200
+
     LOCK_STRIPES = 256
     LIVE_GAMES = 500
     IMPORTED_CACHE = 10_000
@@ -264,6 +287,9 @@ class Store(Application[uuid.UUID]):
         recordings = super().save(*objs, **kwargs)
         events = [recording.domain_event for recording in recordings]
         self._take_snapshots_of({o.id: o for o in objs if isinstance(o, Aggregate)}, events)
+        for event in events:
+            if type(event) is GAME_FINISHED:
+                self._thin_out(event.originator_id)
         if self.on_recorded is not None:
             new: dict[uuid.UUID, list[dict[str, Any]]] = {}
             for event in events:
@@ -300,8 +326,42 @@ class Store(Application[uuid.UUID]):
                 continue
             interval = self.SNAPSHOT_INTERVALS.get(type(aggregate))
             if interval and event.originator_version % interval == 0:
+                if type(aggregate) is Game and aggregate.status == "finished":
+                    continue  # its past is read from its events (KEPT_WHEN_FINISHED)
                 passed.setdefault(event.originator_id, []).append(event.originator_version)
         return passed
+
+    def thin_out_finished(self, batch: int = 1000) -> int:
+        """Thin out the snapshots of every finished game (``_thin_out``), as a store written
+        before finished games were thinned out holds them all (``cantstop snapshots thin``):
+        the games it found finished. Safe while the service runs, and to run again."""
+        topic = get_topic(GAME_FINISHED)
+        found, start = 0, None
+        while True:
+            rows = self.recorder.select_notifications(
+                start, batch, topics=[topic], inclusive_of_start=False
+            )
+            for row in rows:
+                game_id = row.originator_id
+                self._thin_out(game_id if isinstance(game_id, uuid.UUID) else uuid.UUID(game_id))
+            found += len(rows)
+            if len(rows) < batch:
+                return found
+            start = rows[-1].id
+
+    def _thin_out(self, game_id: uuid.UUID) -> None:
+        """Delete the snapshots of a game that finished (its events are stored) but those at
+        multiples of KEPT_WHEN_FINISHED. A failure is logged, not raised: the snapshots left
+        are still right."""
+        recorder = self.snapshots.recorder if self.snapshots is not None else None
+        if not isinstance(
+            recorder, GuardedSQLiteAggregateRecorder | GuardedPostgresAggregateRecorder
+        ):
+            return
+        try:
+            recorder.thin_out(game_id, self.KEPT_WHEN_FINISHED)
+        except (ApplicationError, PersistenceError) as exc:
+            log.warning("game %s: its snapshots were not thinned out: %s", game_id, exc)
 
     @staticmethod
     def _snapshots_of(aggregates: Mapping[uuid.UUID, Any], ids: Collection[uuid.UUID]) -> list[Any]:
@@ -319,17 +379,21 @@ class Store(Application[uuid.UUID]):
         events = [event for aggregate in aggregates for event in aggregate.collect_events()]
         stored = [self.mapper.to_stored_event(e) for e in events]
         by_id = {a.id: a for a in aggregates}
-        due = self._snapshots_of(by_id, self._multiples_passed(by_id, events))
-        if not due:
+        passed = self._multiples_passed(by_id, events)
+        if not passed:  # 19 actions in 20
             self.recorder.insert_events(stored)
-            return
-        assert self.snapshots is not None
-        recorder = self.recorder  # the stores are SQLiteStore and PostgresStore (store.py)
-        assert isinstance(
-            recorder, GuardedSQLiteApplicationRecorder | GuardedPostgresApplicationRecorder
-        )
-        stored_snapshots = [self.mapper.to_stored_event(s) for s in due]
-        recorder.insert_with_snapshots(stored, self.snapshots.recorder, stored_snapshots)
+        else:
+            assert self.snapshots is not None
+            due = self._snapshots_of(by_id, passed)
+            recorder = self.recorder  # the stores are SQLiteStore and PostgresStore (store.py)
+            assert isinstance(
+                recorder, GuardedSQLiteApplicationRecorder | GuardedPostgresApplicationRecorder
+            )
+            stored_snapshots = [self.mapper.to_stored_event(s) for s in due]
+            recorder.insert_with_snapshots(stored, self.snapshots.recorder, stored_snapshots)
+        for event in events:
+            if type(event) is GAME_FINISHED:
+                self._thin_out(event.originator_id)
 
     def _tell(self, new: dict[uuid.UUID, list[dict[str, Any]]]) -> None:
         if self.on_recorded is None:

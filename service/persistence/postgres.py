@@ -489,6 +489,19 @@ class GuardedPostgresAggregateRecorder(AggregateRecorder):
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
             curs.execute(statement, params)
 
+    def thin_out(self, originator_id: uuid.UUID, keep_every: int) -> None:
+        """Delete the originator's rows but those at multiples of ``keep_every`` (snapshots a
+        finished game no longer needs: Store.KEPT_WHEN_FINISHED)."""
+        statement = (
+            f"DELETE FROM {self.table} WHERE originator_id = %s AND originator_version %% %s <> 0"
+        )
+
+        def delete() -> None:  # one statement on an autocommit connection: one round trip
+            with self.datastore.get_connection() as conn, conn.cursor() as curs:
+                curs.execute(statement, (originator_id, keep_every))
+
+        guarded(delete, breaker=self.breaker)
+
     def select_events(
         self,
         originator_id: uuid.UUID | str,

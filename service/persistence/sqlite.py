@@ -411,6 +411,22 @@ class GuardedSQLiteAggregateRecorder(AggregateRecorder):
         last = db.execute(statement, rows).lastrowid or 0
         return list(range(last - count + 1, last + 1))
 
+    def thin_out(self, originator_id: uuid.UUID, keep_every: int) -> None:
+        """Delete the originator's rows but those at multiples of ``keep_every`` (snapshots a
+        finished game no longer needs: Store.KEPT_WHEN_FINISHED)."""
+        statement = (
+            f"DELETE FROM {self.events_table_name} "
+            "WHERE originator_id=? AND originator_version % ? != 0"
+        )
+        params = (originator_id.hex, keep_every)
+        pool = self.datastore.pool
+
+        def delete() -> None:  # one statement on the writer's connection: its own transaction
+            with pool.writing(), _sqlite_errors():
+                pool.writer().execute(statement, params)
+
+        guarded(delete, breaker=self.breaker)
+
     def select_events(
         self,
         originator_id: uuid.UUID | str,

@@ -6,12 +6,18 @@ from __future__ import annotations
 import json
 import sqlite3
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 from flask import Flask
+from flask.testing import FlaskClient
 from psycopg import sql
+
+from service.config import Settings
+from service.http.app import create_app
+from tests.support.http import ok
 
 
 def json_fields(app: Flask, state: bytes) -> dict[str, Any]:
@@ -78,3 +84,33 @@ class StoredRows:
         body = json_fields(self.app, state)
         change(body)
         self.write(game_id, version, topic, json.dumps(body, separators=(",", ":")).encode())
+
+
+@contextmanager
+def served(url: str) -> Iterator[FlaskClient]:
+    """A client of a new app on the store at ``url``: nothing cached, every read from it."""
+    app = create_app(Settings(database_url=url), create_tables=True)
+    try:
+        yield app.test_client()
+    finally:
+        app.extensions["cantstop"].close()
+
+
+def answers(client: FlaskClient, game_id: str) -> dict[str, Any]:
+    """What the API serves of a game from its stored rows: state, past versions, events,
+    export, audit, record sheet."""
+    game = ok(client.get(f"/v1/games/{game_id}"))
+    paths = [
+        f"/v1/games/{game_id}",
+        f"/v1/games/{game_id}/events?limit=1000",
+        f"/v1/games/{game_id}/export",
+        f"/v1/games/{game_id}/audit",
+        f"/v1/games/{game_id}/record-sheet?seat=0",
+        *(f"/v1/games/{game_id}?version={v}" for v in range(1, game["version"] + 1, 7)),
+    ]
+    found = {}
+    for path in paths:
+        response = client.get(path)
+        assert response.status_code == 200, path
+        found[path] = response.get_data()
+    return found
