@@ -14,6 +14,7 @@ import sqlite3
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from eventsourcing.sqlite import SQLiteAggregateRecorder, SQLiteApplicationRecor
 from flask import Flask
 from flask.testing import FlaskClient
 from psycopg.conninfo import conninfo_to_dict
+from werkzeug.routing import MapAdapter
 
 from domain.commands import NewGame
 from domain.game import Game
@@ -492,3 +494,66 @@ def test_snapshots_of_an_imported_game_are_the_librarys(
         if not library:
             pytest.fail("the library would take no snapshot: the game is too short")
         assert ours == library
+
+
+# ------------------------------------------------------------------------------ HTTP routing
+ROUTED_PATHS = [
+    "/v1/games/0b7e5a44-8f7d-4a4c-9a53-1c1f2b3c4d5e/actions",
+    "/v1/games/import/actions",
+    "/v1/games/x/actions",
+    "/v1/games/%20/actions",
+    "/v1/games/caf\u00e9/actions",
+    "/v1/games/a b/actions",
+    "/v1/games//actions",
+    "//v1/games/x/actions",
+    "/v1/games/x/actions/",
+    "/v1/games/x/y/actions",
+    "/v1/games/x/actions/x",
+    "/v1/games/x/actionsx",
+    "/v1/games/x",
+    "/v1/games/import",
+    "/v1/games",
+    "/v1/games/x/events",
+    "/V1/games/x/actions",
+    "/nothing",
+]
+
+
+def routed(app: Flask, path: str, method: str, general: bool) -> Any:
+    """What routing gives (rule and arguments, or the exception raised) for the request."""
+    environ = {
+        "REQUEST_METHOD": method,
+        "PATH_INFO": path,
+        "QUERY_STRING": "",
+        "SERVER_NAME": "127.0.0.1",
+        "SERVER_PORT": "8000",
+        "HTTP_HOST": "127.0.0.1:8000",
+        "SCRIPT_NAME": "",
+        "wsgi.url_scheme": "http",
+    }
+    adapter = app.url_map.bind_to_environ(environ, server_name=None, subdomain="")
+    match: Any = partial(MapAdapter.match, adapter) if general else adapter.match
+    try:
+        rule, args = match(return_rule=True)
+    except Exception as exc:  # a refusal: NotFound, MethodNotAllowed (with its Allow)
+        return type(exc).__name__, getattr(exc, "valid_methods", None)
+    return rule.rule, rule.endpoint, sorted(rule.methods or ()), dict(args)
+
+
+@pytest.mark.parametrize("method", ["POST", "GET", "OPTIONS", "DELETE"])
+def test_action_route_matches_as_werkzeugs_matcher(
+    app: Flask, method: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The action's request is matched by one regular expression (http/app.py ``ActionFirst``):
+    every path, the action's and its near misses, routes as Werkzeug's own matcher routes it."""
+    assert app.url_map.action_rule() is not None  # type: ignore[attr-defined]
+    for path in ROUTED_PATHS:
+        assert routed(app, path, method, general=False) == routed(
+            app, path, method, general=True
+        ), path
+
+    def unused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the general matcher ran")
+
+    monkeypatch.setattr(MapAdapter, "match", unused)  # the fast path is the one that runs
+    assert routed(app, ROUTED_PATHS[0], "POST", general=False)[1] == "games.act"
