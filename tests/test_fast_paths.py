@@ -557,3 +557,62 @@ def test_action_route_matches_as_werkzeugs_matcher(
 
     monkeypatch.setattr(MapAdapter, "match", unused)  # the fast path is the one that runs
     assert routed(app, ROUTED_PATHS[0], "POST", general=False)[1] == "games.act"
+
+
+def served(response: Any, method: str) -> tuple[str, list[tuple[str, str]], bytes, bool]:
+    """What the server is handed: status, headers, body, and whether ``close`` ran."""
+    closed: list[bool] = []
+    response.call_on_close(lambda: closed.append(True))
+    started: list[Any] = []
+    environ = {
+        "REQUEST_METHOD": method,
+        "PATH_INFO": "/v1/games/x/actions",
+        "SERVER_NAME": "127.0.0.1",
+        "SERVER_PORT": "8000",
+        "HTTP_HOST": "127.0.0.1:8000",
+        "wsgi.url_scheme": "http",
+    }
+    chunks = response(
+        environ, lambda status, headers, exc_info=None: started.append((status, headers))
+    )
+    body = b"".join(chunks)
+    chunks.close()
+    [(status, headers)] = started
+    return status, headers, body, closed == [True]
+
+
+@pytest.mark.parametrize("method", ["POST", "GET", "HEAD"])
+@pytest.mark.parametrize(
+    ("status", "headers"),
+    [
+        (200, {"ETag": '"7"'}),
+        (200, {}),
+        (201, {"Location": "/v1/games/caf\u00e9"}),
+        (201, {"Content-Location": "/v1/x y"}),
+        (204, {}),
+        (304, {"ETag": '"7"'}),
+        (404, {}),
+        (409, {"Retry-After": "1"}),
+    ],
+)
+def test_answers_are_handed_over_as_werkzeugs(
+    method: str, status: int, headers: dict[str, str]
+) -> None:
+    """A JSON answer (http/core.py ``Answer``) reaches the server with the same status,
+    headers and body as Flask's own response, and its ``close`` runs."""
+    from flask import Response
+
+    from service.http.core import Answer, Body
+
+    payload = b'{"game": {"id": "x"}}'
+    ours, theirs = (
+        kind(payload, status, headers=headers, content_type="application/json")
+        for kind in (Answer, Response)
+    )
+    fast = 200 <= status < 300 and status != 204 and method != "HEAD"
+    assert isinstance(ours.get_app_iter({"REQUEST_METHOD": method}), Body) == fast
+    assert served(ours, method) == served(theirs, method)
+    stream = Answer(iter([payload]), status, content_type="application/json")
+    assert served(stream, method) == served(
+        Response(iter([payload]), status, content_type="application/json"), method
+    )
