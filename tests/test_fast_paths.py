@@ -616,3 +616,43 @@ def test_answers_are_handed_over_as_werkzeugs(
     assert served(stream, method) == served(
         Response(iter([payload]), status, content_type="application/json"), method
     )
+
+
+def test_bound_maps_are_werkzeugs(app: Flask) -> None:
+    """The map binds each request (http/app.py ``Routes``, the site's part kept once worked
+    out) to the same host, script name, subdomain, scheme, path, method and query as Werkzeug's
+    own binding, for requests of several sites in turn."""
+    from werkzeug.routing import Map
+
+    fields = (
+        "server_name",
+        "script_name",
+        "subdomain",
+        "url_scheme",
+        "path_info",
+        "default_method",
+        "query_args",
+        "websocket",
+    )
+    sites = [
+        {"HTTP_HOST": "127.0.0.1:8000"},
+        {"HTTP_HOST": "Example.COM:80"},
+        {"HTTP_HOST": "example.com:443", "wsgi.url_scheme": "https"},
+        {"SERVER_NAME": "srv", "SERVER_PORT": "8080"},
+        {"HTTP_HOST": "h", "SCRIPT_NAME": "/mounted"},
+        {"HTTP_HOST": "h", "HTTP_CONNECTION": "keep-alive, Upgrade", "HTTP_UPGRADE": "websocket"},
+        {"HTTP_HOST": "b\u00fccher.example"},
+    ]
+    requests = [
+        {"REQUEST_METHOD": "POST", "PATH_INFO": "/v1/games/x/actions", "QUERY_STRING": ""},
+        {"REQUEST_METHOD": "GET", "PATH_INFO": "/v1/games/caf\u00c3\u00a9", "QUERY_STRING": "a=1"},
+        {"REQUEST_METHOD": "GET"},
+    ]
+    for _ in range(2):  # the second time round, every site is known
+        for site in sites:
+            for request in requests:
+                environ = {"wsgi.url_scheme": "http", "SERVER_NAME": "s", "SERVER_PORT": "80"}
+                environ |= site | request
+                ours = app.url_map.bind_to_environ(environ, server_name=None, subdomain="")
+                theirs = Map.bind_to_environ(app.url_map, environ, None, "")
+                assert [getattr(ours, f) for f in fields] == [getattr(theirs, f) for f in fields]

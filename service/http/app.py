@@ -79,14 +79,62 @@ ACTION_RULE = "/v1/games/<game_id>/actions"  # http/games.py ``act``
 ACTION_PATH = re.compile(r"/v1/games/([^/]+)/actions")  # what that rule's segment matches
 
 
+SITES_KEPT = 64  # bindings of distinct sites (Host, scheme, script name) kept by a map
+
+
+def wsgi_text(value: str) -> str:
+    """A WSGI environ's text as Werkzeug reads it (latin-1 code units of UTF-8 bytes)."""
+    return value.encode("latin1").decode(errors="replace")
+
+
 class Routes(Map):
     """Werkzeug's map, whose adapters match an action's request (the hot path) by one regular
-    expression before the general matcher (``ActionFirst``)."""
+    expression before the general matcher (``ActionFirst``), and are bound to a request with
+    what its site binds to worked out once per site: Werkzeug works out the host, scheme,
+    subdomain and script name afresh for every request, the same each time."""
 
     action: Rule | None = None  # the action's rule, once looked up; None: no fast path
 
-    def bind_to_environ(self, *args: Any, **kwargs: Any) -> MapAdapter:
-        return ActionFirst(super().bind_to_environ(*args, **kwargs))
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sites: dict[tuple[Any, ...], tuple[str, str, str | None, str]] = {}
+
+    def bind_to_environ(
+        self, environ: Any, server_name: str | None = None, subdomain: str | None = None
+    ) -> MapAdapter:
+        env = getattr(environ, "environ", environ)  # a request, or its environ (as Werkzeug)
+        get = env.get
+        site = (
+            server_name,
+            subdomain,
+            get("wsgi.url_scheme"),
+            get("HTTP_HOST"),
+            get("SERVER_NAME"),
+            get("SERVER_PORT"),
+            get("SCRIPT_NAME"),
+            get("HTTP_CONNECTION"),
+            get("HTTP_UPGRADE"),
+        )  # all that Werkzeug's binding reads but the path, the query and the method
+        bound = self.sites.get(site)
+        if bound is None:
+            adapter = super().bind_to_environ(environ, server_name, subdomain)
+            if len(self.sites) >= SITES_KEPT:
+                self.sites.clear()
+            self.sites[site] = (
+                adapter.server_name,
+                adapter.script_name,
+                adapter.subdomain,
+                adapter.url_scheme,
+            )
+            path, query = adapter.path_info, adapter.query_args
+        else:
+            path = get("PATH_INFO")
+            path = "/" if path is None else wsgi_text(path)
+            query = get("QUERY_STRING")
+            if query is not None:
+                query = wsgi_text(query)
+        host, script, sub, scheme = self.sites[site]
+        return ActionFirst(self, host, script, sub, scheme, path, env["REQUEST_METHOD"], query)
 
     def action_rule(self) -> Rule | None:
         """The action's rule, if the fast path gives exactly what the general matcher would:
@@ -118,9 +166,6 @@ class ActionFirst(MapAdapter):
     expression: the same rule and arguments as Werkzeug's state machine, which walks the map's
     tree of 76 rules part by part (docs/performance.md, levers). Anything else, including an
     action's path with another method, goes the general way."""
-
-    def __init__(self, bound: MapAdapter) -> None:  # the same fields as ``bound``
-        vars(self).update(vars(bound))
 
     def match(
         self,
