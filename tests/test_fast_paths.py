@@ -656,3 +656,32 @@ def test_bound_maps_are_werkzeugs(app: Flask) -> None:
                 ours = app.url_map.bind_to_environ(environ, server_name=None, subdomain="")
                 theirs = Map.bind_to_environ(app.url_map, environ, None, "")
                 assert [getattr(ours, f) for f in fields] == [getattr(theirs, f) for f in fields]
+
+
+def test_request_hooks_run_once_registered(app: Flask) -> None:
+    """Flask's request hooks are skipped while nothing is registered to them (http/app.py
+    ``App``); once something is, it runs as Flask runs it, the teardowns with the error."""
+    from flask import appcontext_tearing_down, request_tearing_down
+
+    seen: list[str] = []
+    app.url_value_preprocessor(lambda endpoint, values: seen.append(f"values {endpoint}"))
+    app.before_request(lambda: seen.append("before"))
+    app.teardown_request(lambda exc: seen.append(f"teardown {exc!r}"))
+    app.teardown_appcontext(lambda exc: seen.append(f"app teardown {exc!r}"))
+
+    def told(sender: Any, **extra: Any) -> None:
+        seen.append(f"signal {extra.get('exc')!r}")
+
+    with (
+        request_tearing_down.connected_to(told, app),
+        appcontext_tearing_down.connected_to(told, app),
+    ):
+        assert app.test_client().get("/healthz").status_code == 200
+    assert seen == [
+        "values meta.healthz",
+        "before",
+        "teardown None",
+        "signal None",
+        "app teardown None",
+        "signal None",
+    ]
