@@ -7,6 +7,7 @@ application below them.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from flask import Flask, Request, Response, request
@@ -202,12 +203,27 @@ class App(Flask):
 
     url_map_class = Routes
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.synced_views: dict[Callable[..., Any], Callable[..., Any]] = {}  # view: as called
+
     def dispatch_request(self) -> ResponseReturnValue:
+        """Flask's, written out on the request object taken once, each view's ``ensure_sync``
+        (a check of its code's flags) worked out once per view, not per request."""
         req = this_request()
+        if req.routing_exception is not None:
+            self.raise_routing_exception(req)
         refusal = getattr(req, "refusal", None)  # (a request class of our own has it)
-        if refusal is not None and req.routing_exception is None:
+        if refusal is not None:
             raise refusal
-        return super().dispatch_request()
+        rule: Any = req.url_rule
+        if getattr(rule, "provide_automatic_options", False) and req.method == "OPTIONS":
+            return self.make_default_options_response()
+        view = self.view_functions[rule.endpoint]
+        call = self.synced_views.get(view)
+        if call is None:
+            call = self.synced_views[view] = self.ensure_sync(view)
+        return call(**(req.view_args or {}))  # type: ignore[no-any-return]
 
     # Flask's request hooks, run only when something is registered to them: with nothing
     # registered each still works out the request's blueprints, walks its lists and sends its
