@@ -685,3 +685,27 @@ def test_request_hooks_run_once_registered(app: Flask) -> None:
         "app teardown None",
         "signal None",
     ]
+
+
+def test_more_sites_than_kept_bind_as_werkzeugs(app: Flask) -> None:
+    """Past the sites a map keeps (``SITES_KEPT``), it forgets them and binds each request
+    as Werkzeug does, from threads at once too."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from werkzeug.routing import Map
+
+    from service.http.app import SITES_KEPT
+
+    def bind(host: int) -> None:
+        environ = {
+            "wsgi.url_scheme": "http",
+            "HTTP_HOST": f"host-{host}.example:8000",
+            "REQUEST_METHOD": "POST",
+            "PATH_INFO": "/v1/games/x/actions",
+        }
+        ours = app.url_map.bind_to_environ(environ, server_name=None, subdomain="")
+        theirs = Map.bind_to_environ(app.url_map, environ, None, "")
+        assert vars(ours) == vars(theirs)
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(bind, [n % (SITES_KEPT * 3) for n in range(SITES_KEPT * 12)]))

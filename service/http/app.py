@@ -119,14 +119,15 @@ class Routes(Map):
         bound = self.sites.get(site)
         if bound is None:
             adapter = super().bind_to_environ(environ, server_name, subdomain)
-            if len(self.sites) >= SITES_KEPT:
-                self.sites.clear()
-            self.sites[site] = (
+            bound = (
                 adapter.server_name,
                 adapter.script_name,
                 adapter.subdomain,
                 adapter.url_scheme,
             )
+            if len(self.sites) >= SITES_KEPT:
+                self.sites.clear()
+            self.sites[site] = bound
             path, query = adapter.path_info, adapter.query_args
         else:
             path = get("PATH_INFO")
@@ -134,7 +135,7 @@ class Routes(Map):
             query = get("QUERY_STRING")
             if query is not None:
                 query = wsgi_text(query)
-        host, script, sub, scheme = self.sites[site]
+        host, script, sub, scheme = bound  # (never read back: another thread may clear them)
         return ActionFirst(self, host, script, sub, scheme, path, env["REQUEST_METHOD"], query)
 
     def action_rule(self) -> Rule | None:
