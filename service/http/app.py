@@ -95,6 +95,7 @@ class Routes(Map):
     subdomain and script name afresh for every request, the same each time."""
 
     action: Rule | None = None  # the action's rule, once looked up; None: no fast path
+    looked = False  # looked up (at the first request's match: the rules are all added by then)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -142,7 +143,8 @@ class Routes(Map):
         """The action's rule, if the fast path gives exactly what the general matcher would:
         a rule of its own endpoint, with no defaults, no redirect, no host or subdomain, and
         its segment by the default converter (any text without a slash)."""
-        if self.action is None:
+        if not self.looked:
+            self.looked = True
             rules = [r for r in self.iter_rules() if r.rule == ACTION_RULE]
             if len(rules) == 1 and len(list(self.iter_rules(rules[0].endpoint))) == 1:
                 rule = rules[0]
