@@ -14,6 +14,7 @@ import sqlite3
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from eventsourcing.sqlite import SQLiteAggregateRecorder, SQLiteApplicationRecor
 from flask import Flask
 from flask.testing import FlaskClient
 from psycopg.conninfo import conninfo_to_dict
+from werkzeug.routing import MapAdapter
 
 from domain.commands import NewGame
 from domain.game import Game
@@ -492,3 +494,218 @@ def test_snapshots_of_an_imported_game_are_the_librarys(
         if not library:
             pytest.fail("the library would take no snapshot: the game is too short")
         assert ours == library
+
+
+# ------------------------------------------------------------------------------ HTTP routing
+ROUTED_PATHS = [
+    "/v1/games/0b7e5a44-8f7d-4a4c-9a53-1c1f2b3c4d5e/actions",
+    "/v1/games/import/actions",
+    "/v1/games/x/actions",
+    "/v1/games/%20/actions",
+    "/v1/games/caf\u00e9/actions",
+    "/v1/games/a b/actions",
+    "/v1/games//actions",
+    "//v1/games/x/actions",
+    "/v1/games/x/actions/",
+    "/v1/games/x/y/actions",
+    "/v1/games/x/actions/x",
+    "/v1/games/x/actionsx",
+    "/v1/games/x",
+    "/v1/games/import",
+    "/v1/games",
+    "/v1/games/x/events",
+    "/V1/games/x/actions",
+    "/nothing",
+]
+
+
+def routed(app: Flask, path: str, method: str, general: bool) -> Any:
+    """What routing gives (rule and arguments, or the exception raised) for the request."""
+    environ = {
+        "REQUEST_METHOD": method,
+        "PATH_INFO": path,
+        "QUERY_STRING": "",
+        "SERVER_NAME": "127.0.0.1",
+        "SERVER_PORT": "8000",
+        "HTTP_HOST": "127.0.0.1:8000",
+        "SCRIPT_NAME": "",
+        "wsgi.url_scheme": "http",
+    }
+    adapter = app.url_map.bind_to_environ(environ, server_name=None, subdomain="")
+    match: Any = partial(MapAdapter.match, adapter) if general else adapter.match
+    try:
+        rule, args = match(return_rule=True)
+    except Exception as exc:  # a refusal: NotFound, MethodNotAllowed (with its Allow)
+        return type(exc).__name__, getattr(exc, "valid_methods", None)
+    return rule.rule, rule.endpoint, sorted(rule.methods or ()), dict(args)
+
+
+@pytest.mark.parametrize("method", ["POST", "GET", "OPTIONS", "DELETE"])
+def test_action_route_matches_as_werkzeugs_matcher(
+    app: Flask, method: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The action's request is matched by one regular expression (http/app.py ``ActionFirst``):
+    every path, the action's and its near misses, routes as Werkzeug's own matcher routes it."""
+    assert app.url_map.action_rule() is not None  # type: ignore[attr-defined]
+    for path in ROUTED_PATHS:
+        assert routed(app, path, method, general=False) == routed(
+            app, path, method, general=True
+        ), path
+
+    def unused(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the general matcher ran")
+
+    monkeypatch.setattr(MapAdapter, "match", unused)  # the fast path is the one that runs
+    assert routed(app, ROUTED_PATHS[0], "POST", general=False)[1] == "games.act"
+
+
+def served(response: Any, method: str) -> tuple[str, list[tuple[str, str]], bytes, bool]:
+    """What the server is handed: status, headers, body, and whether ``close`` ran."""
+    closed: list[bool] = []
+    response.call_on_close(lambda: closed.append(True))
+    started: list[Any] = []
+    environ = {
+        "REQUEST_METHOD": method,
+        "PATH_INFO": "/v1/games/x/actions",
+        "SERVER_NAME": "127.0.0.1",
+        "SERVER_PORT": "8000",
+        "HTTP_HOST": "127.0.0.1:8000",
+        "wsgi.url_scheme": "http",
+    }
+    chunks = response(
+        environ, lambda status, headers, exc_info=None: started.append((status, headers))
+    )
+    body = b"".join(chunks)
+    chunks.close()
+    [(status, headers)] = started
+    return status, headers, body, closed == [True]
+
+
+@pytest.mark.parametrize("method", ["POST", "GET", "HEAD"])
+@pytest.mark.parametrize(
+    ("status", "headers"),
+    [
+        (200, {"ETag": '"7"'}),
+        (200, {}),
+        (201, {"Location": "/v1/games/caf\u00e9"}),
+        (201, {"Content-Location": "/v1/x y"}),
+        (204, {}),
+        (304, {"ETag": '"7"'}),
+        (404, {}),
+        (409, {"Retry-After": "1"}),
+    ],
+)
+def test_answers_are_handed_over_as_werkzeugs(
+    method: str, status: int, headers: dict[str, str]
+) -> None:
+    """A JSON answer (http/core.py ``Answer``) reaches the server with the same status,
+    headers and body as Flask's own response, and its ``close`` runs."""
+    from flask import Response
+
+    from service.http.core import Answer, Body
+
+    payload = b'{"game": {"id": "x"}}'
+    ours, theirs = (
+        kind(payload, status, headers=headers, content_type="application/json")
+        for kind in (Answer, Response)
+    )
+    fast = 200 <= status < 300 and status != 204 and method != "HEAD"
+    assert isinstance(ours.get_app_iter({"REQUEST_METHOD": method}), Body) == fast
+    assert served(ours, method) == served(theirs, method)
+    stream = Answer(iter([payload]), status, content_type="application/json")
+    assert served(stream, method) == served(
+        Response(iter([payload]), status, content_type="application/json"), method
+    )
+
+
+def test_bound_maps_are_werkzeugs(app: Flask) -> None:
+    """The map binds each request (http/app.py ``Routes``, the site's part kept once worked
+    out) to the same host, script name, subdomain, scheme, path, method and query as Werkzeug's
+    own binding, for requests of several sites in turn."""
+    from werkzeug.routing import Map
+
+    fields = (
+        "server_name",
+        "script_name",
+        "subdomain",
+        "url_scheme",
+        "path_info",
+        "default_method",
+        "query_args",
+        "websocket",
+    )
+    sites = [
+        {"HTTP_HOST": "127.0.0.1:8000"},
+        {"HTTP_HOST": "Example.COM:80"},
+        {"HTTP_HOST": "example.com:443", "wsgi.url_scheme": "https"},
+        {"SERVER_NAME": "srv", "SERVER_PORT": "8080"},
+        {"HTTP_HOST": "h", "SCRIPT_NAME": "/mounted"},
+        {"HTTP_HOST": "h", "HTTP_CONNECTION": "keep-alive, Upgrade", "HTTP_UPGRADE": "websocket"},
+        {"HTTP_HOST": "b\u00fccher.example"},
+    ]
+    requests = [
+        {"REQUEST_METHOD": "POST", "PATH_INFO": "/v1/games/x/actions", "QUERY_STRING": ""},
+        {"REQUEST_METHOD": "GET", "PATH_INFO": "/v1/games/caf\u00c3\u00a9", "QUERY_STRING": "a=1"},
+        {"REQUEST_METHOD": "GET"},
+    ]
+    for _ in range(2):  # the second time round, every site is known
+        for site in sites:
+            for request in requests:
+                environ = {"wsgi.url_scheme": "http", "SERVER_NAME": "s", "SERVER_PORT": "80"}
+                environ |= site | request
+                ours = app.url_map.bind_to_environ(environ, server_name=None, subdomain="")
+                theirs = Map.bind_to_environ(app.url_map, environ, None, "")
+                assert [getattr(ours, f) for f in fields] == [getattr(theirs, f) for f in fields]
+
+
+def test_request_hooks_run_once_registered(app: Flask) -> None:
+    """Flask's request hooks are skipped while nothing is registered to them (http/app.py
+    ``App``); once something is, it runs as Flask runs it, the teardowns with the error."""
+    from flask import appcontext_tearing_down, request_tearing_down
+
+    seen: list[str] = []
+    app.url_value_preprocessor(lambda endpoint, values: seen.append(f"values {endpoint}"))
+    app.before_request(lambda: seen.append("before"))
+    app.teardown_request(lambda exc: seen.append(f"teardown {exc!r}"))
+    app.teardown_appcontext(lambda exc: seen.append(f"app teardown {exc!r}"))
+
+    def told(sender: Any, **extra: Any) -> None:
+        seen.append(f"signal {extra.get('exc')!r}")
+
+    with (
+        request_tearing_down.connected_to(told, app),
+        appcontext_tearing_down.connected_to(told, app),
+    ):
+        assert app.test_client().get("/healthz").status_code == 200
+    assert seen == [
+        "values meta.healthz",
+        "before",
+        "teardown None",
+        "signal None",
+        "app teardown None",
+        "signal None",
+    ]
+
+
+def test_more_sites_than_kept_bind_as_werkzeugs(app: Flask) -> None:
+    """Past the sites a map keeps (``SITES_KEPT``), it forgets them and binds each request
+    as Werkzeug does, from threads at once too."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from werkzeug.routing import Map
+
+    from service.http.app import SITES_KEPT
+
+    def bind(host: int) -> None:
+        environ = {
+            "wsgi.url_scheme": "http",
+            "HTTP_HOST": f"host-{host}.example:8000",
+            "REQUEST_METHOD": "POST",
+            "PATH_INFO": "/v1/games/x/actions",
+        }
+        ours = app.url_map.bind_to_environ(environ, server_name=None, subdomain="")
+        theirs = Map.bind_to_environ(app.url_map, environ, None, "")
+        assert vars(ours) == vars(theirs)
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(bind, [n % (SITES_KEPT * 3) for n in range(SITES_KEPT * 12)]))

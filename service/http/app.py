@@ -6,10 +6,16 @@ application below them.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
+from typing import Any
+
 from flask import Flask, Request, Response, request
 from flask.sessions import NullSession, SessionInterface, SessionMixin
+from flask.signals import appcontext_tearing_down, request_tearing_down
 from flask.typing import ResponseReturnValue
 from flask_cors import CORS
+from werkzeug.routing import Map, MapAdapter, Rule, UnicodeConverter
 
 from service.config import Settings
 from service.http import limits, meta, metrics
@@ -70,18 +76,173 @@ class NoSessions(SessionInterface):
         return None
 
 
+ACTION_RULE = "/v1/games/<game_id>/actions"  # http/games.py ``act``
+ACTION_PATH = re.compile(r"/v1/games/([^/]+)/actions")  # what that rule's segment matches
+
+
+SITES_KEPT = 64  # bindings of distinct sites (Host, scheme, script name) kept by a map
+
+
+def wsgi_text(value: str) -> str:
+    """A WSGI environ's text as Werkzeug reads it (latin-1 code units of UTF-8 bytes)."""
+    return value.encode("latin1").decode(errors="replace")
+
+
+class Routes(Map):
+    """Werkzeug's map, whose adapters match an action's request (the hot path) by one regular
+    expression before the general matcher (``ActionFirst``), and are bound to a request with
+    what its site binds to worked out once per site: Werkzeug works out the host, scheme,
+    subdomain and script name afresh for every request, the same each time."""
+
+    action: Rule | None = None  # the action's rule, once looked up; None: no fast path
+    looked = False  # looked up (at the first request's match: the rules are all added by then)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sites: dict[tuple[Any, ...], tuple[str, str, str | None, str]] = {}
+
+    def bind_to_environ(
+        self, environ: Any, server_name: str | None = None, subdomain: str | None = None
+    ) -> MapAdapter:
+        env = getattr(environ, "environ", environ)  # a request, or its environ (as Werkzeug)
+        get = env.get
+        site = (
+            server_name,
+            subdomain,
+            get("wsgi.url_scheme"),
+            get("HTTP_HOST"),
+            get("SERVER_NAME"),
+            get("SERVER_PORT"),
+            get("SCRIPT_NAME"),
+            get("HTTP_CONNECTION"),
+            get("HTTP_UPGRADE"),
+        )  # all that Werkzeug's binding reads but the path, the query and the method
+        bound = self.sites.get(site)
+        if bound is None:
+            adapter = super().bind_to_environ(environ, server_name, subdomain)
+            bound = (
+                adapter.server_name,
+                adapter.script_name,
+                adapter.subdomain,
+                adapter.url_scheme,
+            )
+            if len(self.sites) >= SITES_KEPT:
+                self.sites.clear()
+            self.sites[site] = bound
+            path, query = adapter.path_info, adapter.query_args
+        else:
+            path = get("PATH_INFO")
+            path = "/" if path is None else wsgi_text(path)
+            query = get("QUERY_STRING")
+            if query is not None:
+                query = wsgi_text(query)
+        host, script, sub, scheme = bound  # (never read back: another thread may clear them)
+        return ActionFirst(self, host, script, sub, scheme, path, env["REQUEST_METHOD"], query)
+
+    def action_rule(self) -> Rule | None:
+        """The action's rule, if the fast path gives exactly what the general matcher would:
+        a rule of its own endpoint, with no defaults, no redirect, no host or subdomain, and
+        its segment by the default converter (any text without a slash)."""
+        if not self.looked:
+            self.looked = True
+            rules = [r for r in self.iter_rules() if r.rule == ACTION_RULE]
+            if len(rules) == 1 and len(list(self.iter_rules(rules[0].endpoint))) == 1:
+                rule = rules[0]
+                plain = (
+                    not rule.defaults
+                    and rule.redirect_to is None
+                    and not rule.host
+                    and not rule.subdomain
+                    and not rule.websocket
+                    and not self.host_matching
+                    and rule.methods is not None
+                    and "POST" in rule.methods
+                    and rule.arguments == {"game_id"}
+                    and self.converters.get("default") is UnicodeConverter  # [^/]{1,}
+                )
+                if plain:
+                    self.action = rule
+        return self.action
+
+
+class ActionFirst(MapAdapter):
+    """A bound map (``Routes``) that matches ``POST /v1/games/<game_id>/actions`` by a regular
+    expression: the same rule and arguments as Werkzeug's state machine, which walks the map's
+    tree of 76 rules part by part (docs/performance.md, levers). Anything else, including an
+    action's path with another method, goes the general way."""
+
+    def match(
+        self,
+        path_info: str | None = None,
+        method: str | None = None,
+        return_rule: bool = False,
+        query_args: Any = None,
+        websocket: bool | None = None,
+    ) -> Any:
+        if (
+            return_rule
+            and path_info is None
+            and method is None
+            and websocket is None
+            and self.default_method == "POST"
+            and not self.websocket
+            and not self.subdomain
+        ):
+            found = ACTION_PATH.fullmatch(self.path_info)
+            if found is not None:
+                routes = self.map
+                rule = routes.action_rule() if isinstance(routes, Routes) else None
+                if rule is not None:
+                    return rule, {"game_id": found[1]}
+        general: Any = super().match
+        return general(path_info, method, return_rule, query_args, websocket)
+
+
 class App(Flask):
     """Flask, answering OPTIONS (without CORS) with 204 and ``Allow``: Flask's own answer is
     an empty 200 labelled text/html; and raising a request's own refusal (``request_class``:
     a doubled slash, an over-long request line or header block) in place of its view, once
     routing has found the route (a path that names nothing is 404 first, as in Flask)."""
 
+    url_map_class = Routes
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.synced_views: dict[Callable[..., Any], Callable[..., Any]] = {}  # view: as called
+
     def dispatch_request(self) -> ResponseReturnValue:
+        """Flask's, written out on the request object taken once, each view's ``ensure_sync``
+        (a check of its code's flags) worked out once per view, not per request."""
         req = this_request()
+        if req.routing_exception is not None:
+            self.raise_routing_exception(req)
         refusal = getattr(req, "refusal", None)  # (a request class of our own has it)
-        if refusal is not None and req.routing_exception is None:
+        if refusal is not None:
             raise refusal
-        return super().dispatch_request()
+        rule: Any = req.url_rule
+        if getattr(rule, "provide_automatic_options", False) and req.method == "OPTIONS":
+            return self.make_default_options_response()
+        view = self.view_functions[rule.endpoint]
+        call = self.synced_views.get(view)
+        if call is None:
+            call = self.synced_views[view] = self.ensure_sync(view)
+        return call(**(req.view_args or {}))  # type: ignore[no-any-return]
+
+    # Flask's request hooks, run only when something is registered to them: with nothing
+    # registered each still works out the request's blueprints, walks its lists and sends its
+    # signal to nobody, on every request (docs/performance.md, levers).
+    def preprocess_request(self) -> ResponseReturnValue | None:
+        if self.before_request_funcs or self.url_value_preprocessors:
+            return super().preprocess_request()
+        return None
+
+    def do_teardown_request(self, *exc: BaseException | None) -> None:
+        if self.teardown_request_funcs or request_tearing_down.receivers:
+            super().do_teardown_request(*exc)
+
+    def do_teardown_appcontext(self, *exc: BaseException | None) -> None:
+        if self.teardown_appcontext_funcs or appcontext_tearing_down.receivers:
+            super().do_teardown_appcontext(*exc)
 
     def make_default_options_response(self) -> Response:
         response = super().make_default_options_response()
