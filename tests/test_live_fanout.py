@@ -7,7 +7,7 @@ cannot take a direct write is dropped.
 A busy feed writes at most once per ``FLUSH_GAP``.
 
 The feed and streams run on a real asyncio loop, over a store of synthetic events that grows as
-events are "recorded"; the hub is a small one of the test's own that implements what the
+events are "recorded"; the hub is bench/fanout.py's small one, which implements what the
 streams need of it (the ``Hub`` protocol of service/live/streams.py), and the sink records each
 write as it comes (the ``Sink`` interface of service/live/sinks.py).
 """
@@ -17,24 +17,25 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.fanout import Hub
 from service.live import streams as streams_module
 from service.live.sinks import ClientGone, Sink
 from service.live.streams import Envelope, Feed, LiveConfig, Stream
 
 
-class LoopHub:
-    """What the streams need of a hub, on the running loop."""
+class LoopHub(Hub):
+    """What the streams need of a hub, on the running loop (bench/fanout.py's), with each read
+    of the store taking a turn of the loop and the streams that ended kept."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.config = LiveConfig(keepalive=30.0)
-        self.tasks: set[asyncio.Task[Any]] = set()
         self.gone: list[Stream] = []
 
     async def read(self, feed: Feed, after: int, limit: int) -> list[Envelope]:
@@ -43,21 +44,7 @@ class LoopHub:
 
     def left(self, stream: Stream) -> None:
         self.gone.append(stream)
-        stream.feed.streams.discard(stream)
-
-    def release(self, stream: Stream) -> None:
-        pass
-
-    def spawn(self, coroutine: Coroutine[Any, Any, Any]) -> None:
-        task = asyncio.ensure_future(coroutine)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-
-    def call(self, function: Callable[..., Any], *args: Any) -> None:
-        self.spawn(function(*args))
-
-    def call_soon(self, function: Callable[..., Any], *args: Any) -> None:
-        asyncio.get_running_loop().call_soon(function, *args)
+        super().left(stream)
 
 
 class RecordingSink(Sink):
