@@ -12,7 +12,6 @@ vendored axe-core.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Iterator
@@ -23,13 +22,23 @@ from playwright.sync_api import Browser, Page, ViewportSize, expect
 
 from service.http.pages import game_summary, pool_text
 from service.http.pages.charts import nice_step, rating_chart
-from tests.support.browser import ACCESS_LOG, Server, Watch, axe, context, shot, started_server
+from tests.support.browser import (
+    ACCESS_LOG,
+    PASSWORD,
+    Server,
+    Watch,
+    axe,
+    context,
+    kept_account,
+    shot,
+    sign_up,
+    started_server,
+)
 from tests.support.http import send
 from tests.support.polling import poll
 
 CHOICE = re.compile(r"^(Roll|Stop|Move \d+( and \d+)?)$")
 STEP_TIMEOUT = 45  # seconds for one step of a game (a computer player's whole turn included)
-PASSWORD = "correct horse battery"
 ONE_COLUMN = "2 players · 1 column to win · 6-sided dice"
 BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 
@@ -46,12 +55,6 @@ def game_id_of(page: Page) -> str:
     match = re.search(r"/games/([0-9a-f-]{36})", page.url)
     assert match, page.url
     return match.group(1)
-
-
-def kept_account(page: Page) -> dict[str, Any] | None:
-    """What the browser keeps of its sign-in (api.js: localStorage ``cantstop:account``)."""
-    raw = page.evaluate("localStorage.getItem('cantstop:account')")
-    return None if raw is None else dict(json.loads(raw))
 
 
 def board_version(page: Page) -> int:
@@ -100,21 +103,6 @@ def play_to_the_end(page: Page) -> int:
         actions += 1
         assert actions < 400, "the game does not end"
     return actions
-
-
-def sign_up(page: Page, handle: str) -> str:
-    """Sign up on the account page; the personal token the browser keeps."""
-    page.goto("/account")
-    form = page.get_by_role("form", name="Sign up")
-    form.get_by_label("Handle").fill(handle)
-    form.get_by_label("Password").fill(PASSWORD)
-    form.get_by_role("button", name="Sign up").click()
-    expect(page.get_by_role("heading", name=f"Signed in as {handle}")).to_be_visible()
-    kept = kept_account(page)
-    assert kept is not None and kept["handle"] == handle
-    token = kept["token"]
-    assert isinstance(token, str) and token.startswith("cst_")
-    return token
 
 
 def rated_game_lost_at_once(server: Server, token: str, handle: str) -> str:

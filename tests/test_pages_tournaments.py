@@ -11,7 +11,6 @@ axe-core and checked on a phone's screen.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -20,10 +19,18 @@ import pytest
 from playwright.sync_api import Browser, Page, ViewportSize, expect
 
 from service.http.pages import table_groups, table_outcome, tournament_text
-from tests.support.browser import ACCESS_LOG, Server, axe, context, shot, started_server
+from tests.support.browser import (
+    ACCESS_LOG,
+    PASSWORD,
+    Server,
+    axe,
+    context,
+    shot,
+    sign_up,
+    started_server,
+)
 from tests.support.http import send
 
-PASSWORD = "correct horse battery"
 BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 
 pytestmark = pytest.mark.slow
@@ -56,19 +63,6 @@ def swiss(server: Server, token: str, name: str) -> str:
         "starts_at": None,
     }
     return str(server.api("POST", "/v1/tournaments", body, token)["tournament"]["id"])
-
-
-def sign_up(page: Page, handle: str) -> str:
-    """Sign up on the account page; the personal token the browser keeps."""
-    page.goto("/account")
-    form = page.get_by_role("form", name="Sign up")
-    form.get_by_label("Handle").fill(handle)
-    form.get_by_label("Password").fill(PASSWORD)
-    form.get_by_role("button", name="Sign up").click()
-    expect(page.get_by_role("heading", name=f"Signed in as {handle}")).to_be_visible()
-    raw = page.evaluate("localStorage.getItem('cantstop:account')")
-    token: str = json.loads(raw)["token"]
-    return token
 
 
 def players_shown(page: Page) -> Any:

@@ -9,6 +9,7 @@ test, the vendored axe-core's scan, and screenshots kept under ``var/screenshots
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from playwright.sync_api import (
     ConsoleMessage,
     Page,
     Request,
+    expect,
     sync_playwright,
 )
 
@@ -89,6 +91,31 @@ def started_server(
     args = ("--host", HOST, "--port", str(port), "--workers", "1")
     with serving(tmp_path, *args, env=PAGE_ENV if env is None else env, ready_port=port) as served:
         yield Server(f"http://{HOST}:{port}", port, served)
+
+
+# ----------------------------------------------------------------------------- accounts
+PASSWORD = "correct horse battery"  # the pages' accounts' password
+
+
+def kept_account(page: Page) -> dict[str, Any] | None:
+    """What the browser keeps of its sign-in (api.js: localStorage ``cantstop:account``)."""
+    raw = page.evaluate("localStorage.getItem('cantstop:account')")
+    return None if raw is None else dict(json.loads(raw))
+
+
+def sign_up(page: Page, handle: str) -> str:
+    """Sign up on the account page; the personal token the browser keeps."""
+    page.goto("/account")
+    form = page.get_by_role("form", name="Sign up")
+    form.get_by_label("Handle").fill(handle)
+    form.get_by_label("Password").fill(PASSWORD)
+    form.get_by_role("button", name="Sign up").click()
+    expect(page.get_by_role("heading", name=f"Signed in as {handle}")).to_be_visible()
+    kept = kept_account(page)
+    assert kept is not None and kept["handle"] == handle
+    token = kept["token"]
+    assert isinstance(token, str) and token.startswith("cst_")
+    return token
 
 
 # ----------------------------------------------------------------------------- the browser
