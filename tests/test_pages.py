@@ -18,6 +18,8 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from domain import audit
+from domain.tournament import Tournament
 from service.config import Settings
 from service.http.app import create_app
 from tests.support.games import UNKNOWN
@@ -304,3 +306,21 @@ def test_the_lobby_links_the_rated_leaderboards_of_the_standard_rules(client: Fl
         assert shown.status_code == 200
         assert "No account has played 10 rated games" in shown.get_data(as_text=True)
     assert client.get("/leaderboards/2p-0000000000").status_code == 404
+
+
+def js_list(script: str, name: str) -> list[str]:
+    """The strings of the array ``const NAME = [...]`` in a page script."""
+    text = (PAGES / "static" / "js" / script).read_text(encoding="utf-8")
+    found = re.search(rf"const {name} = \[(.*?)\];", text, re.S)
+    assert found, f"{name} in {script}"
+    return re.findall(r'"([A-Za-z]+)"', found.group(1))
+
+
+def test_the_pages_listen_to_every_event_type_their_streams_name() -> None:
+    """An EventSource hears a named event only if the page listens to that name: the pages'
+    lists of them (copies, in JavaScript) must be the domain's own, or a new event type would
+    pass the pages by."""
+    game_types = js_list("api.js", "STREAM_EVENT_TYPES")
+    assert len(game_types) == len(set(game_types))
+    assert set(game_types) == {"message", *audit.EVENT_TYPES}
+    assert js_list("tournament.js", "STREAM_TYPES") == list(Tournament.EVENT_TYPES)
