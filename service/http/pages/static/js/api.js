@@ -59,6 +59,31 @@ export async function allEvents(gameId, after = 0) {
   return events;
 }
 
+/** `read` (async), made to run one at a time: a call while it runs makes one more run after it
+ * (however many such calls came), so a page re-reading on each change announced never reads
+ * twice at once nor misses the last change. A failed run is left for the next call. */
+export function oneReadAtATime(read) {
+  let reading = false;
+  let again = false;
+  return async () => {
+    if (reading) {
+      again = true;
+      return;
+    }
+    reading = true;
+    try {
+      do {
+        again = false;
+        await read();
+      } while (again);
+    } catch {
+      // away for now: the next change, or the stream's reconnection, reads again
+    } finally {
+      reading = false;
+    }
+  };
+}
+
 /** Every type of event a game's stream names (its `event:` lines), and the unnamed "message". */
 const STREAM_EVENT_TYPES = [
   "message",

@@ -14,6 +14,7 @@ import {
   heldAccount,
   heldSeat,
   keepReceiptOf,
+  oneReadAtATime,
   openGameStream,
   randomText,
   rememberSeat,
@@ -716,25 +717,7 @@ function setState(next) {
   }
 }
 
-let refreshing = false;
-let refreshAgain = false;
-async function refresh() {
-  if (refreshing) {
-    refreshAgain = true;
-    return;
-  }
-  refreshing = true;
-  try {
-    do {
-      refreshAgain = false;
-      setState(await api(`/v1/games/${gameId}`));
-    } while (refreshAgain);
-  } catch {
-    // the next event or reconnection tries again
-  } finally {
-    refreshing = false;
-  }
-}
+const refresh = oneReadAtATime(async () => setState(await api(`/v1/games/${gameId}`)));
 
 function addEvents(list) {
   const box = $("#history");

@@ -6,15 +6,13 @@
 // (one GET, at most one at a time) and redraws what changed. The account's personal token goes
 // only in the Authorization header of the API calls (api.js).
 
-import { api, heldAccount, sameHandle } from "./api.js";
+import { api, heldAccount, oneReadAtATime, sameHandle } from "./api.js";
 import { $, fill, h, show } from "./dom.js";
 
 const root = $("#tournament");
 const id = root.dataset.id;
 const account = heldAccount();
 const STATUS = { created: "upcoming", started: "under way", finished: "finished" };
-let reading = false;
-let again = false;
 
 function say(text) {
   const el = $("#entry-message");
@@ -126,23 +124,7 @@ function render(t) {
 }
 
 /** Read the tournament again; calls that arrive meanwhile make one more read after it. */
-async function refresh() {
-  if (reading) {
-    again = true;
-    return;
-  }
-  reading = true;
-  try {
-    do {
-      again = false;
-      render(await api(`/v1/tournaments/${id}`));
-    } while (again);
-  } catch {
-    // away for now: the stream's next change, or its reconnection, reads again
-  } finally {
-    reading = false;
-  }
-}
+const refresh = oneReadAtATime(async () => render(await api(`/v1/tournaments/${id}`)));
 
 async function act(method, path) {
   say("");
