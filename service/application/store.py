@@ -287,9 +287,7 @@ class Store(Application[uuid.UUID]):
         recordings = super().save(*objs, **kwargs)
         events = [recording.domain_event for recording in recordings]
         self._take_snapshots_of({o.id: o for o in objs if isinstance(o, Aggregate)}, events)
-        for event in events:
-            if type(event) is GAME_FINISHED:
-                self._thin_out(event.originator_id)
+        self._thin_out_finished_in(events)
         if self.on_recorded is not None:
             new: dict[uuid.UUID, list[dict[str, Any]]] = {}
             for event in events:
@@ -349,6 +347,12 @@ class Store(Application[uuid.UUID]):
                 return found
             start = rows[-1].id
 
+    def _thin_out_finished_in(self, events: list[Any]) -> None:
+        """Thin out the snapshots of the games that these newly stored events finish."""
+        for event in events:
+            if type(event) is GAME_FINISHED:
+                self._thin_out(event.originator_id)
+
     def _thin_out(self, game_id: uuid.UUID) -> None:
         """Delete the snapshots of a game that finished (its events are stored) but those at
         multiples of KEPT_WHEN_FINISHED. A failure is logged, not raised: the snapshots left
@@ -391,9 +395,7 @@ class Store(Application[uuid.UUID]):
             )
             stored_snapshots = [self.mapper.to_stored_event(s) for s in due]
             recorder.insert_with_snapshots(stored, self.snapshots.recorder, stored_snapshots)
-        for event in events:
-            if type(event) is GAME_FINISHED:
-                self._thin_out(event.originator_id)
+        self._thin_out_finished_in(events)
 
     def _tell(self, new: dict[uuid.UUID, list[dict[str, Any]]]) -> None:
         if self.on_recorded is None:
