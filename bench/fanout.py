@@ -29,7 +29,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from service.live.sinks import SocketSink
-from service.live.streams import Envelope, Feed, LiveConfig, Stream
+from service.live.streams import Envelope, Feed, LiveConfig, Pacer, Stream
 
 
 class Hub:
@@ -37,6 +37,7 @@ class Hub:
 
     def __init__(self) -> None:
         self.config = LiveConfig(keepalive=3600.0)
+        self.pacer = Pacer()
         self.tasks: set[asyncio.Task[Any]] = set()
 
     async def read(self, feed: Feed, after: int, limit: int) -> list[Envelope]:

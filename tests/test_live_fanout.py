@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from bench.fanout import Hub
 from service.live import streams as streams_module
 from service.live.sinks import ClientGone, Sink
-from service.live.streams import Envelope, Feed, LiveConfig, Stream
+from service.live.streams import Envelope, Feed, LiveConfig, Pacer, Stream
 
 
 class LoopHub(Hub):
@@ -151,6 +151,66 @@ def test_a_busy_feed_writes_at_most_once_per_flush_gap(monkeypatch: pytest.Monke
         await asyncio.sleep(0)
         feed.deliver([envelope(3)])
         await until(lambda: sink.versions() == [1, 2, 3], "the next two")
+        assert sink.event_writes() == [envelope(1).sse, envelope(2).sse + envelope(3).sse]
+        stream.end()
+        await until(lambda: not hub.tasks, "the stream to end")
+
+    asyncio.run(run())
+
+
+def loop_busy(pacer: Pacer, share: float, seconds: float, start: float) -> float:
+    """``seconds`` of a loop that flushes ``share`` of its time, in flushes of 10 ms."""
+    now, flush = start, 0.01
+    for _ in range(round(seconds * share / flush)):
+        now += flush / share
+        pacer.spent(flush, now)
+    return now
+
+
+def test_the_flush_gap_grows_while_flushes_take_the_loop_and_comes_back_when_they_do_not() -> None:
+    pacer = Pacer(now=0.0)
+    now = loop_busy(pacer, streams_module.FLUSH_BUSY / 2, 3.0, 0.0)
+    assert pacer.gap == streams_module.FLUSH_GAP  # a loop with time to spare: the least gap
+    now = loop_busy(pacer, 0.8, 1.5, now)  # one judgement, of this second only
+    grown = pacer.gap
+    assert streams_module.FLUSH_GAP < grown < streams_module.FLUSH_GAP_MAX
+    assert grown == pytest.approx(streams_module.FLUSH_GAP * 0.8 / streams_module.FLUSH_BUSY, 0.1)
+    now = loop_busy(pacer, 0.8, 5.0, now)
+    assert pacer.gap == streams_module.FLUSH_GAP_MAX  # never more
+    loop_busy(pacer, 0.01, 3.0, now)
+    assert pacer.gap == streams_module.FLUSH_GAP  # the loop is idle again: the least gap
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 0.5), st.floats(0.0, 2.0)), max_size=60))
+def test_the_flush_gap_stays_within_its_bounds(flushes: list[tuple[float, float]]) -> None:
+    pacer, now = Pacer(now=0.0), 0.0
+    for seconds, after in flushes:
+        now += seconds + after
+        pacer.spent(seconds, now)
+        assert streams_module.FLUSH_GAP <= pacer.gap <= streams_module.FLUSH_GAP_MAX
+
+
+def test_a_feed_waits_its_pacers_gap_between_flushes() -> None:
+    """The gap a busy feed keeps is the pacer's: grown, it holds back what comes after a
+    write until then, all in the next one."""
+
+    async def run() -> None:
+        hub, store = LoopHub(), Store(0)
+        hub.pacer.gap = 0.3
+        feed = Feed(hub, "test", 0, store.read, name="test")
+        stream, sink = open_stream(hub, feed, 0)
+        await until(lambda: stream.direct, "the stream to wait")
+        store.head = 3
+        feed.deliver([envelope(1)])
+        await until(lambda: sink.versions() == [1], "the first event, at once")
+        written = time.monotonic()
+        feed.deliver([envelope(2)])
+        await asyncio.sleep(0.05)
+        feed.deliver([envelope(3)])
+        assert sink.versions() == [1]  # held back: within the gap
+        await until(lambda: sink.versions() == [1, 2, 3], "the next two")
+        assert time.monotonic() - written >= 0.3 - 0.01
         assert sink.event_writes() == [envelope(1).sse, envelope(2).sse + envelope(3).sse]
         stream.end()
         await until(lambda: not hub.tasks, "the stream to end")

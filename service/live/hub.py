@@ -63,6 +63,7 @@ from service.live.streams import (
     Envelope,
     Feed,
     LiveConfig,
+    Pacer,
     ShuttingDown,
     Stream,
     StreamBody,
@@ -89,6 +90,7 @@ class Hub:
         self.games = games
         self.link = link
         self.config = config
+        self.pacer = Pacer()  # the feeds' flush gap (on the loop)
         self._lock = threading.Lock()  # the counts, from request threads and the loop
         self._count = 0
         self._per_client: dict[str, int] = {}

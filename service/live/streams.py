@@ -30,6 +30,7 @@ class Hub(Protocol):
     """What the streams need of the process's hub (service/live/hub.py)."""
 
     config: LiveConfig
+    pacer: Pacer
 
     async def read(self, feed: Feed, after: int, limit: int) -> list[Envelope]: ...
     def left(self, stream: Stream) -> None: ...
@@ -46,11 +47,37 @@ ACCOUNT_CHANNEL_PREFIX = "cantstop:account:"
 STORE_PAGE = 500
 INBOX_LIMIT = 1000  # a stream this far behind drops its inbox and reads the store instead
 RETRY_MS = 2000  # the EventSource reconnection delay announced to clients
-# A feed hands on to its streams at most once in this many seconds: what comes meanwhile goes
-# with the next write. A busy game's fan-out then costs at most one write per stream per gap,
-# however fast its events come, and leaves the worker's CPU to the actions (the streams may lag
-# by this much; an event after a quiet spell goes at once).
+# A feed hands on to its streams at most once in a gap: what comes meanwhile goes with the next
+# write. A busy game's fan-out then costs at most one write per stream per gap, however fast its
+# events come, and leaves the worker's CPU to the actions (the streams may lag by this much; an
+# event after a quiet spell goes at once). The gap is FLUSH_GAP while the loop's flushes take
+# less than FLUSH_BUSY of its time, and grows in proportion past that, to FLUSH_GAP_MAX at most
+# (``Pacer``): a write costs the same for one event or ten, so when thousands of streams watch
+# games played as fast as bots play, fewer and larger writes keep up where more fall behind.
 FLUSH_GAP = 0.1
+FLUSH_GAP_MAX = 0.5
+FLUSH_BUSY = 0.25
+PACE_EVERY = 1.0  # seconds between the pacer's judgements
+
+
+class Pacer:
+    """The flush gap of one loop's feeds, judged every ``PACE_EVERY`` seconds from the share of
+    that time the loop spent flushing (docs/scaling.md, "Live streams by the thousand")."""
+
+    def __init__(self, now: float | None = None) -> None:
+        self.gap = FLUSH_GAP
+        self._since = time.monotonic() if now is None else now
+        self._spent = 0.0
+
+    def spent(self, seconds: float, now: float) -> None:
+        """A flush ended at ``now`` (time.monotonic) after ``seconds``."""
+        self._spent += seconds
+        elapsed = now - self._since
+        if elapsed >= PACE_EVERY:
+            busy = self._spent / elapsed
+            self.gap = max(FLUSH_GAP, min(FLUSH_GAP_MAX, self.gap * busy / FLUSH_BUSY))
+            self._since = now
+            self._spent = 0.0
 
 
 # ---------------------------------------------------------------------------- configuration
@@ -321,7 +348,7 @@ class Feed:
     def deliver(self, envelopes: list[Envelope]) -> None:
         """New events (local, or from Redis): handed on in order, each once; a gap is read from
         the store, once for every stream. Everything delivered in one turn of the loop (or
-        within ``FLUSH_GAP`` of the last flush) goes to each stream in one write (``flush``)."""
+        within the pacer's gap of the last flush) goes to each stream in one write (``flush``)."""
         fresh = self._ready
         first = not fresh
         for envelope in sorted(envelopes, key=lambda e: e.version):
@@ -338,7 +365,7 @@ class Feed:
             except RuntimeError:  # not on a loop (a test's direct call): at once
                 self.flush()
                 return
-            wait = self._flushed + FLUSH_GAP - time.monotonic()
+            wait = self._flushed + self.hub.pacer.gap - time.monotonic()
             if wait > 0:
                 loop.call_later(wait, self.flush)
             else:
@@ -372,6 +399,8 @@ class Feed:
                 stream.sent_at = now
             elif stream.last < newest:  # (a stream that already sent them has nothing to do)
                 stream.offer(ready)
+        ended = time.monotonic()
+        self.hub.pacer.spent(ended - now, ended)
 
     def hint(self, version: int) -> None:
         """The store holds ``version`` of the game."""
