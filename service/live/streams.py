@@ -87,7 +87,7 @@ class LiveConfig:
     ``max_per_client`` are per worker process: a host of N workers holds N times as many."""
 
     keepalive: float = 15.0
-    poll: float = 0.25
+    poll: float = 0.1
     check: float = 1.0
     max_streams: int = 8000
     max_per_client: int = 500
