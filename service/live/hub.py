@@ -79,6 +79,10 @@ HEARTBEAT_CHANNEL = "cantstop:live"  # always subscribed: the connection's pub/s
 SCAN_PAGE = 1000
 SCAN_MAX = 20 * SCAN_PAGE  # beyond this many new notifications, every feed simply re-reads
 PING_EVERY, PONG_WAIT = 5.0, 5.0
+# The notices are looked at no more often than this: moving their view and reading its newest
+# batch are two queries, where the games' log is one, so they keep the scheduler's own pace
+# while the games' log is polled every ``poll`` (0.1 s).
+NOTICES_POLL = 0.25
 STORE_THREADS = 4  # the loop's reads of the store run on these threads
 
 
@@ -103,6 +107,7 @@ class Hub:
         # On the loop only:
         self._feeds: dict[str, Feed] = {}  # by channel
         self._stamp = -1  # the newest batch of notices the poller has seen (-1: none yet)
+        self._notices_polled = 0.0  # when the poller last looked at the notices (monotonic)
         self._watched: frozenset[str] = frozenset()  # the feeds' channels, for publish()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._pubsub: Any = None
@@ -575,7 +580,10 @@ class Hub:
                 self._resync_all()
                 continue
             self._hint(CHANNEL_PREFIX, newest)
-            await self._poll_notices()
+            now = time.monotonic()
+            if now - self._notices_polled >= NOTICES_POLL:
+                self._notices_polled = now
+                await self._poll_notices()
 
     async def _poll_notices(self) -> None:
         """With account streams open: move the notices view on (no scheduler may be running
