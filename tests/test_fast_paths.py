@@ -687,6 +687,121 @@ def test_request_hooks_run_once_registered(app: Flask) -> None:
     ]
 
 
+def test_request_signals_sent_once_connected(app: Flask) -> None:
+    """Flask's ``request_started`` and ``request_finished`` are not sent while nobody listens
+    (http/app.py ``App``); once someone does, each request sends them as Flask does, with the
+    answer, an error's too."""
+    from flask import request_finished, request_started
+
+    client = app.test_client()
+    assert client.get("/healthz").status_code == 200  # the first request goes Flask's way
+    seen: list[str] = []
+
+    def started(sender: Any, **extra: Any) -> None:
+        seen.append(f"started {sender is app}")
+
+    def finished(sender: Any, **extra: Any) -> None:
+        seen.append(f"finished {extra['response'].status_code}")
+
+    with (
+        request_started.connected_to(started, app),
+        request_finished.connected_to(finished, app),
+    ):
+        assert client.get("/healthz").status_code == 200
+        assert client.get("/v1/games/not-a-game").status_code == 404
+    assert client.get("/healthz").status_code == 200
+    assert seen == ["started True", "finished 200", "started True", "finished 404"]
+
+
+def test_after_request_functions_run_once_registered(app: Flask, settings: Settings) -> None:
+    """Flask's walk of the after-request functions is skipped for an endpoint that has none
+    (http/app.py ``App.process_response``); one given to ``after_this_request``, a
+    blueprint's and the app's own run as Flask runs them, for answers and refusals."""
+    from flask import Response
+
+    from service.http.core import after_this_request
+
+    seen: list[str] = []
+
+    def note(where: str) -> Callable[[Response], Response]:
+        def noted(response: Response) -> Response:
+            seen.append(f"{where} {response.status_code}")
+            return response
+
+        return noted
+
+    def healthz() -> Any:
+        after_this_request(note("later"))
+        return {"ok": True}
+
+    app.after_request_funcs["pages"].append(note("pages"))  # before the first request
+    app.view_functions["meta.healthz"] = healthz
+    client = app.test_client()
+    assert client.get("/healthz").status_code == 200
+    assert client.get("/v1/games/not-a-game").status_code == 404
+    assert client.get("/healthz").status_code == 200
+    assert seen == ["later 200", "later 200"]
+    assert client.get("/").status_code == 200  # the pages' blueprint
+    assert seen[-1] == "pages 200"
+
+    fresh = create_app(settings)
+    try:
+        fresh.after_request(note("app"))
+        assert fresh.test_client().get("/v1/games/not-a-game").status_code == 404
+        assert fresh.test_client().get("/healthz").status_code == 200
+    finally:
+        fresh.extensions["cantstop"].close()
+    assert seen[-2:] == ["app 404", "app 200"]
+
+
+def test_after_this_request_only_through_core() -> None:
+    """Flask's ``after_this_request`` is called through ``core.after_this_request`` only: a
+    function given to Flask's directly would not run (``App.process_response``)."""
+    import re
+
+    flasks = re.compile(r"flask\.after_this_request|from flask import[^\n]*\bafter_this_request\b")
+    root = Path(__file__).resolve().parents[1] / "service"
+    callers = [
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if flasks.search(path.read_text(encoding="utf-8"))
+    ]
+    assert callers == ["http/core.py"]
+
+
+def test_url_adapters_and_hosts_are_flasks(app: Flask) -> None:
+    """The request's URL adapter is bound as Flask binds it, and its ``host`` reads as Flask
+    sets it (http/app.py ``App.create_url_adapter``, which leaves the host to be read), also
+    with trusted hosts configured."""
+    from werkzeug.exceptions import SecurityError
+    from werkzeug.wsgi import get_host
+
+    fields = ("server_name", "script_name", "subdomain", "url_scheme", "path_info", "query_args")
+    hosts = ["127.0.0.1:8000", "Example.COM:80", "example.com:443", "bad host", "b\u00fccher.x"]
+    for trusted in (None, ["example.com"]):
+        app.config["TRUSTED_HOSTS"] = trusted
+        for host in hosts:
+            with app.test_request_context(
+                "/v1/games/x/actions?a=1", method="POST", headers={"Host": host}
+            ) as ctx:
+                req = ctx.request
+
+                def bound(create: Callable[[Any], MapAdapter | None], req: Any = req) -> Any:
+                    try:
+                        adapter = create(req)
+                    except SecurityError as refused:  # an untrusted host, both ways
+                        return repr(refused)
+                    assert adapter is not None
+                    return [getattr(adapter, f) for f in fields]
+
+                assert bound(app.create_url_adapter) == bound(
+                    partial(Flask.create_url_adapter, app)
+                )
+                if trusted is None:
+                    assert req.host == get_host(req.environ)
+    app.config["TRUSTED_HOSTS"] = None
+
+
 def test_more_sites_than_kept_bind_as_werkzeugs(app: Flask) -> None:
     """Past the sites a map keeps (``SITES_KEPT``), it forgets them and binds each request
     as Werkzeug does, from threads at once too."""

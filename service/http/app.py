@@ -12,9 +12,15 @@ from typing import Any
 
 from flask import Flask, Request, Response, request
 from flask.sessions import NullSession, SessionInterface, SessionMixin
-from flask.signals import appcontext_tearing_down, request_tearing_down
+from flask.signals import (
+    appcontext_tearing_down,
+    request_finished,
+    request_started,
+    request_tearing_down,
+)
 from flask.typing import ResponseReturnValue
 from flask_cors import CORS
+from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, MapAdapter, Rule, UnicodeConverter
 
 from service.config import Settings
@@ -24,6 +30,7 @@ from service.http.analysis import analysis_api
 from service.http.audit import audit_api
 from service.http.bots import bots_api
 from service.http.core import (
+    LATER,
     GameIdConverter,
     install_error_handlers,
     request_class,
@@ -209,6 +216,56 @@ class App(Flask):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.synced_views: dict[Callable[..., Any], Callable[..., Any]] = {}  # view: as called
+        self.dispatched = False  # a request went Flask's whole way (it notes the first one)
+        self.hooked: dict[str, bool] = {}  # endpoint: after-request functions registered?
+
+    def create_url_adapter(self, request: Request | None) -> MapAdapter | None:
+        """Flask's, without working out the request's host when no trusted hosts are
+        configured: Flask sets ``request.host`` then only to what Werkzeug's ``host`` gives on
+        first read (the same ``get_host`` of the same environ), and the binding below works
+        the site out itself (``Routes.bind_to_environ``, once per site)."""
+        config = self.config
+        if (
+            request is None
+            or config["TRUSTED_HOSTS"] is not None
+            or self.url_map.host_matching
+            or self.subdomain_matching
+        ):
+            return super().create_url_adapter(request)
+        return self.url_map.bind_to_environ(
+            request.environ,
+            server_name=config["SERVER_NAME"],
+            subdomain=self.url_map.default_subdomain or "",
+        )
+
+    def full_dispatch_request(self) -> Response:
+        """Flask's, without sending ``request_started`` to nobody (after the first request,
+        which goes Flask's way: it notes that the app has started)."""
+        if not self.dispatched or request_started.receivers:
+            self.dispatched = True
+            return super().full_dispatch_request()
+        try:
+            rv = self.preprocess_request()
+            if rv is None:
+                rv = self.dispatch_request()
+        except Exception as e:
+            rv = self.handle_user_exception(e)
+        return self.finalize_request(rv)
+
+    def finalize_request(
+        self, rv: ResponseReturnValue | HTTPException, from_error_handler: bool = False
+    ) -> Response:
+        """Flask's, without sending ``request_finished`` to nobody."""
+        if request_finished.receivers:
+            return super().finalize_request(rv, from_error_handler)
+        response = self.make_response(rv)
+        try:
+            response = self.process_response(response)
+        except Exception:
+            if not from_error_handler:
+                raise
+            self.logger.exception("Request finalizing failed with an error while handling an error")
+        return response
 
     def dispatch_request(self) -> ResponseReturnValue:
         """Flask's, written out on the request object taken once, each view's ``ensure_sync``
@@ -243,6 +300,28 @@ class App(Flask):
     def do_teardown_appcontext(self, *exc: BaseException | None) -> None:
         if self.teardown_appcontext_funcs or appcontext_tearing_down.receivers:
             super().do_teardown_appcontext(*exc)
+
+    def process_response(self, response: Response) -> Response:
+        """Flask's, skipped when it has nothing to do: no function given to
+        ``after_this_request`` (``core.after_this_request`` notes one), none registered for the
+        request's blueprints or the app (worked out once per endpoint: Flask refuses new ones
+        once it has served a request), and no session to save (``NoSessions``). Flask walks its
+        lists and works the blueprints out on every request."""
+        req = this_request()
+        rule = req.url_rule
+        if (
+            rule is None
+            or LATER in req.environ
+            or not isinstance(self.session_interface, NoSessions)
+        ):
+            return super().process_response(response)
+        hooked = self.hooked.get(rule.endpoint)
+        if hooked is None:
+            names = (*req.blueprints, None)
+            hooked = self.hooked[rule.endpoint] = any(
+                self.after_request_funcs.get(name) for name in names
+            )
+        return super().process_response(response) if hooked else response
 
     def make_default_options_response(self) -> Response:
         response = super().make_default_options_response()

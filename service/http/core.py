@@ -455,6 +455,19 @@ def this_request() -> flask.Request:
     return req
 
 
+LATER = "cantstop.after_this_request"  # the request gave a function to after_this_request
+
+
+def after_this_request(f: Callable[[Response], Response]) -> Callable[[Response], Response]:
+    """Flask's ``after_this_request``, noted on the request: ``App.process_response``
+    (http/app.py) skips Flask's walk of the after-request functions for a request that gave
+    none and whose blueprints and app registered none (docs/performance.md, levers). The
+    service's code calls it through here only (tests/test_fast_paths.py)."""
+    this_request().environ[LATER] = True
+    flask.after_this_request(f)
+    return f
+
+
 def json_bytes(req: flask.Request | None = None) -> bytes:
     """The request's body, unparsed, once its size and media type are right (413, 415).
     ``req``: the request (``this_request``), when the caller holds it already."""

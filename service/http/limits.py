@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import flask
-from flask import Flask, Response, after_this_request
+from flask import Flask, Response
 from limits import RateLimitItem, RateLimitItemPerSecond
 from limits.storage import MemoryStorage, Storage, storage_from_string
 from limits.strategies import FixedWindowRateLimiter
@@ -49,7 +49,14 @@ from werkzeug.exceptions import TooManyRequests
 from service.application.aggregates import token_hash
 from service.config import Settings
 from service.errors import ApplicationError
-from service.http.core import bearer_token, json_bytes, parse_json, runtime, this_request
+from service.http.core import (
+    after_this_request,
+    bearer_token,
+    json_bytes,
+    parse_json,
+    runtime,
+    this_request,
+)
 
 log = logging.getLogger("cantstop")
 
