@@ -14,7 +14,7 @@ import logging
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, ClassVar, NoReturn
 
@@ -595,6 +595,19 @@ class Store(Application[uuid.UUID]):
                 self.imported_cache.clear()
             self.imported_cache[game_id] = known
         return known
+
+    def imported(self, game_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        """Which of ``game_ids`` are imported games: ``is_imported`` for many at once (the games
+        not known yet read in one query, and kept as ``is_imported`` keeps them)."""
+        unknown = [game_id for game_id in game_ids if game_id not in self.imported_cache]
+        if unknown:
+            markers = {imported_marker_id(game_id): game_id for game_id in unknown}
+            found = self.recorder.stored_among(list(markers))  # type: ignore[attr-defined]
+            if len(self.imported_cache) + len(unknown) > self.IMPORTED_CACHE:
+                self.imported_cache.clear()
+            for marker, game_id in markers.items():
+                self.imported_cache[game_id] = marker in found
+        return {game_id for game_id in game_ids if self.is_imported(game_id)}
 
     def is_stored(self, game_id: uuid.UUID) -> bool:
         """Whether anything is stored under ``game_id`` (one row read)."""

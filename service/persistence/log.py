@@ -24,6 +24,8 @@ from eventsourcing.persistence import Notification
 
 from service.persistence.guard import guarded
 
+STATES_PER_QUERY = 500  # SQLite: rows of ``states`` a query names (each a bound value)
+
 
 class Position(NamedTuple):
     """Where a reader is in the log: everything at or before it has been read. On SQLite ``tx``
@@ -71,6 +73,12 @@ class LogReader:
         each is, its version and its topic (the scheduler, the live streams' store poller), the
         states are neither copied nor wrapped."""
         return guarded(lambda: self._read(limit, heads=True))
+
+    def states(self, heads: list[Head]) -> list[Notification]:
+        """The notifications of ``heads`` (read before by ``heads``), with their events' states,
+        in the same order: a follower that read the heads of a page reads the states of only
+        the events it needs (a rebuild: ``views.View.needed``)."""
+        return guarded(lambda: self._states(heads)) if heads else []
 
     def end(self) -> Position:
         """The log's end now: a reader at or past it has read every event committed before this
@@ -131,6 +139,39 @@ class LogReader:
         elif found:
             self.position = Position(0, found[-1].id)
         return found
+
+    def _states(self, heads: list[Head]) -> list[Notification]:
+        ids = [head.id for head in heads]
+        found: dict[int, bytes] = {}
+        with self.recorder.datastore.transaction(commit=False) as cursor:
+            if self.postgres:
+                cursor.execute(
+                    f"SELECT notification_id, state FROM {self._table()} "
+                    "WHERE notification_id = ANY(%s)",
+                    [ids],
+                )
+                found = {row["notification_id"]: bytes(row["state"]) for row in cursor.fetchall()}
+            else:
+                table = self.recorder.events_table_name
+                for start in range(0, len(ids), STATES_PER_QUERY):
+                    chunk = ids[start : start + STATES_PER_QUERY]
+                    cursor.execute(
+                        f"SELECT rowid, state FROM {table} "
+                        f"WHERE rowid IN ({','.join('?' * len(chunk))})",
+                        chunk,
+                    )
+                    found.update((row[0], row[1]) for row in cursor.fetchall())
+        return [
+            Notification(
+                id=head.id,
+                originator_id=head.originator_id,
+                originator_version=head.originator_version,
+                topic=head.topic,
+                state=found[head.id],
+            )
+            for head in heads
+            if head.id in found
+        ]
 
     # ------------------------------------------------------------------------- PostgreSQL
     def _table(self) -> str:

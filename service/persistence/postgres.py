@@ -540,6 +540,17 @@ class GuardedPostgresAggregateRecorder(AggregateRecorder):
 
         return guarded(select, breaker=self.breaker)
 
+    def stored_among(self, originator_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        """Those of ``originator_ids`` with any event stored (one query)."""
+        statement = f"SELECT DISTINCT originator_id FROM {self.table} WHERE originator_id = ANY(%s)"
+
+        def select() -> set[uuid.UUID]:
+            with self.datastore.get_connection() as conn, conn.cursor() as curs:
+                curs.execute(statement, [list(originator_ids)])
+                return {row["originator_id"] for row in curs.fetchall()}
+
+        return guarded(select, breaker=self.breaker) if originator_ids else set()
+
 
 class GuardedPostgresApplicationRecorder(GuardedPostgresAggregateRecorder, ApplicationRecorder):
     """Writers to different games do not queue behind one another.
