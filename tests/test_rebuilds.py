@@ -151,7 +151,7 @@ def test_the_due_index_rebuilt_plans_only_the_games_not_finished(app: Flask) -> 
     assert sorted(row["game_id"] for row in rows) == sorted([*waiting, playing])
 
 
-def test_the_imported_games_among_many_are_those_each_says_it_is(
+def test_the_games_among_many_are_as_each_says_it_is(
     app: Flask, client: FlaskClient
 ) -> None:
     rt: Runtime = app.extensions["cantstop"]
@@ -168,3 +168,14 @@ def test_the_imported_games_among_many_are_those_each_says_it_is(
     assert games.imported([*ids, uuid.uuid4()]) == marked
     games.imported_cache.clear()
     assert {game_id for game_id in ids if games.is_imported(game_id)} == marked
+    created = games.creations([*ids, uuid.uuid4()])
+    assert sorted(created) == sorted(ids)
+    for game_id, game in created.items():
+        alone = games.at_creation(game_id)
+        assert (game.version, game.rated, game.seats, game.names, game.accounts) == (
+            alone.version,
+            alone.rated,
+            alone.seats,
+            alone.names,
+            alone.accounts,
+        )

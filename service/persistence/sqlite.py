@@ -16,6 +16,7 @@ import sqlite3
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -470,6 +471,20 @@ class GuardedSQLiteAggregateRecorder(AggregateRecorder):
             return found
 
         return guarded(select, breaker=self.breaker) if keys else set()
+
+    def first_events(self, originator_ids: Sequence[uuid.UUID]) -> list[StoredEvent]:
+        """The first event (version 1) of each of ``originator_ids`` that has one (a query per
+        500)."""
+        keys = [originator_id.hex for originator_id in originator_ids]
+        found: list[StoredEvent] = []
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            statement = (
+                f"SELECT * FROM {self.events_table_name} WHERE originator_version = 1 "
+                f"AND originator_id IN ({','.join('?' * len(chunk))})"
+            )
+            found += guarded(partial(self._select, statement, chunk), breaker=self.breaker)
+        return found
 
     def _select(self, statement: str, params: list[Any]) -> list[StoredEvent]:
         # One SELECT is a transaction of its own: no BEGIN and ROLLBACK around it.
