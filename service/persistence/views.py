@@ -531,11 +531,8 @@ class Views:
         if view.summary_topics:
             reader = LogReader(self.recorder, view.summary_topics, START)
             heads: list[Head] = []
-            while True:
-                page, end = self._page(reader, heads=True)
+            for page in reader.scan(PAGE, heads=True):
                 heads += page
-                if end:
-                    break
             sql.cursor.execute("BEGIN")
             view.apply(sql, view.summary(heads))
             sql.cursor.execute("COMMIT")
@@ -544,8 +541,7 @@ class Views:
             return len(heads), reader.position
         reader = LogReader(self.recorder, view.topics, START)
         applied = 0
-        while True:
-            items, end = self._page(reader, heads=view.heads_only or view.sparse)
+        for items in reader.scan(PAGE, heads=view.heads_only or view.sparse):
             if view.heads_only:
                 decoded: list[Any] = items
             elif view.sparse:
@@ -559,22 +555,7 @@ class Views:
             applied += len(items)
             if progress is not None:
                 progress(reader.position)
-            if end:
-                return applied, reader.position
-
-    def _page(self, reader: LogReader, *, heads: bool) -> tuple[list[Any], bool]:
-        """Up to ``PAGE`` items of the log from the reader's position, and whether the log's end
-        was reached. PostgreSQL is read ``BATCH`` rows a query: a larger LIMIT makes its planner
-        trade the (tx, notification_id) index's range for a scan of the whole table and a sort,
-        at every page."""
-        size = BATCH if self.postgres else PAGE
-        items: list[Any] = []
-        while len(items) < PAGE:
-            got = reader.heads(size) if heads else reader.read(size)
-            items += got
-            if len(got) < size:
-                return items, True
-        return items, False
+        return applied, reader.position
 
     def _copy(self, cursor: Any, table: str, columns: list[str], rows: Any) -> None:
         """The scratch table's rows into the store's table of that name, in bulk."""
