@@ -151,9 +151,7 @@ def test_the_due_index_rebuilt_plans_only_the_games_not_finished(app: Flask) -> 
     assert sorted(row["game_id"] for row in rows) == sorted([*waiting, playing])
 
 
-def test_the_games_among_many_are_as_each_says_it_is(
-    app: Flask, client: FlaskClient
-) -> None:
+def test_the_games_among_many_are_as_each_says_it_is(app: Flask, client: FlaskClient) -> None:
     rt: Runtime = app.extensions["cantstop"]
     a_mixed_store(rt, client)
     games = rt.games.store
