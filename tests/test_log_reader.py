@@ -103,3 +103,36 @@ def test_heads_are_the_notifications_without_their_states(
         assert {h.topic for h in only.heads(100)} == {created}
     finally:
         app.extensions["cantstop"].close()
+
+
+@pytest.mark.parametrize("store", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_scan_reads_in_one_pass_what_reads_page_by_page_do(
+    store: str, tmp_path: object, request: pytest.FixtureRequest
+) -> None:
+    """``scan`` (a rebuild's pass over the log) hands out the same notifications, heads and
+    states, in the same order, from the same position, and leaves the reader where ``read``
+    does; ``states`` reads the states of some heads."""
+    if store == "sqlite":
+        url = f"sqlite:///{tmp_path}/log.sqlite"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    app = create_app(Settings(database_url=url), create_tables=True)
+    games = app.extensions["cantstop"].games
+    try:
+        start = LogReader(games.store.recorder)
+        start.skip_to_end()
+        for _ in range(4):
+            games.store.save(created_game(games))
+        created = get_topic(Game.GameCreated)
+        paged, scanned = (LogReader(games.store.recorder, (created,), start.position) for _ in "ab")
+        expected = paged.read(2) + paged.read(2) + paged.read(2)
+        pages = list(scanned.scan(2))
+        assert [len(page) for page in pages] == [2, 2, 0]
+        assert [n for page in pages for n in page] == expected
+        assert scanned.position == paged.position
+        heads = [h for page in LogReader(games.store.recorder).scan(3, heads=True) for h in page]
+        assert len(heads) >= 8 and all(not hasattr(h, "state") for h in heads)
+        chosen = [h for h in heads if h.topic == created][1:3]
+        assert scanned.states(chosen) == expected[1:3]
+    finally:
+        app.extensions["cantstop"].close()

@@ -84,6 +84,9 @@ def a_mixed_store(rt: Runtime, client: FlaskClient) -> None:
         rt, rt.games.create(NewGame(players=["Kim"], rules={"solitaire": "easy"}))[0], rng, 2000
     )
     assert solo["status"] == "finished"
+    export = client.get(f"/v1/games/{solo['id']}/export").get_data()
+    imported = client.post("/v1/games/import", data=export, content_type="application/x-ndjson")
+    assert imported.status_code == 201
 
 
 def tables(views: Views, view: View) -> dict[str, list[tuple[Any, ...]]]:
@@ -146,3 +149,31 @@ def test_the_due_index_rebuilt_plans_only_the_games_not_finished(app: Flask) -> 
     assert sorted(planned) == sorted([*waiting, playing])
     rows = rt.views.read(index, lambda sql: sql.all("SELECT game_id FROM {due}"), fresh=False)
     assert sorted(row["game_id"] for row in rows) == sorted([*waiting, playing])
+
+
+def test_the_games_among_many_are_as_each_says_it_is(app: Flask, client: FlaskClient) -> None:
+    rt: Runtime = app.extensions["cantstop"]
+    a_mixed_store(rt, client)
+    games = rt.games.store
+    rows = rt.views.read(
+        next(view for view in rt.all_views() if view.name == "games"),
+        lambda sql: sql.all("SELECT game_id, imported FROM {games}"),
+    )
+    ids = [uuid.UUID(row["game_id"]) for row in rows]
+    marked = {uuid.UUID(row["game_id"]) for row in rows if row["imported"]}
+    assert len(marked) == 1
+    games.imported_cache.clear()
+    assert games.imported([*ids, uuid.uuid4()]) == marked
+    games.imported_cache.clear()
+    assert {game_id for game_id in ids if games.is_imported(game_id)} == marked
+    created = games.creations([*ids, uuid.uuid4()])
+    assert sorted(created) == sorted(ids)
+    for game_id, game in created.items():
+        alone = games.at_creation(game_id)
+        assert (game.version, game.rated, game.seats, game.names, game.accounts) == (
+            alone.version,
+            alone.rated,
+            alone.seats,
+            alone.names,
+            alone.accounts,
+        )

@@ -14,9 +14,9 @@ import logging
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, ClassVar, NoReturn
+from typing import Any, ClassVar, NoReturn, cast
 
 import orjson
 from eventsourcing.application import (
@@ -493,6 +493,20 @@ class Store(Application[uuid.UUID]):
             raise NotFound(f"no game {game_id}")
         return found
 
+    def creations(self, game_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, Game]:
+        """``at_creation`` for many games at once (their first events in one query): those of
+        ``game_ids`` whose first event was read as a game's creation. For any other, ask
+        ``at_creation`` (which says why, or rebuilds a damaged one)."""
+        found: dict[uuid.UUID, Game] = {}
+        for stored in self.recorder.first_events(list(game_ids)):  # type: ignore[attr-defined]
+            try:
+                game = cast(Any, self.mapper.to_domain_event(stored)).mutate(None)
+            except Exception:  # a stored row that cannot be decoded or applied: at_creation's
+                continue
+            if isinstance(game, Game):
+                found[stored.originator_id] = game
+        return found
+
     def past(self, game_id: uuid.UUID, version: int, latest: int) -> Game:
         """The game as it was at ``version`` (``latest``: its version now), read from the
         nearest snapshot before it."""
@@ -595,6 +609,19 @@ class Store(Application[uuid.UUID]):
                 self.imported_cache.clear()
             self.imported_cache[game_id] = known
         return known
+
+    def imported(self, game_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        """Which of ``game_ids`` are imported games: ``is_imported`` for many at once (the games
+        not known yet read in one query, and kept as ``is_imported`` keeps them)."""
+        unknown = [game_id for game_id in game_ids if game_id not in self.imported_cache]
+        if unknown:
+            markers = {imported_marker_id(game_id): game_id for game_id in unknown}
+            found = self.recorder.stored_among(list(markers))  # type: ignore[attr-defined]
+            if len(self.imported_cache) + len(unknown) > self.IMPORTED_CACHE:
+                self.imported_cache.clear()
+            for marker, game_id in markers.items():
+                self.imported_cache[game_id] = marker in found
+        return {game_id for game_id in game_ids if self.is_imported(game_id)}
 
     def is_stored(self, game_id: uuid.UUID) -> bool:
         """Whether anything is stored under ``game_id`` (one row read)."""

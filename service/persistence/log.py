@@ -18,11 +18,15 @@ tests/test_log_reader.py), not from the start of the log as the earlier query (b
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from eventsourcing.persistence import Notification
+from psycopg.rows import tuple_row
 
 from service.persistence.guard import guarded
+
+STATES_PER_QUERY = 500  # SQLite: rows of ``states`` a query names (each a bound value)
 
 
 class Position(NamedTuple):
@@ -71,6 +75,28 @@ class LogReader:
         each is, its version and its topic (the scheduler, the live streams' store poller), the
         states are neither copied nor wrapped."""
         return guarded(lambda: self._read(limit, heads=True))
+
+    def scan(self, page: int, *, heads: bool = False) -> Iterator[list[Any]]:
+        """The log from the position to its end as it stands now, ``page`` items at a time (as
+        ``read``, or ``heads``), the position moved past each page as it is handed out; the
+        last page has fewer than ``page``. On PostgreSQL in one pass: one query, read through a
+        server-side cursor, ordered once (the planner reads the whole table and sorts the rows
+        that match), rather than a query per page, each an index range walked past every row of
+        other topics. For a rebuild: its transaction stays open until the last page, however
+        long the follower takes over each."""
+        if not self.postgres:
+            while True:
+                found = self.heads(page) if heads else self.read(page)
+                yield found
+                if len(found) < page:
+                    return
+        yield from self._scan_postgres(page, heads=heads)
+
+    def states(self, heads: list[Head]) -> list[Notification]:
+        """The notifications of ``heads`` (read before by ``heads``), with their events' states,
+        in the same order: a follower that read the heads of a page reads the states of only
+        the events it needs (a rebuild: ``views.View.needed``)."""
+        return guarded(lambda: self._states(heads)) if heads else []
 
     def end(self) -> Position:
         """The log's end now: a reader at or past it has read every event committed before this
@@ -132,6 +158,39 @@ class LogReader:
             self.position = Position(0, found[-1].id)
         return found
 
+    def _states(self, heads: list[Head]) -> list[Notification]:
+        ids = [head.id for head in heads]
+        found: dict[int, bytes] = {}
+        with self.recorder.datastore.transaction(commit=False) as cursor:
+            if self.postgres:
+                cursor.execute(
+                    f"SELECT notification_id, state FROM {self._table()} "
+                    "WHERE notification_id = ANY(%s)",
+                    [ids],
+                )
+                found = {row["notification_id"]: bytes(row["state"]) for row in cursor.fetchall()}
+            else:
+                table = self.recorder.events_table_name
+                for start in range(0, len(ids), STATES_PER_QUERY):
+                    chunk = ids[start : start + STATES_PER_QUERY]
+                    cursor.execute(
+                        f"SELECT rowid, state FROM {table} "
+                        f"WHERE rowid IN ({','.join('?' * len(chunk))})",
+                        chunk,
+                    )
+                    found.update((row[0], row[1]) for row in cursor.fetchall())
+        return [
+            Notification(
+                id=head.id,
+                originator_id=head.originator_id,
+                originator_version=head.originator_version,
+                topic=head.topic,
+                state=found[head.id],
+            )
+            for head in heads
+            if head.id in found
+        ]
+
     # ------------------------------------------------------------------------- PostgreSQL
     def _table(self) -> str:
         return f'"{self.recorder.datastore.schema}"."{self.recorder.events_table_name}"'
@@ -177,6 +236,49 @@ class LogReader:
         elif rows:
             self.position = Position(int(rows[-1]["tx_text"]), rows[-1]["notification_id"])
         return found
+
+    def _scan_postgres(self, page: int, *, heads: bool) -> Iterator[list[Any]]:
+        columns = "notification_id, originator_id, originator_version, topic, tx::text AS tx_text"
+        if not heads:
+            columns += ", state"
+        query = (
+            f"SELECT {columns} FROM {self._table()} "
+            "WHERE (tx, notification_id) > (%s::text::xid8, %s) AND tx < %s::text::xid8"
+        )
+        with self.recorder.datastore.transaction(commit=False) as curs:
+            # The follower's work between pages leaves the transaction idle for a while.
+            curs.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
+            curs.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS x")
+            xmin = int(curs.fetchone()["x"])
+            params: list[Any] = [str(self.position.tx), self.position.id, str(xmin)]
+            if self.topics:
+                query += " AND topic = ANY(%s)"
+                params.append(self.topics)
+            # Rows as tuples: a rebuild reads millions, and a dict a row costs microseconds.
+            with curs.connection.cursor(name="cantstop_log_scan", row_factory=tuple_row) as scan:
+                scan.itersize = page
+                scan.execute(query + " ORDER BY tx, notification_id", params)
+                while True:
+                    rows = scan.fetchmany(page)
+                    if rows:
+                        self.position = Position(int(rows[-1][4]), rows[-1][0])
+                    if len(rows) < page:  # read to the window's end, as ``read`` says
+                        self.position = max(self.position, Position(xmin, 0))
+                    if heads:
+                        yield [Head(r[0], r[1], r[2], r[3]) for r in rows]
+                    else:
+                        yield [
+                            Notification(
+                                id=r[0],
+                                originator_id=r[1],
+                                originator_version=r[2],
+                                topic=r[3],
+                                state=bytes(r[5]),
+                            )
+                            for r in rows
+                        ]
+                    if len(rows) < page:
+                        return
 
     def plan(self, limit: int = 500) -> str:
         """PostgreSQL's plan for a page from the current position (what tests check)."""

@@ -540,6 +540,40 @@ class GuardedPostgresAggregateRecorder(AggregateRecorder):
 
         return guarded(select, breaker=self.breaker)
 
+    def stored_among(self, originator_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        """Those of ``originator_ids`` with any event stored (one query)."""
+        statement = f"SELECT DISTINCT originator_id FROM {self.table} WHERE originator_id = ANY(%s)"
+
+        def select() -> set[uuid.UUID]:
+            with self.datastore.get_connection() as conn, conn.cursor() as curs:
+                curs.execute(statement, [list(originator_ids)])
+                return {row["originator_id"] for row in curs.fetchall()}
+
+        return guarded(select, breaker=self.breaker) if originator_ids else set()
+
+    def first_events(self, originator_ids: Sequence[uuid.UUID]) -> list[StoredEvent]:
+        """The first event (version 1) of each of ``originator_ids`` that has one (one query)."""
+        statement = (
+            "SELECT originator_id, originator_version, topic, state FROM "
+            f"{self.table} WHERE originator_id = ANY(%s) AND originator_version = 1"
+        )
+
+        def select() -> list[StoredEvent]:
+            with self.datastore.get_connection() as conn, conn.cursor() as curs:
+                curs.execute(statement, [list(originator_ids)])
+                rows = curs.fetchall()
+            return [
+                StoredEvent(
+                    originator_id=row["originator_id"],
+                    originator_version=row["originator_version"],
+                    topic=row["topic"],
+                    state=bytes(row["state"]),
+                )
+                for row in rows
+            ]
+
+        return guarded(select, breaker=self.breaker) if originator_ids else []
+
 
 class GuardedPostgresApplicationRecorder(GuardedPostgresAggregateRecorder, ApplicationRecorder):
     """Writers to different games do not queue behind one another.

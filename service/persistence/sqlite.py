@@ -16,6 +16,7 @@ import sqlite3
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -451,6 +452,39 @@ class GuardedSQLiteAggregateRecorder(AggregateRecorder):
             statement += "LIMIT ? "
             params.append(limit)
         return guarded(lambda: self._select(statement, params), breaker=self.breaker)
+
+    def stored_among(self, originator_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        """Those of ``originator_ids`` with any event stored (a query per 500)."""
+        keys = [originator_id.hex for originator_id in originator_ids]
+
+        def select() -> set[uuid.UUID]:
+            found: set[uuid.UUID] = set()
+            with self.datastore.get_connection(commit=False) as conn, _sqlite_errors():
+                for start in range(0, len(keys), 500):
+                    chunk = keys[start : start + 500]
+                    rows = conn.execute(
+                        f"SELECT DISTINCT originator_id FROM {self.events_table_name} "
+                        f"WHERE originator_id IN ({','.join('?' * len(chunk))})",
+                        chunk,
+                    ).fetchall()
+                    found.update(uuid.UUID(row[0]) for row in rows)
+            return found
+
+        return guarded(select, breaker=self.breaker) if keys else set()
+
+    def first_events(self, originator_ids: Sequence[uuid.UUID]) -> list[StoredEvent]:
+        """The first event (version 1) of each of ``originator_ids`` that has one (a query per
+        500)."""
+        keys = [originator_id.hex for originator_id in originator_ids]
+        found: list[StoredEvent] = []
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            statement = (
+                f"SELECT * FROM {self.events_table_name} WHERE originator_version = 1 "
+                f"AND originator_id IN ({','.join('?' * len(chunk))})"
+            )
+            found += guarded(partial(self._select, statement, chunk), breaker=self.breaker)
+        return found
 
     def _select(self, statement: str, params: list[Any]) -> list[StoredEvent]:
         # One SELECT is a transaction of its own: no BEGIN and ROLLBACK around it.

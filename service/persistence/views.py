@@ -108,11 +108,19 @@ class View:
         """After the transaction committed, on the live view only, in the process that moved
         it: tell others (best effort; what was written is in the store either way)."""
 
-    def needed(self, items: list[Notification], read: Sql) -> list[Notification]:
-        """A rebuild's filter, before decoding: of a page of the log (in order), the
-        notifications whose events can change the view, given its tables as they stand before
-        the page. By default, all of them."""
-        return items
+    sparse: ClassVar[bool] = False
+    """True: a rebuild reads the heads of a page of the log first, hands them to ``needed``, and
+    reads and decodes the states of only the events it keeps (most of the page, for a view
+    whose events mostly change nothing: the notices' turn ends in games no account sits in)."""
+
+    def needed(
+        self, heads: list[Head], read: Sql, events: Callable[[list[Head]], list[tuple[int, Any]]]
+    ) -> list[Head]:
+        """A ``sparse`` view's filter in a rebuild: of a page of the log's heads (in order),
+        those whose events can change the view, given its tables as they stand before the page.
+        ``events`` reads and decodes the events of some of them, to judge by their content
+        (each read once in the page: the events kept are not read again). By default, all."""
+        return heads
 
     summary_topics: ClassVar[tuple[str, ...]] = ()
     """A rebuild's shortcut, if not empty: the rebuild reads only the heads of these topics from
@@ -123,6 +131,26 @@ class View:
         log up to the last of ``heads`` would (every head of ``summary_topics`` up there, in the
         log's order)."""
         raise NotImplementedError
+
+
+class Events:
+    """A page's events, read and decoded on demand from their heads, each once (a ``sparse``
+    view's rebuild: ``View.needed``)."""
+
+    def __init__(self, views: Views, view: View, reader: LogReader) -> None:
+        self.views = views
+        self.view = view
+        self.reader = reader
+        self.known: dict[int, Any] = {}  # notification id: event (None: could not be decoded)
+
+    def __call__(self, heads: list[Head]) -> list[tuple[int, Any]]:
+        """The events of ``heads``, in their order (one that cannot be decoded passed over)."""
+        missing = [head for head in heads if head.id not in self.known]
+        if missing:
+            decoded = dict(self.views._decode(self.view, self.reader.states(missing)))
+            for head in missing:
+                self.known[head.id] = decoded.get(head.id)
+        return [(head.id, self.known[head.id]) for head in heads if self.known[head.id] is not None]
 
 
 @dataclass
@@ -503,11 +531,8 @@ class Views:
         if view.summary_topics:
             reader = LogReader(self.recorder, view.summary_topics, START)
             heads: list[Head] = []
-            while True:
-                page, end = self._page(reader, heads=True)
+            for page in reader.scan(PAGE, heads=True):
                 heads += page
-                if end:
-                    break
             sql.cursor.execute("BEGIN")
             view.apply(sql, view.summary(heads))
             sql.cursor.execute("COMMIT")
@@ -516,31 +541,21 @@ class Views:
             return len(heads), reader.position
         reader = LogReader(self.recorder, view.topics, START)
         applied = 0
-        while True:
-            items, end = self._page(reader, heads=view.heads_only)
-            decoded = items if view.heads_only else self._decode(view, view.needed(items, sql))
+        for items in reader.scan(PAGE, heads=view.heads_only or view.sparse):
+            if view.heads_only:
+                decoded: list[Any] = items
+            elif view.sparse:
+                events = Events(self, view, reader)
+                decoded = events(view.needed(items, sql, events))
+            else:
+                decoded = self._decode(view, items)
             sql.cursor.execute("BEGIN")
             view.apply(sql, view.prepare(decoded, sql))
             sql.cursor.execute("COMMIT")
             applied += len(items)
             if progress is not None:
                 progress(reader.position)
-            if end:
-                return applied, reader.position
-
-    def _page(self, reader: LogReader, *, heads: bool) -> tuple[list[Any], bool]:
-        """Up to ``PAGE`` items of the log from the reader's position, and whether the log's end
-        was reached. PostgreSQL is read ``BATCH`` rows a query: a larger LIMIT makes its planner
-        trade the (tx, notification_id) index's range for a scan of the whole table and a sort,
-        at every page."""
-        size = BATCH if self.postgres else PAGE
-        items: list[Any] = []
-        while len(items) < PAGE:
-            got = reader.heads(size) if heads else reader.read(size)
-            items += got
-            if len(got) < size:
-                return items, True
-        return items, False
+        return applied, reader.position
 
     def _copy(self, cursor: Any, table: str, columns: list[str], rows: Any) -> None:
         """The scratch table's rows into the store's table of that name, in bulk."""

@@ -586,9 +586,15 @@ class AnalysisFeed(View):
     version = 1
     topics = (FINISHED,)
     heads_only = True
+    # Only the live view queues (``applied``): a rebuild, which has no tables to fill, reads
+    # the heads to the log's end and plans nothing (``summary``).
+    summary_topics = (FINISHED,)
 
     def __init__(self, games: Games) -> None:
         self.games = games
+
+    def summary(self, heads: list[Any]) -> list[str]:
+        return []
 
     def prepare(self, items: list[Any], read: Sql) -> list[str]:
         found = []

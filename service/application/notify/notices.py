@@ -131,13 +131,25 @@ class NoticesView(View):
         """Called after the batch committed, in the process that wrote it (the live hub)."""
 
     # ---------------------------------------------------------------------------- writing
-    def needed(self, items: list[Any], read: Sql) -> list[Any]:
+    sparse = True  # a rebuild reads the states of only the events ``needed`` keeps
+
+    def needed(
+        self, heads: list[Any], read: Sql, events: Callable[[list[Any]], list[tuple[int, Any]]]
+    ) -> list[Any]:
         """A rebuild's filter: most games seat no account, and their turns (most of the log) make
         no notice and change no row (``_notices``). Those of a game whose row has no account
-        and that no event of the page may seat one are left out, undecoded."""
-        quiet = {n.originator_id for n in items if n.topic in QUIET}
-        loud = {n.originator_id for n in items if n.topic in SEATING}
-        keys = [str(game_id) for game_id in quiet - loud]
+        and that no event of the page seats one in are left out, unread: the page's seating
+        events (a few) are read to tell."""
+        loud: set[uuid.UUID] = set()
+        for _, event in events([head for head in heads if head.topic in SEATING]):
+            if isinstance(event, Game.GameCreated):
+                seated = any(event.accounts or ())
+            else:
+                seated = isinstance(event, Game.SeatJoined) and event.account is not None
+            if seated:
+                loud.add(event.originator_id)
+        quiet = {head.originator_id for head in heads if head.topic in QUIET} - loud
+        keys = [str(game_id) for game_id in quiet]
         for start in range(0, len(keys), 500):
             chunk = keys[start : start + 500]
             rows = read.all(
@@ -146,13 +158,16 @@ class NoticesView(View):
                 chunk,
             )
             loud.update(uuid.UUID(r["game_id"]) for r in rows if any(json.loads(r["accounts"])))
-        return [n for n in items if n.topic not in QUIET or n.originator_id in loud]
+        return [head for head in heads if head.topic not in QUIET or head.originator_id in loud]
 
     def prepare(self, items: list[Any], read: Sql) -> list[tuple[Any, dict[str, Any] | None]]:
         """Each event, with a challenge's state as of that event (what its notice shows)."""
         out: list[tuple[Any, dict[str, Any] | None]] = []
+        imported = self.store.imported(
+            [event.originator_id for _, event in items if isinstance(event, Game.GameCreated)]
+        )
         for _, event in items:
-            if isinstance(event, Game.GameCreated) and self.store.is_imported(event.originator_id):
+            if isinstance(event, Game.GameCreated) and event.originator_id in imported:
                 continue  # an imported game sends nothing (1.3): without its row, nor do its events
             shown = None
             if get_topic(type(event)) in SEEK_EXPIRED_TOPICS:

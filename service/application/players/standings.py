@@ -147,6 +147,11 @@ class RatingsView(View):
         """Each finished rated game of the batch, read from the store (its last version), and
         each moderation, in the log's order."""
         found: list[Finished | Moderated] = []
+        store = self.games.store
+        # Each game's creation (most games are not rated), and whether a rated one was
+        # imported: read for the whole batch at once.
+        created = store.creations([h.originator_id for h in items if h.topic not in MODERATION])
+        store.imported([game_id for game_id, game in created.items() if game.rated])
         for head in items:
             if head.topic in MODERATION:
                 moderated = self._moderated(head)
@@ -154,8 +159,9 @@ class RatingsView(View):
                     found.append(moderated)
                 continue
             try:
-                if not self.games.store.at_creation(head.originator_id).rated:
-                    continue  # one event read: most games are not rated
+                first = created.get(head.originator_id) or store.at_creation(head.originator_id)
+                if not first.rated:
+                    continue
                 if self.games.store.is_imported(head.originator_id):
                     continue  # not played here, and importable again and again (1.3)
                 game = self.games.game(head.originator_id)
