@@ -39,6 +39,7 @@ from werkzeug.exceptions import BadRequest
 from service.config import ServerSettings
 from service.http.metrics import REQUEST_ID, REQUEST_ID_KEY, new_request_id
 from service.http.stream import ADOPT
+from service.live.streams import Pacer
 
 # What the worker answers itself, before the app sees the request. The app has its own, tighter
 # limits (a target of 8190 bytes: 414; 32 KiB of headers: 431, CANTSTOP_MAX_URI_BYTES and
@@ -308,6 +309,7 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
         self.active: set[Connection] = set()  # on the pool's threads
         self.connections = 0
         self.accepting = False
+        self.pacer: Pacer | None = None  # the live hub's, set in run()
         self.pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.date = _Date()
 
@@ -332,6 +334,10 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
             runtime.hub.shutdown()
 
     def run(self) -> None:
+        runtime = getattr(self.wsgi, "extensions", {}).get("cantstop")
+        # A request begins after the live hub's flush under way, if any (service/live/
+        # streams.py, ``Pacer.gate``).
+        self.pacer = None if runtime is None else runtime.hub.pacer
         for listener in self.sockets:
             listener.setblocking(False)
         self._accept(True)
@@ -521,6 +527,8 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
             head[:] = [status, headers, False]
             return _no_write
 
+        if self.pacer is not None:
+            self.pacer.wait()
         try:
             result = self.wsgi(environ, start_response)
         except Exception:

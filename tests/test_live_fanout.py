@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import Callable
 
@@ -214,6 +215,63 @@ def test_a_feed_waits_its_pacers_gap_between_flushes() -> None:
         assert sink.event_writes() == [envelope(1).sse, envelope(2).sse + envelope(3).sse]
         stream.end()
         await until(lambda: not hub.tasks, "the stream to end")
+
+    asyncio.run(run())
+
+
+class SlowSink(RecordingSink):
+    """A write that takes a while (a loaded loop's ``send``), noting whether a request thread
+    waiting on the pacer had gone on meanwhile."""
+
+    def __init__(self, went_on: threading.Event) -> None:
+        super().__init__()
+        self.went_on = went_on
+        self.seen: list[bool] = []
+
+    def write(self, data: bytes) -> None:
+        if data.startswith(b"id: "):  # an event's (not the stream's opening lines)
+            time.sleep(0.02)
+            self.seen.append(self.went_on.is_set())
+        super().write(data)
+
+
+def test_a_request_waits_for_the_flush_under_way_and_only_for_it() -> None:
+    async def run() -> None:
+        hub, store = LoopHub(), Store(0)
+        feed = Feed(hub, "test", 0, store.read, name="test")
+        went_on = threading.Event()
+        sinks = []
+        for _ in range(5):
+            stream = Stream(hub, feed, 0, finished=False, client="test")
+            feed.streams.add(stream)
+            sink = SlowSink(went_on)
+            sinks.append(sink)
+            hub.spawn(stream.run(sink))
+        await until(lambda: all(s.direct for s in feed.streams), "the streams to wait")
+        hub.pacer.wait()  # no flush under way: at once
+        store.head = 1
+
+        def request() -> None:
+            deadline = time.monotonic() + 5
+            while not hub.pacer.gate.locked():  # the flush has begun
+                if time.monotonic() > deadline:
+                    return  # the flush never held the gate: the test fails below
+                time.sleep(0.001)
+            hub.pacer.wait()
+            went_on.set()
+
+        thread = threading.Thread(target=request, daemon=True)
+        thread.start()
+        while not thread.is_alive():
+            await asyncio.sleep(0.001)
+        feed.deliver([envelope(1)])
+        await until(went_on.is_set, "the request to go on")
+        thread.join(timeout=5)
+        assert [s.seen for s in sinks] == [[False]] * 5  # every write before the request
+        assert [s.versions() for s in sinks] == [[1]] * 5
+        for stream in list(feed.streams):
+            stream.end()
+        await until(lambda: not hub.tasks, "the streams to end")
 
     asyncio.run(run())
 

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
@@ -68,6 +69,19 @@ class Pacer:
         self.gap = FLUSH_GAP
         self._since = time.monotonic() if now is None else now
         self._spent = 0.0
+        # Held by the loop while it flushes: the worker's request threads wait for it before
+        # they begin a request (``wait``, from ``service/server.py``), so the flush's writes,
+        # each a system call that lets go of the GIL, get it back at once rather than after a
+        # request thread's turn. A request waits one flush at most, and the pacer keeps the
+        # flushes to a share of the loop's time.
+        self.gate = threading.Lock()
+
+    def wait(self) -> None:
+        """On a request thread: return once the loop's flush under way, if any, is done."""
+        gate = self.gate
+        if gate.locked():
+            with gate:
+                pass
 
     def spent(self, seconds: float, now: float) -> None:
         """A flush ended at ``now`` (time.monotonic) after ``seconds``."""
@@ -386,7 +400,19 @@ class Feed:
         final = any(envelope.final for envelope in ready)
         data = ready[0].sse if len(ready) == 1 else b"".join(e.sse for e in ready)
         newest = ready[-1].version
+        gate = self.hub.pacer.gate
+        gate.acquire()
         now = time.monotonic()
+        try:
+            self._write(data, first, newest, final, ready, now)
+        finally:
+            gate.release()
+        ended = time.monotonic()
+        self.hub.pacer.spent(ended - now, ended)
+
+    def _write(
+        self, data: bytes, first: int, newest: int, final: bool, ready: list[Envelope], now: float
+    ) -> None:
         for stream in self.streams:
             sink = stream.sink
             if stream.direct and stream.last == first and not final and sink is not None:
@@ -399,8 +425,6 @@ class Feed:
                 stream.sent_at = now
             elif stream.last < newest:  # (a stream that already sent them has nothing to do)
                 stream.offer(ready)
-        ended = time.monotonic()
-        self.hub.pacer.spent(ended - now, ended)
 
     def hint(self, version: int) -> None:
         """The store holds ``version`` of the game."""
