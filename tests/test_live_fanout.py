@@ -4,7 +4,7 @@ deliveries (duplicates, gaps, out of order, split across turns, while a stream i
 catching up from the store), every stream sends each event once, in order; a client that
 cannot take a direct write is dropped.
 
-A busy feed writes at most once per ``FLUSH_GAP``.
+A busy feed writes at most once per gap, which its hub's pacer sets from the loop's load.
 
 The feed and streams run on a real asyncio loop, over a store of synthetic events that grows as
 events are "recorded"; the hub is bench/fanout.py's small one, which implements what the
@@ -135,30 +135,6 @@ def test_what_is_delivered_in_one_turn_reaches_a_caught_up_stream_in_one_write()
     asyncio.run(run())
 
 
-def test_a_busy_feed_writes_at_most_once_per_flush_gap(monkeypatch: pytest.MonkeyPatch) -> None:
-    """After a quiet spell an event goes at once; what follows within FLUSH_GAP of that write,
-    over several turns of the loop, goes together in the next one."""
-    monkeypatch.setattr(streams_module, "FLUSH_GAP", 2.0)  # far more than two turns take
-
-    async def run() -> None:
-        hub, store = LoopHub(), Store(0)
-        feed = Feed(hub, "test", 0, store.read, name="test")
-        stream, sink = open_stream(hub, feed, 0)
-        await until(lambda: stream.direct, "the stream to wait")
-        store.head = 3
-        feed.deliver([envelope(1)])
-        await until(lambda: sink.versions() == [1], "the first event, at once")
-        feed.deliver([envelope(2)])
-        await asyncio.sleep(0)
-        feed.deliver([envelope(3)])
-        await until(lambda: sink.versions() == [1, 2, 3], "the next two")
-        assert sink.event_writes() == [envelope(1).sse, envelope(2).sse + envelope(3).sse]
-        stream.end()
-        await until(lambda: not hub.tasks, "the stream to end")
-
-    asyncio.run(run())
-
-
 def loop_busy(pacer: Pacer, share: float, seconds: float, start: float) -> float:
     """``seconds`` of a loop that flushes ``share`` of its time, in flushes of 10 ms."""
     now, flush = start, 0.01
@@ -193,8 +169,8 @@ def test_the_flush_gap_stays_within_its_bounds(flushes: list[tuple[float, float]
 
 
 def test_a_feed_waits_its_pacers_gap_between_flushes() -> None:
-    """The gap a busy feed keeps is the pacer's: grown, it holds back what comes after a
-    write until then, all in the next one."""
+    """After a quiet spell an event goes at once; what follows within the pacer's gap of that
+    write, over several turns of the loop, goes together in the next one, not before."""
 
     async def run() -> None:
         hub, store = LoopHub(), Store(0)

@@ -195,24 +195,30 @@ class LogReader:
     def _table(self) -> str:
         return f'"{self.recorder.datastore.schema}"."{self.recorder.events_table_name}"'
 
-    def _read_postgres(self, limit: int, *, heads: bool) -> list[Any]:
+    def _window(self, curs: Any, *, heads: bool) -> tuple[str, list[Any], int]:
+        """The query of what follows the position in the log, up to the snapshot's xmin (what
+        no transaction still open can write below), in the log's order; its parameters; xmin.
+        The row comparison on (tx, notification_id), bounded by xmin, is one range of their
+        index, read in its order."""
         columns = "notification_id, originator_id, originator_version, topic, tx::text AS tx_text"
         if not heads:
             columns += ", state"
-        # The row comparison on (tx, notification_id), bounded by xmin, is one range of their
-        # index, read in its order: no sort, and a LIMIT that stops the scan.
         query = (
             f"SELECT {columns} FROM {self._table()} "
             "WHERE (tx, notification_id) > (%s::text::xid8, %s) AND tx < %s::text::xid8"
         )
+        curs.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS x")
+        xmin = int(curs.fetchone()["x"])
+        params: list[Any] = [str(self.position.tx), self.position.id, str(xmin)]
+        if self.topics:
+            query += " AND topic = ANY(%s)"
+            params.append(self.topics)
+        return query + " ORDER BY tx, notification_id", params, xmin
+
+    def _read_postgres(self, limit: int, *, heads: bool) -> list[Any]:
         with self.recorder.datastore.transaction(commit=False) as curs:
-            curs.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS x")
-            xmin = int(curs.fetchone()["x"])
-            params: list[Any] = [str(self.position.tx), self.position.id, str(xmin)]
-            if self.topics:
-                query += " AND topic = ANY(%s)"
-                params.append(self.topics)
-            curs.execute(query + " ORDER BY tx, notification_id LIMIT %s", [*params, limit])
+            query, params, xmin = self._window(curs, heads=heads)
+            curs.execute(query + " LIMIT %s", [*params, limit])  # no sort; the LIMIT stops it
             rows = curs.fetchall()
         found: list[Any] = [
             Head(
@@ -238,26 +244,14 @@ class LogReader:
         return found
 
     def _scan_postgres(self, page: int, *, heads: bool) -> Iterator[list[Any]]:
-        columns = "notification_id, originator_id, originator_version, topic, tx::text AS tx_text"
-        if not heads:
-            columns += ", state"
-        query = (
-            f"SELECT {columns} FROM {self._table()} "
-            "WHERE (tx, notification_id) > (%s::text::xid8, %s) AND tx < %s::text::xid8"
-        )
         with self.recorder.datastore.transaction(commit=False) as curs:
             # The follower's work between pages leaves the transaction idle for a while.
             curs.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
-            curs.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS x")
-            xmin = int(curs.fetchone()["x"])
-            params: list[Any] = [str(self.position.tx), self.position.id, str(xmin)]
-            if self.topics:
-                query += " AND topic = ANY(%s)"
-                params.append(self.topics)
+            query, params, xmin = self._window(curs, heads=heads)
             # Rows as tuples: a rebuild reads millions, and a dict a row costs microseconds.
             with curs.connection.cursor(name="cantstop_log_scan", row_factory=tuple_row) as scan:
                 scan.itersize = page
-                scan.execute(query + " ORDER BY tx, notification_id", params)
+                scan.execute(query, params)
                 while True:
                     rows = scan.fetchmany(page)
                     if rows:

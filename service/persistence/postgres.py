@@ -428,6 +428,19 @@ def _params(rows: Iterable[Any]) -> list[bytes]:
     return params
 
 
+def _stored(rows: list[Any]) -> list[StoredEvent]:
+    """Rows of the events table (as dicts) as the library's stored events."""
+    return [
+        StoredEvent(
+            originator_id=row["originator_id"],
+            originator_version=row["originator_version"],
+            topic=row["topic"],
+            state=bytes(row["state"]),
+        )
+        for row in rows
+    ]
+
+
 def _raise_for(pgconn: Any, result: Any) -> None:
     """A failed libpq result as the psycopg error psycopg would raise for it."""
     message = result.error_message.decode(errors="replace") or "the statement failed"
@@ -527,16 +540,7 @@ class GuardedPostgresAggregateRecorder(AggregateRecorder):
         def select() -> list[StoredEvent]:
             with self.datastore.get_connection() as conn, conn.cursor() as curs:
                 curs.execute(statement, params, prepare=True)
-                rows = curs.fetchall()
-            return [
-                StoredEvent(
-                    originator_id=row["originator_id"],
-                    originator_version=row["originator_version"],
-                    topic=row["topic"],
-                    state=bytes(row["state"]),
-                )
-                for row in rows
-            ]
+                return _stored(curs.fetchall())
 
         return guarded(select, breaker=self.breaker)
 
@@ -561,16 +565,7 @@ class GuardedPostgresAggregateRecorder(AggregateRecorder):
         def select() -> list[StoredEvent]:
             with self.datastore.get_connection() as conn, conn.cursor() as curs:
                 curs.execute(statement, [list(originator_ids)])
-                rows = curs.fetchall()
-            return [
-                StoredEvent(
-                    originator_id=row["originator_id"],
-                    originator_version=row["originator_version"],
-                    topic=row["topic"],
-                    state=bytes(row["state"]),
-                )
-                for row in rows
-            ]
+                return _stored(curs.fetchall())
 
         return guarded(select, breaker=self.breaker) if originator_ids else []
 
