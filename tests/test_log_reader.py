@@ -4,6 +4,8 @@ commits after a later one (PostgreSQL writes without a table lock: service/persi
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -19,6 +21,20 @@ from service.persistence.log import LogReader
 def created_game(games: object) -> Game:
     """A new game, not saved yet."""
     return Game.start(uuid.uuid4(), NewGame(players=["Ann", "Bob"], dice="manual"))
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def games(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[Any]:
+    """The application's games on a new store of each kind."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/log.sqlite"
+    else:
+        url = request.getfixturevalue("postgres_url")
+    app = create_app(Settings(database_url=url), create_tables=True)
+    try:
+        yield app.extensions["cantstop"].games
+    finally:
+        app.extensions["cantstop"].close()
 
 
 @pytest.mark.postgres
@@ -72,67 +88,43 @@ def test_sqlite_reads_by_id_from_where_it_left_off(tmp_path: object) -> None:
         app.extensions["cantstop"].close()
 
 
-@pytest.mark.parametrize("store", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def test_heads_are_the_notifications_without_their_states(
-    store: str, tmp_path: object, request: pytest.FixtureRequest
-) -> None:
+def test_heads_are_the_notifications_without_their_states(games: Any) -> None:
     """``heads`` reads the same log as ``read`` (ids, games, topics, filtered by topic, from
     where it left off), without the events' states."""
-    if store == "sqlite":
-        url = f"sqlite:///{tmp_path}/log.sqlite"
-    else:
-        url = request.getfixturevalue("postgres_url")
-    app = create_app(Settings(database_url=url), create_tables=True)
-    games = app.extensions["cantstop"].games
-    try:
-        full, light = LogReader(games.store.recorder), LogReader(games.store.recorder)
-        full.skip_to_end()
-        light.skip_to_end()
-        one, two = created_game(games), created_game(games)
-        games.store.save(one)
-        games.store.save(two)
-        expected = [(n.id, n.originator_id, n.originator_version, n.topic) for n in full.read(100)]
-        assert len(expected) == 4  # two events per new game
-        heads = light.heads(3) + light.heads(3) + light.heads(3)
-        found = [(h.id, h.originator_id, h.originator_version, h.topic) for h in heads]
-        assert found == expected
-        assert light.heads(100) == []
-        # Filtered by topic, as read is.
-        created = get_topic(Game.GameCreated)
-        only = LogReader(games.store.recorder, (created,))
-        assert {h.topic for h in only.heads(100)} == {created}
-    finally:
-        app.extensions["cantstop"].close()
+    full, light = LogReader(games.store.recorder), LogReader(games.store.recorder)
+    full.skip_to_end()
+    light.skip_to_end()
+    one, two = created_game(games), created_game(games)
+    games.store.save(one)
+    games.store.save(two)
+    expected = [(n.id, n.originator_id, n.originator_version, n.topic) for n in full.read(100)]
+    assert len(expected) == 4  # two events per new game
+    heads = light.heads(3) + light.heads(3) + light.heads(3)
+    found = [(h.id, h.originator_id, h.originator_version, h.topic) for h in heads]
+    assert found == expected
+    assert light.heads(100) == []
+    # Filtered by topic, as read is.
+    created = get_topic(Game.GameCreated)
+    only = LogReader(games.store.recorder, (created,))
+    assert {h.topic for h in only.heads(100)} == {created}
 
 
-@pytest.mark.parametrize("store", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def test_a_scan_reads_in_one_pass_what_reads_page_by_page_do(
-    store: str, tmp_path: object, request: pytest.FixtureRequest
-) -> None:
+def test_a_scan_reads_in_one_pass_what_reads_page_by_page_do(games: Any) -> None:
     """``scan`` (a rebuild's pass over the log) hands out the same notifications, heads and
     states, in the same order, from the same position, and leaves the reader where ``read``
     does; ``states`` reads the states of some heads."""
-    if store == "sqlite":
-        url = f"sqlite:///{tmp_path}/log.sqlite"
-    else:
-        url = request.getfixturevalue("postgres_url")
-    app = create_app(Settings(database_url=url), create_tables=True)
-    games = app.extensions["cantstop"].games
-    try:
-        start = LogReader(games.store.recorder)
-        start.skip_to_end()
-        for _ in range(4):
-            games.store.save(created_game(games))
-        created = get_topic(Game.GameCreated)
-        paged, scanned = (LogReader(games.store.recorder, (created,), start.position) for _ in "ab")
-        expected = paged.read(2) + paged.read(2) + paged.read(2)
-        pages = list(scanned.scan(2))
-        assert [len(page) for page in pages] == [2, 2, 0]
-        assert [n for page in pages for n in page] == expected
-        assert scanned.position == paged.position
-        heads = [h for page in LogReader(games.store.recorder).scan(3, heads=True) for h in page]
-        assert len(heads) >= 8 and all(not hasattr(h, "state") for h in heads)
-        chosen = [h for h in heads if h.topic == created][1:3]
-        assert scanned.states(chosen) == expected[1:3]
-    finally:
-        app.extensions["cantstop"].close()
+    start = LogReader(games.store.recorder)
+    start.skip_to_end()
+    for _ in range(4):
+        games.store.save(created_game(games))
+    created = get_topic(Game.GameCreated)
+    paged, scanned = (LogReader(games.store.recorder, (created,), start.position) for _ in "ab")
+    expected = paged.read(2) + paged.read(2) + paged.read(2)
+    pages = list(scanned.scan(2))
+    assert [len(page) for page in pages] == [2, 2, 0]
+    assert [n for page in pages for n in page] == expected
+    assert scanned.position == paged.position
+    heads = [h for page in LogReader(games.store.recorder).scan(3, heads=True) for h in page]
+    assert len(heads) >= 8 and all(not hasattr(h, "state") for h in heads)
+    chosen = [h for h in heads if h.topic == created][1:3]
+    assert scanned.states(chosen) == expected[1:3]

@@ -25,8 +25,7 @@ from eventsourcing.persistence import Notification
 from psycopg.rows import tuple_row
 
 from service.persistence.guard import guarded
-
-STATES_PER_QUERY = 500  # SQLite: rows of ``states`` a query names (each a bound value)
+from service.persistence.sqlite import in_chunks
 
 
 class Position(NamedTuple):
@@ -171,13 +170,9 @@ class LogReader:
                 found = {row["notification_id"]: bytes(row["state"]) for row in cursor.fetchall()}
             else:
                 table = self.recorder.events_table_name
-                for start in range(0, len(ids), STATES_PER_QUERY):
-                    chunk = ids[start : start + STATES_PER_QUERY]
-                    cursor.execute(
-                        f"SELECT rowid, state FROM {table} "
-                        f"WHERE rowid IN ({','.join('?' * len(chunk))})",
-                        chunk,
-                    )
+                for chunk, marks in in_chunks(ids):
+                    query = f"SELECT rowid, state FROM {table} WHERE rowid IN ({marks})"
+                    cursor.execute(query, chunk)
                     found.update((row[0], row[1]) for row in cursor.fetchall())
         return [
             Notification(

@@ -56,6 +56,17 @@ log = logging.getLogger("cantstop.store")
 
 QUEUED_SYNCHRONOUS = frozenset({"FULL", "EXTRA"})
 IDLE_CONNECTIONS = 15  # readers' connections kept open between reads (as the library's pool)
+# Values a query's ``IN (...)`` names at most: well under SQLite's limit on bound variables
+# (32,766 since 3.32, 999 before).
+IN_LIST_MAX = 500
+
+
+def in_chunks(values: Sequence[Any]) -> Iterator[tuple[list[Any], str]]:
+    """``values`` in chunks of ``IN_LIST_MAX``, each with its placeholders ("?,?,…") for an
+    ``IN (...)``."""
+    for start in range(0, len(values), IN_LIST_MAX):
+        chunk = list(values[start : start + IN_LIST_MAX])
+        yield chunk, ",".join("?" * len(chunk))
 
 
 class _Connection(sqlite3.Connection):
@@ -454,17 +465,16 @@ class GuardedSQLiteAggregateRecorder(AggregateRecorder):
         return guarded(lambda: self._select(statement, params), breaker=self.breaker)
 
     def stored_among(self, originator_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
-        """Those of ``originator_ids`` with any event stored (a query per 500)."""
+        """Those of ``originator_ids`` with any event stored (a query per ``IN_LIST_MAX``)."""
         keys = [originator_id.hex for originator_id in originator_ids]
 
         def select() -> set[uuid.UUID]:
             found: set[uuid.UUID] = set()
             with self.datastore.get_connection(commit=False) as conn, _sqlite_errors():
-                for start in range(0, len(keys), 500):
-                    chunk = keys[start : start + 500]
+                for chunk, marks in in_chunks(keys):
                     rows = conn.execute(
                         f"SELECT DISTINCT originator_id FROM {self.events_table_name} "
-                        f"WHERE originator_id IN ({','.join('?' * len(chunk))})",
+                        f"WHERE originator_id IN ({marks})",
                         chunk,
                     ).fetchall()
                     found.update(uuid.UUID(row[0]) for row in rows)
@@ -474,14 +484,13 @@ class GuardedSQLiteAggregateRecorder(AggregateRecorder):
 
     def first_events(self, originator_ids: Sequence[uuid.UUID]) -> list[StoredEvent]:
         """The first event (version 1) of each of ``originator_ids`` that has one (a query per
-        500)."""
+        ``IN_LIST_MAX``)."""
         keys = [originator_id.hex for originator_id in originator_ids]
         found: list[StoredEvent] = []
-        for start in range(0, len(keys), 500):
-            chunk = keys[start : start + 500]
+        for chunk, marks in in_chunks(keys):
             statement = (
                 f"SELECT * FROM {self.events_table_name} WHERE originator_version = 1 "
-                f"AND originator_id IN ({','.join('?' * len(chunk))})"
+                f"AND originator_id IN ({marks})"
             )
             found += guarded(partial(self._select, statement, chunk), breaker=self.breaker)
         return found
