@@ -12,6 +12,7 @@ import uuid
 from typing import Any
 
 import pytest
+from eventsourcing.domain import Aggregate
 from eventsourcing.persistence import OperationalError
 from flask import Flask
 from flask.testing import FlaskClient
@@ -109,6 +110,21 @@ def test_a_long_finished_game_keeps_a_snapshot_every_kept_interval(
             past = fresh.get(f"/v1/games/{game_id}?version={version}").get_json()
             assert past["version"] == version
         assert read and max(read) < 40
+
+
+def test_the_save_that_finishes_a_game_keeps_the_multiples_it_passes(
+    app: Flask, client: FlaskClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The save that finishes a game may pass a multiple of KEPT_WHEN_FINISHED without ending
+    on it (the winning stop, then the game's end): that snapshot is kept, taken at its exact
+    version. With snapshots every 2 versions, every finishing save passes one."""
+    intervals: dict[type[Aggregate], int] = {**Store.SNAPSHOT_INTERVALS, Game: 2}
+    monkeypatch.setattr(Store, "SNAPSHOT_INTERVALS", intervals)
+    monkeypatch.setattr(Store, "KEPT_WHEN_FINISHED", 2)
+    game_id, tokens = create_game(client, players=["Ann", "Bob"])
+    last = play_to_the_end(client, game_id, tokens)["version"]
+    assert snapshot_versions(app, game_id) == list(range(2, last + 1, 2))
+    assert ok_audit(client, game_id)  # the audit compares each snapshot with the events
 
 
 def test_a_failed_deletion_of_snapshots_is_logged_and_the_game_still_finishes(

@@ -195,6 +195,10 @@ class LiveGames:
             self._games.pop(game_id, None)
 
 
+def _finished(aggregate: Any) -> bool:
+    return type(aggregate) is Game and aggregate.status == "finished"
+
+
 class Store(Application[uuid.UUID]):
     """The service's event store: saves, snapshots, and the games each worker holds."""
 
@@ -298,18 +302,46 @@ class Store(Application[uuid.UUID]):
 
     def _take_snapshots_of(self, aggregates: Mapping[uuid.UUID, Any], events: list[Any]) -> None:
         """The snapshots a save makes due (SNAPSHOT_INTERVALS), taken from the objects just
-        saved. A save that passes several multiples of an aggregate's interval (an import: one
-        save of a whole game) takes one at each, read back from the store as the library's
-        ``take_snapshot`` does."""
-        passed = self._multiples_passed(aggregates, events)
-        several = [aggregate_id for aggregate_id, versions in passed.items() if len(versions) > 1]
-        for aggregate_id in several:
-            for version in passed.pop(aggregate_id):
-                self.take_snapshot(aggregate_id, version=version)
-        due = self._snapshots_of(aggregates, passed)
-        if due:
+        saved, or read back from the store at their exact versions (``_snapshots_due``)."""
+        exact, now = self._snapshots_due(aggregates, events)
+        self._take_exact(exact)
+        if now:
             assert self.snapshots is not None
-            self.snapshots.put(due)
+            self.snapshots.put(self._snapshots_of(aggregates, now))
+
+    def _snapshots_due(
+        self, aggregates: Mapping[uuid.UUID, Any], events: list[Any]
+    ) -> tuple[dict[uuid.UUID, list[int]], list[uuid.UUID]]:
+        """The snapshots these saved events make due: those to read back from the store at
+        their exact versions, by aggregate, and the aggregates to snapshot as they are now.
+
+        As they are now, one write with the events, when the save passed one multiple of the
+        interval (19 actions in 20 pass none). Read back, as the library's ``take_snapshot``
+        does: each of several multiples in one save (an import: one save of a whole game),
+        and a multiple of KEPT_WHEN_FINISHED passed without ending on it (a winning stop and
+        the game's end): a snapshot one version later would be deleted when the game
+        finishes (tests/test_finished_snapshots.py)."""
+        exact: dict[uuid.UUID, list[int]] = {}
+        now: list[uuid.UUID] = []
+        for aggregate_id, versions in self._multiples_passed(aggregates, events).items():
+            last = versions[-1]
+            if len(versions) > 1 or (
+                last % self.KEPT_WHEN_FINISHED == 0 and last != aggregates[aggregate_id].version
+            ):
+                exact[aggregate_id] = versions
+            else:
+                now.append(aggregate_id)
+        return exact, now
+
+    def _take_exact(self, exact: Mapping[uuid.UUID, list[int]]) -> None:
+        """Read back and store these snapshots, after their events are stored. A failure is
+        logged, not raised: the events are saved, and a read without a snapshot replays them."""
+        for aggregate_id, versions in exact.items():
+            for version in versions:
+                try:
+                    self.take_snapshot(aggregate_id, version=version)
+                except (ApplicationError, PersistenceError) as exc:
+                    log.warning("%s: no snapshot at version %d: %s", aggregate_id, version, exc)
 
     def _multiples_passed(
         self, aggregates: Mapping[uuid.UUID, Any], events: list[Any]
@@ -324,7 +356,7 @@ class Store(Application[uuid.UUID]):
                 continue
             interval = self.SNAPSHOT_INTERVALS.get(type(aggregate))
             if interval and event.originator_version % interval == 0:
-                if type(aggregate) is Game and aggregate.status == "finished":
+                if _finished(aggregate) and event.originator_version % self.KEPT_WHEN_FINISHED:
                     continue  # its past is read from its events (KEPT_WHEN_FINISHED)
                 passed.setdefault(event.originator_id, []).append(event.originator_version)
         return passed
@@ -383,18 +415,19 @@ class Store(Application[uuid.UUID]):
         events = [event for aggregate in aggregates for event in aggregate.collect_events()]
         stored = [self.mapper.to_stored_event(e) for e in events]
         by_id = {a.id: a for a in aggregates}
-        passed = self._multiples_passed(by_id, events)
-        if not passed:  # 19 actions in 20
+        exact, now = self._snapshots_due(by_id, events)
+        if not now:  # 19 actions in 20
             self.recorder.insert_events(stored)
         else:
             assert self.snapshots is not None
-            due = self._snapshots_of(by_id, passed)
+            due = self._snapshots_of(by_id, now)
             recorder = self.recorder  # the stores are SQLiteStore and PostgresStore (store.py)
             assert isinstance(
                 recorder, GuardedSQLiteApplicationRecorder | GuardedPostgresApplicationRecorder
             )
             stored_snapshots = [self.mapper.to_stored_event(s) for s in due]
             recorder.insert_with_snapshots(stored, self.snapshots.recorder, stored_snapshots)
+        self._take_exact(exact)  # rare: once in a game longer than KEPT_WHEN_FINISHED
         self._thin_out_finished_in(events)
 
     def _tell(self, new: dict[uuid.UUID, list[dict[str, Any]]]) -> None:
