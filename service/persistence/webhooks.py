@@ -25,6 +25,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from service.persistence.sqlite import in_chunks
 from service.persistence.tables import SideTable, Sql
 
 WEBHOOKS = "cantstop_webhooks"
@@ -182,9 +183,7 @@ class WebhookTables(SideTable):
         """The webhooks of these accounts, read inside the caller's transaction."""
         keys = sorted(set(accounts))
         found: list[WebhookRow] = []
-        for start in range(0, len(keys), 500):
-            chunk = keys[start : start + 500]
-            marks = ",".join("?" * len(chunk))
+        for chunk, marks in in_chunks(keys):
             rows = sql.all(f"SELECT * FROM {WEBHOOKS} WHERE account IN ({marks})", chunk)
             found.extend(_webhook(row) for row in rows)
         return found

@@ -26,6 +26,7 @@ from eventsourcing.utils import get_topic
 from domain.game import Game, parse_at
 from domain.tournament import Tournament
 from service.application.store import Store
+from service.persistence.sqlite import in_chunks
 from service.persistence.views import Sql, View
 
 log = logging.getLogger("cantstop.tournaments")
@@ -120,9 +121,7 @@ class TournamentsView(View):
             else:
                 ended.append(str(event_.originator_id))
         poked: set[str] = set()
-        for start in range(0, len(ended), 500):
-            chunk = ended[start : start + 500]
-            marks = ",".join("?" * len(chunk))
+        for chunk, marks in in_chunks(ended):
             rows = read.all(
                 f"SELECT tournament_id FROM {{tables}} WHERE game_id IN ({marks})", chunk
             )
