@@ -44,7 +44,7 @@ from domain.moves import UNCLAIMED
 from domain.odds import roll_masks
 from domain.position import Position
 from domain.strategies.base import Action
-from domain.strategies.turn import State, TurnPlanner
+from domain.strategies.turn import Shared, State, TurnPlanner
 
 FAR = 1_000.0
 """Turns left for a player who can no longer win (too few columns open)."""
@@ -230,6 +230,7 @@ class ExpertStrategy:
         self.params = params or Params()
         self._planners: OrderedDict[tuple[object, ...], TurnPlanner] = OrderedDict()
         self._cache_size = cache_size
+        self._shared = Shared()  # what its planners share from turn to turn
         # One decision at a time: the planners' memory is shared, and a decision is pure Python
         # (the GIL serialises it anyway), so bots and advice in several threads lose nothing.
         self._lock = threading.Lock()
@@ -321,7 +322,13 @@ class ExpertStrategy:
                 return all(own[c] == at for c, at in state)
 
         return TurnPlanner(
-            position.board(), rules.dice_faces, utility, bust_utility, must_roll, steps_never_hurt
+            position.board(),
+            rules.dice_faces,
+            utility,
+            bust_utility,
+            must_roll,
+            steps_never_hurt,
+            self._shared,
         )
 
     # ------------------------------------------------------------------ decisions
