@@ -234,23 +234,21 @@ def credit_plans(rolls: tuple[int, ...]) -> Plans:
     return {}
 
 
-def _credit(order: list[int], rolls: tuple[int, ...], left: int, plans: Plans) -> Credits:
-    """The moves credited for a ranking (best first) and their counts of rolls: each move the
-    rolls that offer it and no better move, until every roll in ``left`` is credited."""
-    ranking = tuple(order)
-    found = plans.get(ranking)
-    if found is None:
-        credited = []
-        for i in order:
-            fresh = rolls[i] & left
-            if fresh:
-                credited.append((i, fresh.bit_count()))
-                left ^= fresh
-                if not left:
-                    break
-        found = tuple(credited)
-        if len(plans) < PLANS_PER_SHAPE:
-            plans[ranking] = found
+def _credit(ranking: tuple[int, ...], rolls: tuple[int, ...], left: int, plans: Plans) -> Credits:
+    """The moves credited for a ranking (best first) not in ``plans`` yet, and their counts of
+    rolls: each move the rolls that offer it and no better move, until every roll in ``left``
+    is credited."""
+    credited = []
+    for i in ranking:
+        fresh = rolls[i] & left
+        if fresh:
+            credited.append((i, fresh.bit_count()))
+            left ^= fresh
+            if not left:
+                break
+    found = tuple(credited)
+    if len(plans) < PLANS_PER_SHAPE:
+        plans[ranking] = found
     return found
 
 
@@ -518,8 +516,8 @@ class TurnPlanner:
         busts, kids, rolls, left, _, plans = self._children.get(key) or self._kids(key)
         total = busts * self._bust_utility(key) if busts else 0.0
         values = [worth(kid) for kid in kids]
-        order = sorted(range(len(kids)), key=values.__getitem__, reverse=True)
-        for i, n in plans.get(tuple(order)) or _credit(order, rolls, left, plans):
+        order = tuple(sorted(range(len(kids)), key=values.__getitem__, reverse=True))
+        for i, n in plans.get(order) or _credit(order, rolls, left, plans):
             total += values[i] * n
         return total / self.total
 
@@ -545,8 +543,8 @@ class TurnPlanner:
                             )
                         known[i] = worth[kid] = utility(state)
             values = cast("list[float]", known)
-            order = sorted(range(len(kids)), key=values.__getitem__, reverse=True)
-            for i, n in plans.get(tuple(order)) or _credit(order, rolls, left, plans):
+            order = tuple(sorted(range(len(kids)), key=values.__getitem__, reverse=True))
+            for i, n in plans.get(order) or _credit(order, rolls, left, plans):
                 total += values[i] * n
             found = self._look[key] = total / self.total
         return found
