@@ -267,6 +267,7 @@ class ExpertStrategy:
         others = [m for s, m in enumerate(position.markers) if s != seat]
 
         mine = valuation.mine
+        bust_value = None  # what busting is worth, when the runners do not change it
 
         if not valuation.rivals:
 
@@ -279,7 +280,7 @@ class ExpertStrategy:
                     return -mine(tuple((c, 0) for c, _ in state))[0]
 
             else:
-                at_bust = -mine(())[0]
+                at_bust = bust_value = -mine(())[0]
 
                 def bust_utility(state: State) -> float:
                     return at_bust
@@ -303,7 +304,7 @@ class ExpertStrategy:
                     chance *= 0.5 * (1 + erf((theirs - turns - 0.5) / spread))
                 return chance - tie_break * turns
 
-            at_bust = utility(())
+            at_bust = bust_value = utility(())
 
             def bust_utility(state: State) -> float:
                 return at_bust
@@ -335,6 +336,7 @@ class ExpertStrategy:
             must_roll,
             steps_never_hurt,
             self._shared,
+            bust_value,
         )
 
     # ------------------------------------------------------------------ decisions

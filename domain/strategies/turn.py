@@ -282,8 +282,10 @@ class TurnPlanner:
     ``bust_utility(state)``: what busting with them is worth; ``must_roll(state)``: stopping is
     not allowed (forced move, or a rule of the player's own); ``steps_never_hurt``: one more step
     in a settled column is never worse (by default, unless ``must_roll`` is given: under forced
-    move a step can land beside another player's marker and force the player on). Inside, points
-    are packed integers (``pack``), remembered.
+    move a step can land beside another player's marker and force the player on);
+    ``bust_value``: what busting is worth whatever the runners, when it is so (``bust_utility``
+    says the same; read without a call). Inside, points are packed integers (``pack``),
+    remembered.
     """
 
     def __init__(
@@ -295,11 +297,13 @@ class TurnPlanner:
         must_roll: Callable[[State], bool] | None = None,
         steps_never_hurt: bool | None = None,
         shared: Shared | None = None,
+        bust_value: float | None = None,
     ) -> None:
         self.faces = faces
         self.total = faces**4
         self.utility = utility
         self.bust_utility = bust_utility
+        self.bust_value = bust_value
         self.must_roll = must_roll
         self.prune = must_roll is None if steps_never_hurt is None else steps_never_hurt
         n_cols = len(board.heights)
@@ -493,6 +497,8 @@ class TurnPlanner:
         return value
 
     def _bust_utility(self, key: int) -> float:
+        if self.bust_value is not None:
+            return self.bust_value
         value = self._bust.get(key)
         if value is None:
             value = self._bust[key] = self.bust_utility(self.unpack(key))
@@ -515,7 +521,8 @@ class TurnPlanner:
         Moves are taken best first; each is credited with the rolls that offer it and no
         better move (``Shape``), until every roll that does not bust is credited."""
         busts, kids, rolls, left, _, plans = self._children.get(key) or self._kids(key)
-        total = busts * self._bust_utility(key) if busts else 0.0
+        bust = self.bust_value
+        total = busts * (self._bust_utility(key) if bust is None else bust) if busts else 0.0
         values = [worth(kid) for kid in kids]
         order = tuple(sorted(range(len(kids)), key=values.__getitem__, reverse=True))
         for i, n in plans.get(order) or _credit(order, rolls, left, plans):
@@ -528,7 +535,8 @@ class TurnPlanner:
         found = self._look.get(key)
         if found is None:
             busts, kids, rolls, left, held_after, plans = self._children.get(key) or self._kids(key)
-            total = busts * self._bust_utility(key) if busts else 0.0
+            bust = self.bust_value
+            total = busts * (self._bust_utility(key) if bust is None else bust) if busts else 0.0
             worth = self._worth
             known = list(map(worth.get, kids))
             if None in known:  # points not valued yet
