@@ -219,12 +219,11 @@ SHARED_POINTS = 1 << 15
 game's worth (the duel of seed 11 reached 28,427 distinct points, 16,892 with every runner out)."""
 
 PLANS_PER_SHAPE = 256
-"""Rankings of the moves kept per group of rolls (``credit_plans``): with the 2,048 groups kept,
-at most 524,288 plans of a few pairs each; the duels of seeds 11 to 14 analysed in one process
-kept 24,595 in 3,372 groups (a few MB), and made 26% fewer plans than with 512 groups kept."""
+"""Rankings of the moves kept per group of rolls (``credit_plans``): with the 512 groups kept,
+at most 131,072 plans of a few pairs each."""
 
 
-@lru_cache(maxsize=2048)
+@lru_cache(maxsize=512)
 def credit_plans(rolls: tuple[int, ...]) -> Plans:
     """For the moves of one group of rolls (``Shape.rolls``): per ranking of them, best first
     (the ranking by their worth, ties in the moves' order), the moves credited with rolls and
