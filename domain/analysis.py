@@ -525,6 +525,8 @@ class Analysis:
             if (game.version, seat) not in self.values:
                 for other, value in enumerate(values):
                     self.values[(game.version, other)] = value
+        elif game.status == "finished":  # no turn to plan any more: a kept analysis keeps less
+            self.expert.forget()
         self.steps.append(game.version)
         self._tip = point
 

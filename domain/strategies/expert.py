@@ -240,6 +240,13 @@ class ExpertStrategy:
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ the planner of a turn
+    def forget(self) -> None:
+        """Drops its planners and what they share (their memory): a game that is over asks for
+        no more."""
+        with self._lock:
+            self._planners.clear()
+            self._shared = Shared()
+
     def planner(self, position: Position) -> TurnPlanner:
         key = (
             position.rules,
