@@ -267,7 +267,7 @@ class Shared:
 
     def __init__(self) -> None:
         self.states: dict[int, State] = {}
-        self.settled: dict[tuple[int, bool], tuple[dict[int, Kids], dict[Caps, Layout]]] = {}
+        self.settled: dict[tuple[int, bool], tuple[dict[int, Kids], dict[int, Layout]]] = {}
 
     def trimmed(self) -> Shared:
         if len(self.states) > SHARED_POINTS:
@@ -339,6 +339,8 @@ class TurnPlanner:
             [(2 if row[to] else 1) if (to := row[at]) else 0 for at in range(len(row))]
             for row in self.next_space
         ]
+        # the same as one int per point (``_kids``): each column's steps in two bits of its own
+        self.cap_codes = [[(n + 1) << (2 * c) for n in row] for c, row in enumerate(self.steps)]
         # Without jumping a step changes the packed key by the same amount wherever the
         # runner stands (placing it aside): a point's children are then its key plus offsets
         # that depend on the shape of its runners alone.
@@ -350,7 +352,7 @@ class TurnPlanner:
         )
         self._shapes: dict[Caps, Shape] = {}
         # per shape of the runners: the rolls by move, and the columns each move leaves held
-        self._layouts: dict[Caps, Layout] = {}
+        self._layouts: dict[int, Layout] = {}  # by ``cap_codes``
         self._states: dict[int, State] = {}
         self._children: dict[int, Kids] = {}
         # points with every runner out: their children and layouts, shared when they can be
@@ -450,8 +452,10 @@ class TurnPlanner:
                     self._children[key] = found
                     return found
                 layouts = self._settled_layouts
-            steps = self.steps
-            caps = tuple([(c, steps[c][s]) for c, s in state])
+            codes = self.cap_codes
+            caps = 0
+            for c, s in state:
+                caps += codes[c][s]
             layout = layouts.get(caps)
             if layout is None:
                 group = self.groups(key)
