@@ -62,11 +62,10 @@ from typing import Any
 from domain.audit import Replay, ReplayRefused, record_problem
 from domain.game import Game
 from domain.moves import Sums
-from domain.odds import distinct_rolls
 from domain.position import Position
 from domain.rules import Rules
 from domain.strategies.expert import ExpertStrategy, Valuation
-from domain.strategies.turn import NO_STOP, as_state, pack
+from domain.strategies.turn import NO_STOP, as_state, offered, pack, pairings_table
 from domain.value_tables import TABLES
 
 VALUES_VERSION = "2"
@@ -291,11 +290,20 @@ class Point:
         """The exact expectation of ``after`` over every ordered roll of the dice."""
         if self._expected is None:
             faces = self.position.rules.dice_faces
-            board = self.position.board()
+            # the moves of each roll as the planner sees the table: per pairing of two sums,
+            # what it offers (tests/test_strategies.py: they are ``Board.legal_moves``)
+            shape, out = self.planner.shape(pack(self.state))
+            offers: dict[tuple[int, int], tuple[Sums, ...]] = {}
             groups: dict[tuple[Sums, ...], int] = {}
-            for dice, n in distinct_rolls(faces):
-                moves = tuple(board.legal_moves(dice, self.runners))
-                groups[moves] = groups.get(moves, 0) + n
+            for n, pairs in pairings_table(faces):
+                moves: set[Sums] = set()
+                for a, b in pairs:
+                    found = offers.get((a, b))
+                    if found is None:
+                        found = offers[(a, b)] = offered(shape, out, ((a, b),))
+                    moves.update(found)
+                key = tuple(sorted(moves))
+                groups[key] = groups.get(key, 0) + n
             total = math.fsum(n * self.after(moves) for moves, n in groups.items())
             self._expected = total / faces**4
         return self._expected
@@ -525,6 +533,8 @@ class Analysis:
             if (game.version, seat) not in self.values:
                 for other, value in enumerate(values):
                     self.values[(game.version, other)] = value
+        elif game.status == "finished":  # no turn to plan any more: a kept analysis keeps less
+            self.expert.forget()
         self.steps.append(game.version)
         self._tip = point
 

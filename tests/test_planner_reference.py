@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from domain.moves import Sums
+from domain.moves import UNCLAIMED, Sums
 from domain.position import Position
 from domain.rules import Rules
 from domain.strategies.expert import ExpertStrategy
@@ -142,3 +142,33 @@ def test_a_decision_is_the_same_whatever_was_asked_before() -> None:
     second = [other.move_values(runners, moves) for moves in reversed(decisions)][::-1]
     old = [old_move_values(reference, runners, moves) for moves in decisions]
     assert first == second == old
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(positions(), st.data())
+def test_what_planners_share_from_turn_to_turn_changes_no_value(
+    position: Position, data: st.DataObject
+) -> None:
+    """A player's planners share points' runners and children from turn to turn (``Shared``):
+    after a turn at another table (the other players' markers moved, so other spaces to jump
+    over), each turn's values are those of a planner that shares nothing."""
+    rules, heights = position.rules, position.rules.heights
+    markers = [list(m) for m in position.markers]
+    for seat, own in enumerate(markers):
+        for c in rules.columns:
+            if seat != position.seat and position.claimed[c] == UNCLAIMED:
+                own[c] = data.draw(st.integers(0, heights[c] - 1))
+    other = Position.make(
+        rules, markers, seat=position.seat, claimed=position.claimed, runners=position.runners
+    )
+    faces, runners = rules.dice_faces, position.runners
+    rolls = data.draw(st.lists(st.tuples(*[st.integers(1, faces)] * 4), min_size=1, max_size=3))
+    expert = ExpertStrategy(cache_size=1)
+    for table in (other, position, other):
+        shared = expert.planner(table)
+        alone = ExpertStrategy(cache_size=1).planner(table)
+        assert shared.roll_value(runners) == alone.roll_value(runners)
+        for dice in rolls:
+            moves = table.board().legal_moves(dice, runners)
+            if moves:
+                assert shared.move_values(runners, moves) == alone.move_values(runners, moves)

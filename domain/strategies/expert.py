@@ -44,7 +44,7 @@ from domain.moves import UNCLAIMED
 from domain.odds import roll_masks
 from domain.position import Position
 from domain.strategies.base import Action
-from domain.strategies.turn import State, TurnPlanner
+from domain.strategies.turn import Shared, State, TurnPlanner
 
 FAR = 1_000.0
 """Turns left for a player who can no longer win (too few columns open)."""
@@ -131,9 +131,10 @@ class Valuation:
         while factor >= 1e-3:
             self.tail_terms += 1
             factor *= params.tail
-        self._rivals: dict[int, list[float]] = {}
+        self.rivals_known: dict[int, list[float]] = {}  # ``rivals_turns``, by topped columns
         # per (seat, columns skipped, how many): the cheapest other open columns' work
         self._cheapest: dict[tuple[int, int, int], tuple[float, ...]] = {}
+        self._mine: dict[int, tuple[float, ...]] = {}  # the same for the acting player, by an int
         self._need_mine = self.need - self.have[self.seat]
         rate, scale = CALIBRATION[rules.dice_faces]
         self.rate = rate if params.turns_per_work is None else params.turns_per_work
@@ -144,7 +145,19 @@ class Valuation:
         in ``skip`` (bits), the player's markers for the others."""
         if need <= 0:
             return 0.0
-        wanted = need + self.tail_terms
+        values += self._cheapest_of(seat, skip, need + self.tail_terms)
+        if len(values) < need:
+            return math.inf
+        values.sort()
+        total = sum(values[:need])
+        factor = tail = self.params.tail
+        for work in values[need : need + self.tail_terms]:
+            total += factor * work
+            factor *= tail
+        return total
+
+    def _cheapest_of(self, seat: int, skip: int, wanted: int) -> tuple[float, ...]:
+        """The work of the ``wanted`` cheapest open columns of ``seat`` not in ``skip``."""
         memo = (seat, skip, wanted)
         cheapest = self._cheapest.get(memo)
         if cheapest is None:  # the planner's hot path: few masks, asked again and again
@@ -155,16 +168,7 @@ class Valuation:
                     if len(found) == wanted:
                         break
             cheapest = self._cheapest[memo] = tuple(found)
-        values += cheapest
-        if len(values) < need:
-            return math.inf
-        values.sort()
-        total = sum(values[:need])
-        factor = tail = self.params.tail
-        for work in values[need : need + self.tail_terms]:
-            total += factor * work
-            factor *= tail
-        return total
+        return cheapest
 
     def mine(self, state: State) -> tuple[float, int]:
         """The acting player's turns left if the turn ends with runners ``state``, and the
@@ -182,10 +186,10 @@ class Valuation:
         need = self._need_mine - topped.bit_count()
         if need <= 0:
             return 0.0, topped
-        memo = (self.seat, skip, need + self.tail_terms)
-        cheapest = self._cheapest.get(memo)
+        memo = skip << 5 | need  # need < 32: at most the columns
+        cheapest = self._mine.get(memo)
         if cheapest is None:
-            return self.turns(self._work(self.seat, values, skip, need)), topped
+            cheapest = self._mine[memo] = self._cheapest_of(self.seat, skip, need + self.tail_terms)
         values += cheapest
         if len(values) < need:
             return FAR, topped
@@ -201,10 +205,10 @@ class Valuation:
 
     def rivals_turns(self, topped: int) -> list[float]:
         """Every rival's turns left, once the acting player claims the ``topped`` columns."""
-        try:  # the planner's hot path: nearly always known
-            return self._rivals[topped]
+        try:
+            return self.rivals_known[topped]
         except KeyError:
-            found = self._rivals[topped] = [
+            found = self.rivals_known[topped] = [
                 self.turns(self._work(s, [], topped, self.need - self.have[s])) for s in self.rivals
             ]
             return found
@@ -230,11 +234,19 @@ class ExpertStrategy:
         self.params = params or Params()
         self._planners: OrderedDict[tuple[object, ...], TurnPlanner] = OrderedDict()
         self._cache_size = cache_size
+        self._shared = Shared()  # what its planners share from turn to turn
         # One decision at a time: the planners' memory is shared, and a decision is pure Python
         # (the GIL serialises it anyway), so bots and advice in several threads lose nothing.
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ the planner of a turn
+    def forget(self) -> None:
+        """Drops its planners and what they share (their memory): a game that is over asks for
+        no more."""
+        with self._lock:
+            self._planners.clear()
+            self._shared = Shared()
+
     def planner(self, position: Position) -> TurnPlanner:
         key = (
             position.rules,
@@ -262,6 +274,7 @@ class ExpertStrategy:
         others = [m for s, m in enumerate(position.markers) if s != seat]
 
         mine = valuation.mine
+        bust_value = None  # what busting is worth, when the runners do not change it
 
         if not valuation.rivals:
 
@@ -274,7 +287,7 @@ class ExpertStrategy:
                     return -mine(tuple((c, 0) for c, _ in state))[0]
 
             else:
-                at_bust = -mine(())[0]
+                at_bust = bust_value = -mine(())[0]
 
                 def bust_utility(state: State) -> float:
                     return at_bust
@@ -285,18 +298,20 @@ class ExpertStrategy:
             sqrt, erf = math.sqrt, math.erf
             tie_break = params.tie_break
             rivals_turns = valuation.rivals_turns
+            rivals_known = valuation.rivals_known
 
             def utility(state: State) -> float:
                 turns, topped = mine(state)
                 if turns == 0:
                     return 1.0
                 chance = 1.0
-                for theirs in rivals_turns(topped):
+                rivals = rivals_known.get(topped)  # ``rivals_turns``, nearly always known
+                for theirs in rivals_turns(topped) if rivals is None else rivals:
                     spread = sqrt(spread_per_turn * (turns + theirs) + 0.25) * root2
                     chance *= 0.5 * (1 + erf((theirs - turns - 0.5) / spread))
                 return chance - tie_break * turns
 
-            at_bust = utility(())
+            at_bust = bust_value = utility(())
 
             def bust_utility(state: State) -> float:
                 return at_bust
@@ -321,7 +336,14 @@ class ExpertStrategy:
                 return all(own[c] == at for c, at in state)
 
         return TurnPlanner(
-            position.board(), rules.dice_faces, utility, bust_utility, must_roll, steps_never_hurt
+            position.board(),
+            rules.dice_faces,
+            utility,
+            bust_utility,
+            must_roll,
+            steps_never_hurt,
+            self._shared,
+            bust_value,
         )
 
     # ------------------------------------------------------------------ decisions

@@ -184,6 +184,9 @@ def columns_after(held: tuple[int, ...], moves: tuple[Sums, ...]) -> tuple[tuple
 SHIFT = 5
 """Bits per column in a packed state: spaces go up to 17 (column 9 of eight-sided dice)."""
 MASK = (1 << SHIFT) - 1
+RUNNER = tuple(tuple((c, at) for at in range(1 << SHIFT)) for c in range(17))
+"""``RUNNER[c][at]``: the runner ``(c, at)`` of a state, made once (a turn's states hold tens of
+thousands of them: shared, they cost no memory, and a state is built by indexing)."""
 
 
 def as_state(runners: Sequence[int]) -> State:
@@ -207,10 +210,17 @@ Plans = dict[tuple[int, ...], Credits]
 Kids = tuple[int, tuple[int, ...], tuple[int, ...], int, tuple[tuple[int, ...], ...], Plans]
 """``Children``, then the rolls offering some move (bits), the columns each move leaves held
 and the credits by ranking of the moves (``credit_plans``): what the planner keeps per point."""
+Caps = tuple[tuple[int, int], ...]
+"""Per runner: its column and how many more steps it can take (0, 1, or 2 for more)."""
 Layout = tuple[Shape, tuple[tuple[int, ...], ...], list[int] | None, int, Plans]
 """Per shape of the runners: the rolls by move, the columns each move leaves held, the moves'
 offsets of the packed key (None: not uniform), the rolls offering some move (bits), and the
 credits by ranking of the moves."""
+
+SHARED_POINTS = 1 << 15
+"""Points a ``Shared`` keeps of each kind (runners, children) before it is emptied: about a
+game's worth (the duel of seed 11 reached 28,427 distinct points, 16,892 with every runner out;
+an analysis of it kept part way holds some 11 MB more than without them, tracemalloc)."""
 
 PLANS_PER_SHAPE = 256
 """Rankings of the moves kept per group of rolls (``credit_plans``): with the 512 groups kept,
@@ -228,24 +238,44 @@ def credit_plans(rolls: tuple[int, ...]) -> Plans:
     return {}
 
 
-def _credit(order: list[int], rolls: tuple[int, ...], left: int, plans: Plans) -> Credits:
-    """The moves credited for a ranking (best first) and their counts of rolls: each move the
-    rolls that offer it and no better move, until every roll in ``left`` is credited."""
-    ranking = tuple(order)
-    found = plans.get(ranking)
-    if found is None:
-        credited = []
-        for i in order:
-            fresh = rolls[i] & left
-            if fresh:
-                credited.append((i, fresh.bit_count()))
-                left ^= fresh
-                if not left:
-                    break
-        found = tuple(credited)
-        if len(plans) < PLANS_PER_SHAPE:
-            plans[ranking] = found
+def _credit(ranking: tuple[int, ...], rolls: tuple[int, ...], left: int, plans: Plans) -> Credits:
+    """The moves credited for a ranking (best first) not in ``plans`` yet, and their counts of
+    rolls: each move the rolls that offer it and no better move, until every roll in ``left``
+    is credited."""
+    credited = []
+    for i in ranking:
+        fresh = rolls[i] & left
+        if fresh:
+            credited.append((i, fresh.bit_count()))
+            left ^= fresh
+            if not left:
+                break
+    found = tuple(credited)
+    if len(plans) < PLANS_PER_SHAPE:
+        plans[ranking] = found
     return found
+
+
+class Shared:
+    """What the planners of one player share from turn to turn: what depends on the points
+    alone, not on what the table makes them worth. A point's runners (``unpack``: its key
+    alone); and on a board where every step is one space (``TurnPlanner.uniform``: no marker to
+    jump), a point with every runner out moves in its own columns only, whatever the markers:
+    its children and their layout (``Kids``, ``Layout``), per dice and pruning. A turn's points
+    are mostly the last turn's: in the duel of seed 11, 28,427 distinct points of 60,492 asked
+    for in its 12 turns. Emptied when a planner is built past ``SHARED_POINTS``."""
+
+    def __init__(self) -> None:
+        self.states: dict[int, State] = {}
+        self.settled: dict[tuple[int, bool], tuple[dict[int, Kids], dict[int, Layout]]] = {}
+
+    def trimmed(self) -> Shared:
+        if len(self.states) > SHARED_POINTS:
+            self.states.clear()
+        for kids, _ in self.settled.values():
+            if len(kids) > SHARED_POINTS:
+                kids.clear()
+        return self
 
 
 class TurnPlanner:
@@ -255,8 +285,10 @@ class TurnPlanner:
     ``bust_utility(state)``: what busting with them is worth; ``must_roll(state)``: stopping is
     not allowed (forced move, or a rule of the player's own); ``steps_never_hurt``: one more step
     in a settled column is never worse (by default, unless ``must_roll`` is given: under forced
-    move a step can land beside another player's marker and force the player on). Inside, points
-    are packed integers (``pack``), remembered.
+    move a step can land beside another player's marker and force the player on);
+    ``bust_value``: what busting is worth whatever the runners, when it is so (``bust_utility``
+    says the same; read without a call). Inside, points are packed integers (``pack``),
+    remembered.
     """
 
     def __init__(
@@ -267,11 +299,14 @@ class TurnPlanner:
         bust_utility: Utility,
         must_roll: Callable[[State], bool] | None = None,
         steps_never_hurt: bool | None = None,
+        shared: Shared | None = None,
+        bust_value: float | None = None,
     ) -> None:
         self.faces = faces
         self.total = faces**4
         self.utility = utility
         self.bust_utility = bust_utility
+        self.bust_value = bust_value
         self.must_roll = must_roll
         self.prune = must_roll is None if steps_never_hurt is None else steps_never_hurt
         n_cols = len(board.heights)
@@ -304,6 +339,8 @@ class TurnPlanner:
             [(2 if row[to] else 1) if (to := row[at]) else 0 for at in range(len(row))]
             for row in self.next_space
         ]
+        # the same as one int per point (``_kids``): each column's steps in two bits of its own
+        self.cap_codes = [[(n + 1) << (2 * c) for n in row] for c, row in enumerate(self.steps)]
         # Without jumping a step changes the packed key by the same amount wherever the
         # runner stands (placing it aside): a point's children are then its key plus offsets
         # that depend on the shape of its runners alone.
@@ -313,11 +350,20 @@ class TurnPlanner:
             for at, delta in enumerate(row)
             if at and delta
         )
-        self._shapes: dict[tuple[tuple[int, int], ...], Shape] = {}
+        self._shapes: dict[Caps, Shape] = {}
         # per shape of the runners: the rolls by move, and the columns each move leaves held
-        self._layouts: dict[tuple[tuple[int, int], ...], Layout] = {}
+        self._layouts: dict[int, Layout] = {}  # by ``cap_codes``
         self._states: dict[int, State] = {}
         self._children: dict[int, Kids] = {}
+        # points with every runner out: their children and layouts, shared when they can be
+        self._settled_kids, self._settled_layouts = self._children, self._layouts
+        if shared is not None:
+            shared.trimmed()
+            self._states = shared.states
+            if self.uniform:
+                self._settled_kids, self._settled_layouts = shared.settled.setdefault(
+                    (faces, self.prune), ({}, {})
+                )
         self._stop: dict[int, float] = {}
         self._worth: dict[int, float] = {}
         self._bust: dict[int, float] = {}
@@ -343,12 +389,12 @@ class TurnPlanner:
             while rest:
                 c = ((rest & -rest).bit_length() - 1) // SHIFT
                 shift = SHIFT * c
-                state.append((c, rest >> shift & MASK))
+                state.append(RUNNER[c][rest >> shift & MASK])
                 rest &= ~(MASK << shift)
             found = self._states[key] = tuple(state)
         return found
 
-    def _caps(self, key: int) -> tuple[tuple[int, int], ...]:
+    def _caps(self, key: int) -> Caps:
         """Per runner: its column and how many more steps it can take (0, 1, or 2 for more)."""
         steps = self.steps
         return tuple([(c, steps[c][s]) for c, s in self.unpack(key)])
@@ -399,9 +445,18 @@ class TurnPlanner:
         found = self._children.get(key)
         if found is None:
             state = self.unpack(key)
-            steps = self.steps
-            caps = tuple([(c, steps[c][s]) for c, s in state])
-            layout = self._layouts.get(caps)
+            layouts = self._layouts
+            if len(state) == MAX_RUNNERS:
+                found = self._settled_kids.get(key)
+                if found is not None:
+                    self._children[key] = found
+                    return found
+                layouts = self._settled_layouts
+            codes = self.cap_codes
+            caps = 0
+            for c, s in state:
+                caps += codes[c][s]
+            layout = layouts.get(caps)
             if layout is None:
                 group = self.groups(key)
                 offsets = None
@@ -410,7 +465,7 @@ class TurnPlanner:
                 offering = 0
                 for bits in group.rolls:
                     offering |= bits
-                layout = self._layouts[caps] = (
+                layout = layouts[caps] = (
                     group,
                     columns_after(tuple([c for c, _ in state]), group.moves),
                     offsets,
@@ -436,6 +491,8 @@ class TurnPlanner:
                 held_after,
                 plans,
             )
+            if len(state) == MAX_RUNNERS:
+                self._settled_kids[key] = found
         return found
 
     # ------------------------------------------------------------------ values
@@ -447,6 +504,8 @@ class TurnPlanner:
         return value
 
     def _bust_utility(self, key: int) -> float:
+        if self.bust_value is not None:
+            return self.bust_value
         value = self._bust.get(key)
         if value is None:
             value = self._bust[key] = self.bust_utility(self.unpack(key))
@@ -469,10 +528,11 @@ class TurnPlanner:
         Moves are taken best first; each is credited with the rolls that offer it and no
         better move (``Shape``), until every roll that does not bust is credited."""
         busts, kids, rolls, left, _, plans = self._children.get(key) or self._kids(key)
-        total = busts * self._bust_utility(key) if busts else 0.0
+        bust = self.bust_value
+        total = busts * (self._bust_utility(key) if bust is None else bust) if busts else 0.0
         values = [worth(kid) for kid in kids]
-        order = sorted(range(len(kids)), key=values.__getitem__, reverse=True)
-        for i, n in plans.get(tuple(order)) or _credit(order, rolls, left, plans):
+        order = tuple(sorted(range(len(kids)), key=values.__getitem__, reverse=True))
+        for i, n in plans.get(order) or _credit(order, rolls, left, plans):
             total += values[i] * n
         return total / self.total
 
@@ -482,7 +542,8 @@ class TurnPlanner:
         found = self._look.get(key)
         if found is None:
             busts, kids, rolls, left, held_after, plans = self._children.get(key) or self._kids(key)
-            total = busts * self._bust_utility(key) if busts else 0.0
+            bust = self.bust_value
+            total = busts * (self._bust_utility(key) if bust is None else bust) if busts else 0.0
             worth = self._worth
             known = list(map(worth.get, kids))
             if None in known:  # points not valued yet
@@ -494,12 +555,12 @@ class TurnPlanner:
                         state = states.get(kid)
                         if state is None:  # ``unpack``, knowing which columns hold runners
                             state = states[kid] = tuple(
-                                [(c, kid >> (SHIFT * c) & MASK) for c in held_after[i]]
+                                [RUNNER[c][kid >> (SHIFT * c) & MASK] for c in held_after[i]]
                             )
                         known[i] = worth[kid] = utility(state)
             values = cast("list[float]", known)
-            order = sorted(range(len(kids)), key=values.__getitem__, reverse=True)
-            for i, n in plans.get(tuple(order)) or _credit(order, rolls, left, plans):
+            order = tuple(sorted(range(len(kids)), key=values.__getitem__, reverse=True))
+            for i, n in plans.get(order) or _credit(order, rolls, left, plans):
                 total += values[i] * n
             found = self._look[key] = total / self.total
         return found
