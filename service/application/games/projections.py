@@ -19,9 +19,11 @@ from eventsourcing.utils import get_topic
 from domain.game import Game, format_at, parse_at
 from service.application.aggregates import ImportedGame
 from service.persistence.sqlite import in_chunks
-from service.persistence.views import Sql, View, Views
+from service.persistence.views import Head, Sql, View, Views
 
 IMPORTED: type[Any] = ImportedGame.Recorded  # type: ignore[attr-defined]
+STARTED = get_topic(Game.TurnOrderDecided)
+FINISHED = get_topic(Game.GameFinished)
 # ImportedGame lived in service.auditing before: its stored rows keep that topic.
 IMPORT_TOPICS = (
     get_topic(IMPORTED),
@@ -48,6 +50,7 @@ class GameList(View):
     topics = _topics(
         Game.GameCreated, Game.SeatJoined, Game.SeatLeft, Game.TurnOrderDecided, Game.GameFinished
     )
+    by_head = frozenset({STARTED})  # a start is its kind alone
     tables = {  # noqa: RUF012 (the View's declaration)
         "games": [
             "CREATE TABLE IF NOT EXISTS {games} (game_id TEXT PRIMARY KEY, "
@@ -150,7 +153,7 @@ class GameList(View):
             players[event.seat] = event.name
         elif isinstance(event, Game.SeatLeft):
             players[event.seat] = None
-        elif isinstance(event, Game.TurnOrderDecided):
+        elif isinstance(event, Head) and event.topic == STARTED:
             row["status"] = "in_progress"
         elif isinstance(event, Game.GameFinished):
             row["status"] = "finished"
