@@ -75,7 +75,8 @@ class GameList(View):
         """The batch's events folded into their games' rows in memory, each row then written
         once: a rebuild's page (``PAGE`` events) holds most of its games' creations, starts and
         ends, where a statement and a read an event cost ~40 µs each."""
-        keys = sorted({self._key(event) for _, event in prepared})
+        keyed = [(seq, self._key(event), event) for seq, event in prepared]
+        keys = sorted({key for _, key, _ in keyed})
         rows: dict[str, dict[str, Any]] = {}  # the batch's games, as they stand
         imports: set[str] = set()  # imported games' markers, before the batch and in it
         for chunk, marks in in_chunks(keys):
@@ -84,8 +85,8 @@ class GameList(View):
             found = sql.all(f"SELECT game_id FROM {{imports}} WHERE game_id IN ({marks})", chunk)
             imports.update(row["game_id"] for row in found)
         stored, marked, changed = set(rows), set(imports), set()
-        for seq, event in prepared:
-            if (key := self._fold(rows, imports, seq, event)) is not None:
+        for seq, key, event in keyed:
+            if self._fold(rows, imports, seq, key, event):
                 changed.add(key)
         sql.many("INSERT INTO {imports} (game_id) VALUES (?)", [[key] for key in imports - marked])
         written = [{**rows[key], "players": json.dumps(rows[key]["players"])} for key in changed]
@@ -114,21 +115,20 @@ class GameList(View):
         return sum(1 for p in players if p is None)
 
     def _fold(
-        self, rows: dict[str, dict[str, Any]], imports: set[str], seq: int, event: Any
-    ) -> str | None:
-        """The event applied to its game's row in ``rows`` (None: the game has none, or not
-        yet): the game's id if it changed a row."""
-        key = self._key(event)
+        self, rows: dict[str, dict[str, Any]], imports: set[str], seq: int, key: str, event: Any
+    ) -> bool:
+        """The event of game ``key`` applied to its row in ``rows`` (none: the game has none, or
+        not yet): whether it changed a row."""
         row = rows.get(key)
         if isinstance(event, IMPORTED):  # the marker, saved with the imported game's events
             imports.add(key)
             if row is None:
-                return None
+                return False
             row.update(imported=1, open_seats=0)
-            return key
+            return True
         if isinstance(event, Game.GameCreated):
             if row is not None:
-                return None
+                return False
             players = list(event.players) if event.players else [None] * event.seats
             imported = key in imports
             rematch = event.rematch_of is not None
@@ -145,9 +145,9 @@ class GameList(View):
                 "imported": int(imported),
                 "rematch": int(rematch),
             }
-            return key
+            return True
         if row is None:
-            return None
+            return False
         players = row["players"]
         if isinstance(event, Game.SeatJoined):
             players[event.seat] = event.name
@@ -162,7 +162,7 @@ class GameList(View):
         row["open_seats"] = self._open_seats(
             row["status"], players, bool(row["imported"]), bool(row["rematch"])
         )
-        return key
+        return True
 
     def query(
         self,
