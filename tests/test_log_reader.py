@@ -112,7 +112,7 @@ def test_heads_are_the_notifications_without_their_states(games: Any) -> None:
 def test_a_scan_reads_in_one_pass_what_reads_page_by_page_do(games: Any) -> None:
     """``scan`` (a rebuild's pass over the log) hands out the same notifications, heads and
     states, in the same order, from the same position, and leaves the reader where ``read``
-    does; ``states`` reads the states of some heads."""
+    does."""
     start = LogReader(games.store.recorder)
     start.skip_to_end()
     for _ in range(4):
@@ -126,5 +126,37 @@ def test_a_scan_reads_in_one_pass_what_reads_page_by_page_do(games: Any) -> None
     assert scanned.position == paged.position
     heads = [h for page in LogReader(games.store.recorder).scan(3, heads=True) for h in page]
     assert len(heads) >= 8 and all(not hasattr(h, "state") for h in heads)
-    chosen = [h for h in heads if h.topic == created][1:3]
-    assert scanned.states(chosen) == expected[1:3]
+
+
+def test_a_narrowed_reader_leaves_out_the_other_games_events_of_some_topics(games: Any) -> None:
+    """``narrow``: of some topics, only the events of some games (the rest of the log as it
+    is); ``until``: no further than where another reader stopped, which is where it then ends
+    (a rebuild's second pass over the log: ``Views._fill``)."""
+    recorder = games.store.recorder
+    start = LogReader(recorder)
+    start.skip_to_end()
+    one, two, three = (created_game(games) for _ in range(3))
+    games.store.save(one)
+    games.store.save(two)
+    first = LogReader(recorder, (), start.position)
+    assert len([n for page in first.scan(100) for n in page]) == 4
+    games.store.save(three)  # after the first reader's end
+    created = get_topic(Game.GameCreated)
+    everything = [n for page in LogReader(recorder, (), start.position).scan(100) for n in page]
+    assert len(everything) == 6
+    expected = [
+        n
+        for n in everything
+        if n.originator_id != three.id and (n.topic != created or n.originator_id == two.id)
+    ]
+    assert [n.originator_id for n in expected] == [one.id, two.id, two.id]
+
+    def narrowed() -> LogReader:
+        return LogReader(
+            recorder, (), start.position, narrow=((created,), {two.id}), until=first.position
+        )
+
+    scanned, paged = narrowed(), narrowed()
+    assert [n for page in scanned.scan(2) for n in page] == expected
+    assert paged.read(2) + paged.read(2) + paged.read(2) == expected
+    assert scanned.position == paged.position == first.position

@@ -56,11 +56,23 @@ def play(rt: Runtime, state: dict[str, Any], rng: random.Random, limit: int) -> 
 def a_mixed_store(rt: Runtime, client: FlaskClient) -> None:
     """Games of every kind the views tell apart: finished, in progress, lobbies waiting (empty
     or half full), with a clock, against a computer player, solitaire played to its end, rated
-    games between accounts finished and under way."""
+    games between accounts finished and under way, an account's seat left and taken again
+    (by the account, by a guest) before the game is played."""
     rng = random.Random(7)
     tokens = {handle: sign_up(client, handle) for handle in ("ann", "bob")}
     finished_rated_game(client, tokens)
     rated_pair(client, tokens, "bob", "ann")
+    again = uuid.UUID(rt.games.create(NewGame(seats=3))[0]["id"])
+    left = rt.lobby.join(again, "ann", token=tokens["ann"]).seat
+    rt.lobby.leave(again, left.seat, left.token)
+    rt.lobby.join(again, "ann", token=tokens["ann"])
+    rt.lobby.join(again, "Lee")
+    play(rt, rt.lobby.join(again, "Max").state, rng, 30)
+    gone = uuid.UUID(rt.games.create(NewGame(seats=2))[0]["id"])
+    left = rt.lobby.join(gone, "bob", token=tokens["bob"]).seat
+    rt.lobby.leave(gone, left.seat, left.token)
+    rt.lobby.join(gone, "Ned")
+    play(rt, rt.lobby.join(gone, "Oz").state, rng, 30)
     for _ in range(3):
         rt.games.create(NewGame(seats=2))
     half = uuid.UUID(rt.games.create(NewGame(seats=3))[0]["id"])

@@ -17,15 +17,15 @@ tests/test_log_reader.py), not from the start of the log as the earlier query (b
 
 from __future__ import annotations
 
+import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any, NamedTuple
 
 from eventsourcing.persistence import Notification
 from psycopg.rows import tuple_row
 
 from service.persistence.guard import guarded
-from service.persistence.sqlite import in_chunks
 
 
 class Position(NamedTuple):
@@ -58,12 +58,23 @@ class LogReader:
     can tell it is up to date (``views.Views.fresh``)."""
 
     def __init__(
-        self, recorder: Any, topics: tuple[str, ...] = (), position: Position = START
+        self,
+        recorder: Any,
+        topics: tuple[str, ...] = (),
+        position: Position = START,
+        *,
+        narrow: tuple[tuple[str, ...], Collection[uuid.UUID]] | None = None,
+        until: Position | None = None,
     ) -> None:
+        """``narrow``: (some topics, some games): of those topics, only those games' events
+        (left out by the database, unread). ``until``: no further than that position (one
+        another reader reached); the reader's end then."""
         self.recorder = recorder
         self.topics = list(topics)
         self.postgres = recorder.dialect == "postgres"
         self.position = position
+        self.narrow = narrow
+        self.until = until
 
     def read(self, limit: int) -> list[Notification]:
         """The next notifications (at most ``limit``); fewer means the log is read to its end."""
@@ -90,12 +101,6 @@ class LogReader:
                 if len(found) < page:
                     return
         yield from self._scan_postgres(page, heads=heads)
-
-    def states(self, heads: list[Head]) -> list[Notification]:
-        """The notifications of ``heads`` (read before by ``heads``), with their events' states,
-        in the same order: a follower that read the heads of a page reads the states of only
-        the events it needs (a rebuild: ``views.View.needed``)."""
-        return guarded(lambda: self._states(heads)) if heads else []
 
     def end(self) -> Position:
         """The log's end now: a reader at or past it has read every event committed before this
@@ -124,10 +129,19 @@ class LogReader:
         if self.topics:
             where += f" AND topic IN ({','.join('?' * len(self.topics))})"
             params += self.topics
+        if self.narrow is not None:
+            topics, games = self.narrow
+            where += (
+                f" AND (topic NOT IN ({','.join('?' * len(topics))}) "
+                "OR originator_id IN (SELECT value FROM json_each(?)))"
+            )
+            params += [*topics, json.dumps([game.hex for game in games])]  # the library's form
         with self.recorder.datastore.transaction(commit=False) as cursor:
             # In one read transaction: the end is the end of what the page was read from.
             cursor.execute(f"SELECT coalesce(max(rowid), 0) FROM {table}")
             end = int(cursor.fetchone()[0])
+            if self.until is not None:
+                end = min(end, self.until.id)
             cursor.execute(
                 f"SELECT {columns} FROM {table} WHERE {where} AND rowid <= ? "
                 "ORDER BY rowid LIMIT ?",
@@ -157,35 +171,6 @@ class LogReader:
             self.position = Position(0, found[-1].id)
         return found
 
-    def _states(self, heads: list[Head]) -> list[Notification]:
-        ids = [head.id for head in heads]
-        found: dict[int, bytes] = {}
-        with self.recorder.datastore.transaction(commit=False) as cursor:
-            if self.postgres:
-                cursor.execute(
-                    f"SELECT notification_id, state FROM {self._table()} "
-                    "WHERE notification_id = ANY(%s)",
-                    [ids],
-                )
-                found = {row["notification_id"]: bytes(row["state"]) for row in cursor.fetchall()}
-            else:
-                table = self.recorder.events_table_name
-                for chunk, marks in in_chunks(ids):
-                    query = f"SELECT rowid, state FROM {table} WHERE rowid IN ({marks})"
-                    cursor.execute(query, chunk)
-                    found.update((row[0], row[1]) for row in cursor.fetchall())
-        return [
-            Notification(
-                id=head.id,
-                originator_id=head.originator_id,
-                originator_version=head.originator_version,
-                topic=head.topic,
-                state=found[head.id],
-            )
-            for head in heads
-            if head.id in found
-        ]
-
     # ------------------------------------------------------------------------- PostgreSQL
     def _table(self) -> str:
         return f'"{self.recorder.datastore.schema}"."{self.recorder.events_table_name}"'
@@ -208,7 +193,20 @@ class LogReader:
         if self.topics:
             query += " AND topic = ANY(%s)"
             params.append(self.topics)
+        if self.narrow is not None:
+            # A subquery, which the planner hashes once (an array's ANY may be searched through
+            # for each row: millions of turns against thousands of games).
+            query += " AND (topic <> ALL(%s) OR originator_id IN (SELECT unnest(%s::uuid[])))"
+            params += [list(self.narrow[0]), list(self.narrow[1])]
+        if self.until is not None:
+            query += " AND (tx, notification_id) <= (%s::text::xid8, %s)"
+            params += [str(self.until.tx), self.until.id]
         return query + " ORDER BY tx, notification_id", params, xmin
+
+    def _window_end(self, xmin: int) -> Position:
+        """Where a reader stands once it has read its window to the end."""
+        end = Position(xmin, 0)
+        return end if self.until is None else min(end, self.until)
 
     def _read_postgres(self, limit: int, *, heads: bool) -> list[Any]:
         with self.recorder.datastore.transaction(commit=False) as curs:
@@ -233,7 +231,7 @@ class LogReader:
             for row in rows
         ]
         if len(found) < limit:  # read to the window's end: nothing more can appear below xmin
-            self.position = max(self.position, Position(xmin, 0))
+            self.position = max(self.position, self._window_end(xmin))
         elif rows:
             self.position = Position(int(rows[-1]["tx_text"]), rows[-1]["notification_id"])
         return found
@@ -252,7 +250,7 @@ class LogReader:
                     if rows:
                         self.position = Position(int(rows[-1][4]), rows[-1][0])
                     if len(rows) < page:  # read to the window's end, as ``read`` says
-                        self.position = max(self.position, Position(xmin, 0))
+                        self.position = max(self.position, self._window_end(xmin))
                     if heads:
                         yield [Head(r[0], r[1], r[2], r[3]) for r in rows]
                     else:

@@ -30,6 +30,14 @@ class Sql:
             statement = statement.replace("?", "%s")
         self.cursor.execute(statement, list(params))
 
+    def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """``sql`` once for each of ``rows`` (PostgreSQL: pipelined, not a round trip each)."""
+        if rows:
+            statement = sql.format(**self.tables)
+            if self.postgres:
+                statement = statement.replace("?", "%s")
+            self.cursor.executemany(statement, [list(row) for row in rows])
+
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         self.execute(sql, params)
         return list(self.cursor.fetchall())

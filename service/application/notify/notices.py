@@ -62,8 +62,6 @@ TURN_ENDS = (Game.TurnStopped, Game.TurnBusted, Game.TurnTimedOut)
 QUIET = frozenset(
     get_topic(cls) for cls in (*TURN_ENDS, Game.TurnOrderDecided, Game.PlayerResigned)
 )
-# Events that may give a game its accounts.
-SEATING = frozenset(get_topic(cls) for cls in (Game.GameCreated, Game.SeatJoined, Game.SeatLeft))
 
 
 @dataclass(frozen=True)
@@ -131,34 +129,22 @@ class NoticesView(View):
         """Called after the batch committed, in the process that wrote it (the live hub)."""
 
     # ---------------------------------------------------------------------------- writing
-    sparse = True  # a rebuild reads the states of only the events ``needed`` keeps
+    # A rebuild reads the turns (most of the log) of only the games that ever seated an account:
+    # in the others they make no notice and change no row (``_notices``: no account).
+    narrow_topics = tuple(sorted(QUIET))
+    follow_topics = (get_topic(Game.GameCreated), get_topic(Game.SeatJoined))
 
-    def needed(
-        self, heads: list[Any], read: Sql, events: Callable[[list[Any]], list[tuple[int, Any]]]
-    ) -> list[Any]:
-        """A rebuild's filter: most games seat no account, and their turns (most of the log) make
-        no notice and change no row (``_notices``). Those of a game whose row has no account
-        and that no event of the page seats one in are left out, unread: the page's seating
-        events (a few) are read to tell."""
-        loud: set[uuid.UUID] = set()
-        for _, event in events([head for head in heads if head.topic in SEATING]):
+    def followed(self, events: list[tuple[int, Any]]) -> set[uuid.UUID]:
+        """The games that these creations and seats seat an account in."""
+        found = set()
+        for _, event in events:
             if isinstance(event, Game.GameCreated):
                 seated = any(event.accounts or ())
             else:
                 seated = isinstance(event, Game.SeatJoined) and event.account is not None
             if seated:
-                loud.add(event.originator_id)
-        quiet = {head.originator_id for head in heads if head.topic in QUIET} - loud
-        keys = [str(game_id) for game_id in quiet]
-        for start in range(0, len(keys), 500):
-            chunk = keys[start : start + 500]
-            rows = read.all(
-                "SELECT game_id, accounts FROM {games} "
-                f"WHERE game_id IN ({','.join('?' * len(chunk))})",
-                chunk,
-            )
-            loud.update(uuid.UUID(r["game_id"]) for r in rows if any(json.loads(r["accounts"])))
-        return [head for head in heads if head.topic not in QUIET or head.originator_id in loud]
+                found.add(event.originator_id)
+        return found
 
     def prepare(self, items: list[Any], read: Sql) -> list[tuple[Any, dict[str, Any] | None]]:
         """Each event, with a challenge's state as of that event (what its notice shows)."""

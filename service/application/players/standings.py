@@ -26,7 +26,7 @@ from domain import ratings as order
 from domain.game import Game, format_at
 from service.application.aggregates import Account
 from service.application.errors import ApplicationError
-from service.application.games.projections import IMPORT_TOPICS, IMPORTED
+from service.application.games.projections import FINISHED, IMPORT_TOPICS, IMPORTED, STARTED
 from service.application.games.use_cases import Games
 from service.application.players.ratings import (
     RatedGame,
@@ -39,7 +39,7 @@ from service.application.players.ratings import (
     skipped,
 )
 from service.persistence.errors import StoreUnavailable
-from service.persistence.views import Sql, View, Views
+from service.persistence.views import Head, Sql, View, Views
 
 MODERATION = {
     get_topic(Account.Excluded): "exclude",  # type: ignore[attr-defined]
@@ -428,6 +428,7 @@ class AccountGames(View):
         ),
         *IMPORT_TOPICS,
     )
+    by_head = frozenset({STARTED, FINISHED})  # a start, an end: their kind alone
     tables = {  # noqa: RUF012 (the View's declaration)
         "seats": [
             "CREATE TABLE IF NOT EXISTS {seats} (account TEXT NOT NULL, game_id TEXT NOT NULL, "
@@ -472,10 +473,9 @@ class AccountGames(View):
                 self._seat(sql, event.account, key, event.seat)
             elif isinstance(event, Game.SeatLeft):
                 sql.execute("DELETE FROM {seats} WHERE game_id = ? AND seat = ?", [key, event.seat])
-            elif isinstance(event, Game.TurnOrderDecided):
-                sql.execute("UPDATE {seats} SET status = 'in_progress' WHERE game_id = ?", [key])
-            elif isinstance(event, Game.GameFinished):
-                sql.execute("UPDATE {seats} SET status = 'finished' WHERE game_id = ?", [key])
+            elif isinstance(event, Head):
+                status = "in_progress" if event.topic == STARTED else "finished"
+                sql.execute("UPDATE {seats} SET status = ? WHERE game_id = ?", [status, key])
 
     @staticmethod
     def _seat(sql: Sql, handle: str, game_id: str, seat: int) -> None:
