@@ -24,19 +24,18 @@ class Sql:
         self.tables = tables
         self.postgres = postgres
 
-    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+    def _statement(self, sql: str) -> str:
+        """``sql`` with its tables named, in the store's placeholders."""
         statement = sql.format(**self.tables)
-        if self.postgres:
-            statement = statement.replace("?", "%s")
-        self.cursor.execute(statement, list(params))
+        return statement.replace("?", "%s") if self.postgres else statement
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        self.cursor.execute(self._statement(sql), list(params))
 
     def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         """``sql`` once for each of ``rows`` (PostgreSQL: pipelined, not a round trip each)."""
         if rows:
-            statement = sql.format(**self.tables)
-            if self.postgres:
-                statement = statement.replace("?", "%s")
-            self.cursor.executemany(statement, [list(row) for row in rows])
+            self.cursor.executemany(self._statement(sql), [list(row) for row in rows])
 
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         self.execute(sql, params)
