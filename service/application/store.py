@@ -195,10 +195,6 @@ class LiveGames:
             self._games.pop(game_id, None)
 
 
-def _finished(aggregate: Any) -> bool:
-    return type(aggregate) is Game and aggregate.status == "finished"
-
-
 class Store(Application[uuid.UUID]):
     """The service's event store: saves, snapshots, and the games each worker holds."""
 
@@ -356,7 +352,11 @@ class Store(Application[uuid.UUID]):
                 continue
             interval = self.SNAPSHOT_INTERVALS.get(type(aggregate))
             if interval and event.originator_version % interval == 0:
-                if _finished(aggregate) and event.originator_version % self.KEPT_WHEN_FINISHED:
+                if (
+                    type(aggregate) is Game
+                    and aggregate.status == "finished"
+                    and event.originator_version % self.KEPT_WHEN_FINISHED
+                ):
                     continue  # its past is read from its events (KEPT_WHEN_FINISHED)
                 passed.setdefault(event.originator_id, []).append(event.originator_version)
         return passed
