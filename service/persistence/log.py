@@ -112,7 +112,7 @@ class LogReader:
         transactions still open may yet commit: never less)."""
 
         def xmin() -> Position:
-            with self.recorder.datastore.transaction(commit=False) as curs:
+            with self.recorder.datastore.reading() as curs:
                 curs.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS x")
                 return Position(int(curs.fetchone()["x"]), 0)
 
@@ -209,7 +209,10 @@ class LogReader:
         return end if self.until is None else min(end, self.until)
 
     def _read_postgres(self, limit: int, *, heads: bool) -> list[Any]:
-        with self.recorder.datastore.transaction(commit=False) as curs:
+        # Two statements, each its own snapshot (as in a READ COMMITTED transaction): every
+        # transaction below the first's xmin had ended before the second began, so the second
+        # reads all of their rows.
+        with self.recorder.datastore.reading() as curs:
             query, params, xmin = self._window(curs, heads=heads)
             curs.execute(query + " LIMIT %s", [*params, limit])  # no sort; the LIMIT stops it
             rows = curs.fetchall()
@@ -288,6 +291,6 @@ class LogReader:
                 return Position(0, int(cursor.fetchone()[0]))
         # Every transaction that committed before now has an id below the snapshot's xmax; a
         # reader is past all of them once it has read to an xmin at least that high.
-        with self.recorder.datastore.transaction(commit=False) as curs:
+        with self.recorder.datastore.reading() as curs:
             curs.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text AS x")
             return Position(int(curs.fetchone()["x"]), 0)

@@ -366,6 +366,17 @@ class PostgresDatastore:
             with self.bounded(conn):
                 transaction.__exit__(None, None, None)
 
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[Any]:
+        """A cursor for reads whose every statement is a transaction of its own (the pool's
+        connections are in autocommit). Under READ COMMITTED a read-only transaction gives
+        each of its statements a snapshot of its own too, so they read the same rows; without
+        its BEGIN and ROLLBACK, two round trips (a pass of the worker makes some thirty such
+        reads: docs/performance.md, levers). Not for a server-side cursor or ``SET LOCAL``,
+        which need the transaction."""
+        with self.get_connection() as conn:
+            yield conn.cursor()
+
     def close(self) -> None:
         self.pool.close()
 

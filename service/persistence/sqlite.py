@@ -325,6 +325,11 @@ class SQLiteDatastore:
             finally:
                 cursor.close()
 
+    def reading(self) -> contextlib.AbstractContextManager[sqlite3.Cursor]:
+        """A cursor for reads: one read transaction (on SQLite a snapshot for all its
+        statements; PostgreSQL's ``reading`` has none to give)."""
+        return self.transaction(commit=False)
+
     def close(self) -> None:
         self.pool.close()
 

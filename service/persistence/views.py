@@ -161,7 +161,7 @@ class Views:
     # ---------------------------------------------------------------------- transactions
     @contextlib.contextmanager
     def _reading(self) -> Iterator[Any]:
-        with self.datastore.transaction(commit=False) as cursor:
+        with self.datastore.reading() as cursor:
             yield cursor
 
     @contextlib.contextmanager
