@@ -41,6 +41,7 @@ from service.application.matchmaking.challenges import CHALLENGE_TOPICS, Challen
 from service.application.matchmaking.seeks import SEEK_EXPIRED_TOPICS
 from service.application.players.accounts import BOTS
 from service.application.store import Store
+from service.persistence.sqlite import in_chunks
 from service.persistence.views import Sql, View, Views
 
 NOTICE_TYPES = (
@@ -178,8 +179,9 @@ class NoticesView(View):
         else:
             sql.execute("INSERT INTO {batches} (id, n) VALUES (1, ?)", [stamp])
         written: list[Notice] = []
+        games = self._games(sql, prepared)
         for event, shown in prepared:
-            for account, kind, fields in self._notices(sql, event, shown):
+            for account, kind, fields in self._notices(sql, games, event, shown):
                 if account is None or account.lower() in BOTS:
                     continue
                 written.append(self._write(sql, account.lower(), kind, event, fields, stamp))
@@ -219,10 +221,35 @@ class NoticesView(View):
             )
         return notice
 
+    @staticmethod
+    def _games(
+        sql: Sql, prepared: list[tuple[Any, dict[str, Any] | None]]
+    ) -> dict[str, dict[str, Any] | None]:
+        """The rows of ``{games}`` for every game the batch's events are of, read at once
+        (None where there is none), which ``_notices`` then keeps as it changes the table: a
+        statement a batch instead of one a turn (most of the worker's statements on
+        PostgreSQL, each a round trip: docs/performance.md, levers)."""
+        keys = sorted({str(event.originator_id) for event, shown in prepared if shown is None})
+        found: dict[str, dict[str, Any] | None] = dict.fromkeys(keys)
+        for chunk, marks in in_chunks(keys):
+            query = "SELECT game_id, rated, accounts, current FROM {games} WHERE game_id IN "
+            for row in sql.all(query + f"({marks})", chunk):
+                found[row["game_id"]] = {
+                    "rated": row["rated"],
+                    "accounts": row["accounts"],
+                    "current": row["current"],
+                }
+        return found
+
     def _notices(
-        self, sql: Sql, event: Any, shown: dict[str, Any] | None
+        self,
+        sql: Sql,
+        games: dict[str, dict[str, Any] | None],
+        event: Any,
+        shown: dict[str, Any] | None,
     ) -> list[tuple[str | None, str, dict[str, Any]]]:
-        """(account, type, fields) of each notice the event makes."""
+        """(account, type, fields) of each notice the event makes. ``games``: the rows of
+        ``{games}`` as they stand (``_games``), kept up to date with the table here."""
         if shown is not None and "seek" in shown:
             return [(shown["seek"]["account"], "seek_expired", shown)]
         if shown is not None:
@@ -231,29 +258,31 @@ class NoticesView(View):
         version = event.originator_version
         if isinstance(event, Game.GameCreated):
             # Every game not finished has a row (an account may join a lobby later).
+            created = {
+                "rated": int(bool(event.rated)),
+                "accounts": json.dumps(list(event.accounts or [None] * event.seats)),
+                "current": None,
+            }
             sql.execute(
                 "INSERT INTO {games} (game_id, seats, rated, accounts, current) "
                 "VALUES (?, ?, ?, ?, NULL) ON CONFLICT (game_id) DO NOTHING",
-                [
-                    key,
-                    event.seats,
-                    int(bool(event.rated)),
-                    json.dumps(list(event.accounts or [None] * event.seats)),
-                ],
+                [key, event.seats, created["rated"], created["accounts"]],
             )
+            if games.get(key) is None:  # as the table: a row there already stays
+                games[key] = created
             return []
-        row = sql.one("SELECT rated, accounts, current FROM {games} WHERE game_id = ?", [key])
+        row = games.get(key)
         if row is None:
             return []  # finished, or created before this view existed
         accounts: list[str | None] = json.loads(row["accounts"])
         if isinstance(event, Game.SeatJoined | Game.SeatLeft):
             accounts[event.seat] = event.account if isinstance(event, Game.SeatJoined) else None
-            sql.execute(
-                "UPDATE {games} SET accounts = ? WHERE game_id = ?", [json.dumps(accounts), key]
-            )
+            row["accounts"] = json.dumps(accounts)
+            sql.execute("UPDATE {games} SET accounts = ? WHERE game_id = ?", [row["accounts"], key])
             return []
         if isinstance(event, Game.GameFinished):
             sql.execute("DELETE FROM {games} WHERE game_id = ?", [key])
+            games[key] = None
         if not any(accounts):
             return []
         game = {"game_id": key, "version": version}
@@ -263,12 +292,12 @@ class NoticesView(View):
             out: list[tuple[str | None, str, dict[str, Any]]] = [
                 (handle, "game_started", {**started, "seat": seat}) for seat, handle in seated
             ]
-            return out + self._turn(sql, key, accounts, event.first_player, game)
+            return out + self._turn(sql, row, key, accounts, event.first_player, game)
         if isinstance(event, TURN_ENDS):
-            return self._turn(sql, key, accounts, event.next_player, game)
+            return self._turn(sql, row, key, accounts, event.next_player, game)
         if isinstance(event, Game.PlayerResigned):
             if event.next_player is None or row["current"] == event.seat:
-                return self._turn(sql, key, accounts, event.next_player, game)
+                return self._turn(sql, row, key, accounts, event.next_player, game)
             return []
         if isinstance(event, Game.GameFinished):
             return [
@@ -283,9 +312,15 @@ class NoticesView(View):
 
     @staticmethod
     def _turn(
-        sql: Sql, key: str, accounts: list[str | None], seat: int | None, game: dict[str, Any]
+        sql: Sql,
+        row: dict[str, Any],
+        key: str,
+        accounts: list[str | None],
+        seat: int | None,
+        game: dict[str, Any],
     ) -> list[tuple[str | None, str, dict[str, Any]]]:
         sql.execute("UPDATE {games} SET current = ? WHERE game_id = ?", [seat, key])
+        row["current"] = seat
         if seat is None or accounts[seat] is None:
             return []
         return [(accounts[seat], "your_turn", {**game, "seat": seat})]

@@ -1,0 +1,123 @@
+"""The notices view writes the same notices whether it reads a game's events one batch at a time
+or all in one: it reads its rows of the games once a batch and keeps them as it changes them
+(service/application/notify/notices.py, ``NoticesView._games``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from tests.support.http import bearer
+from tests.support.rated import act, play_a_turn, rated_pair, seat_tokens
+
+Json = dict[str, Any]
+PASSWORD = "correct horse battery"
+TURN_ENDS = {"TurnStopped", "TurnBusted", "TurnTimedOut"}
+
+
+def sign_up(client: FlaskClient, handle: str) -> str:
+    reply = client.post("/v1/accounts", json={"handle": handle, "password": PASSWORD})
+    assert reply.status_code == 201, reply.get_json()
+    token: str = reply.get_json()["token"]
+    return token
+
+
+def expected(events: list[Json], accounts: dict[int, str]) -> dict[str, list[tuple[Any, ...]]]:
+    """The notices each account should have of the game, from its events (the contract's
+    list: game_started to each seat and your_turn to the first, your_turn at each turn's end to
+    the next, game_finished to each seat)."""
+    out: dict[str, list[tuple[Any, ...]]] = {handle: [] for handle in accounts.values()}
+    for event in events:
+        kind, version, data = event["type"], event["version"], event["data"]
+        if kind == "TurnOrderDecided":
+            for seat, handle in accounts.items():
+                out[handle].append(("game_started", version, seat))
+            first = data["first_player"]
+            out[accounts[first]].append(("your_turn", version, first))
+        elif kind in TURN_ENDS or kind == "PlayerResigned":
+            following = data["next_player"]
+            if following is not None:
+                out[accounts[following]].append(("your_turn", version, following))
+        elif kind == "GameFinished":
+            for seat, handle in accounts.items():
+                out[handle].append(("game_finished", version, seat))
+    return out
+
+
+def notices_of(app: Flask, handle: str, game_id: str) -> list[tuple[Any, ...]]:
+    notices = app.extensions["cantstop"].notices
+    notices.latest(handle)  # the view caught up (``after`` reads it as it stands)
+    found = notices.after(handle, 0, 10_000)
+    return [
+        (n.type, n.data["version"], n.data["seat"])
+        for n in found
+        if n.data.get("game_id") == game_id
+    ]
+
+
+@pytest.mark.parametrize("one_batch", [True, False], ids=["one-batch", "event-by-event"])
+def test_a_games_notices_are_the_same_in_one_batch_as_event_by_event(
+    app: Flask, client: FlaskClient, one_batch: bool
+) -> None:
+    tokens = {"ann": sign_up(client, "ann"), "bob": sign_up(client, "bob")}
+    notices = app.extensions["cantstop"].notices
+
+    def caught_up() -> None:
+        if not one_batch:  # the view moved on after each action: a batch or two of events
+            notices.latest("ann")
+
+    game = rated_pair(client, tokens, "ann", "bob")  # a creation, then a seat joined
+    caught_up()
+    by_seat = seat_tokens(game, tokens)
+    for _ in range(5):
+        game = play_a_turn(client, game, by_seat)
+        caught_up()
+    game = act(client, game["id"], by_seat[game["turn"]["player"]], {"type": "resign"})
+    assert game["status"] == "finished"
+    events = client.get(f"/v1/games/{game['id']}/events").get_json()["events"]
+    want = expected(events, {seat: handle for handle, seat in _seats(game).items()})
+    assert sum(len(v) for v in want.values()) >= 8  # started x2, turns, finished x2
+    for handle in ("ann", "bob"):
+        assert notices_of(app, handle, game["id"]) == want[handle]
+
+
+def _seats(game: Json) -> dict[str, int]:
+    return {p["account"]: p["seat"] for p in game["players"]}
+
+
+def test_a_resignation_out_of_turn_tells_no_one_whose_turn_it_was_already(
+    app: Flask, client: FlaskClient
+) -> None:
+    """The view caught up while the first seat was to act; then, in one batch, that seat ends
+    its turn and resigns out of turn: the view's row of the game, read at the batch's start,
+    said it was that seat's turn, and the batch moved it on, so nobody is told again."""
+    tokens = {h: sign_up(client, h) for h in ("ann", "bob", "cid")}
+    lobby = client.post("/v1/games", json={"seats": 3}, headers=bearer(tokens["ann"]))
+    assert lobby.status_code == 201, lobby.get_json()
+    game_id = lobby.get_json()["game"]["id"]
+    for handle in ("bob", "cid"):
+        joined = client.post(
+            f"/v1/games/{game_id}/players", json={}, headers=bearer(tokens[handle])
+        )
+        assert joined.status_code == 201, joined.get_json()
+        game = joined.get_json()["game"]
+    app.extensions["cantstop"].notices.latest("ann")  # the view: the first seat is to act
+    by_seat = seat_tokens(game, tokens)
+    first = game["turn"]["player"]
+    game = play_a_turn(client, game, by_seat)
+    to_act = game["turn"]["player"]
+    assert to_act != first
+    game = act(client, game_id, by_seat[first], {"type": "resign"})
+    assert game["status"] == "in_progress" and game["turn"]["player"] == to_act
+    events = client.get(f"/v1/games/{game_id}/events").get_json()["events"]
+    seats = {seat: handle for handle, seat in _seats(game).items()}
+    want = expected(events, seats)
+    # The resignation out of turn names the same next player: the view tells no one again.
+    resigned = next(e for e in events if e["type"] == "PlayerResigned")
+    assert resigned["data"]["next_player"] == to_act
+    want[seats[to_act]].remove(("your_turn", resigned["version"], to_act))
+    for handle in seats.values():
+        assert notices_of(app, handle, game_id) == want[handle]
