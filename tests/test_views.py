@@ -23,6 +23,7 @@ from domain.commands import NewGame
 from domain.game import Game
 from service.application.games.projections import GameList
 from service.config import Settings
+from service.persistence import views as views_module
 from service.persistence.log import LogReader
 from service.persistence.views import Sql, View, Views
 from service.runtime import Runtime
@@ -134,6 +135,69 @@ def test_racing_workers_apply_each_event_exactly_once(database_url: str) -> None
         counts = Counter.counts(rt.views, view)
         assert counts == {g: 2 if i < 300 else 1 for i, g in enumerate(ids)}
         assert sum(w.views.processed for w in workers) == 1_500  # between them, once each
+
+
+class Joins(Counter):
+    """Counts seats joined: a lobby's creation is no concern of it."""
+
+    name = "joins"
+    topics = (get_topic(Game.SeatJoined),)
+
+
+def test_a_follower_reads_past_events_of_no_concern_without_storing_its_position(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``catch_up(lazy=True)`` (the scheduler's loop) stores no position for a read that found
+    nothing for the view, for up to ``PASSED_KEPT`` seconds, and reads on from where it was
+    while the stored row is unchanged; what concerns the view is applied at once, as ever."""
+    starts: list[Any] = []
+    readers: list[LogReader] = []
+
+    class Reader(LogReader):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            starts.append(self.position)
+            readers.append(self)
+
+    monkeypatch.setattr(views_module, "LogReader", Reader)
+    with Runtime(Settings(database_url=database_url), create_tables=True) as rt:
+        view = Joins()
+        rt.views.setup([view])
+        rt.views.catch_up(view)
+        stored = rt.views.tracking(view)
+        lobbies(rt, 3)  # three creations: nothing for the view
+        assert rt.views.catch_up(view, lazy=True) == 0
+        assert rt.views.tracking(view) == stored  # no write
+        read_to = readers[-1].position  # where that read reached
+        assert read_to > stored.position
+        ids = lobbies(rt, 2)
+        starts.clear()
+        assert rt.views.catch_up(view, lazy=True) == 0
+        assert starts[0] == read_to  # read on from where it was, not from the row's
+        assert rt.views.tracking(view) == stored
+        rt.lobby.join(uuid.UUID(ids[0]), "Ann")  # its concern: applied, the position stored
+        assert rt.views.catch_up(view, lazy=True) == 1
+        assert Counter.counts(rt.views, view) == {ids[0]: 1}
+        assert rt.views.tracking(view).position > read_to
+        # Another process moves the view: the first reads from the stored row again.
+        lobbies(rt, 1)
+        assert rt.views.catch_up(view, lazy=True) == 0
+        with another_worker(database_url) as other:
+            other.lobby.join(uuid.UUID(ids[1]), "Bob")
+            assert other.views.catch_up(view) == 1
+            moved = rt.views.tracking(view)
+        starts.clear()
+        assert rt.views.catch_up(view, lazy=True) == 0
+        assert starts[0] == moved.position
+        assert Counter.counts(rt.views, view) == {ids[0]: 1, ids[1]: 1}
+        # Past PASSED_KEPT a read of nothing for the view stores its position after all.
+        monkeypatch.setattr(views_module, "PASSED_KEPT", 0.0)
+        lobbies(rt, 1)
+        rt.views.catch_up(view, lazy=True)
+        assert rt.views.tracking(view).position > moved.position
+        # Its own kinds of events not yet applied: none (what the metric's lag counts).
+        behind = LogReader(rt.games.recorder, view.topics, stored.position).heads(100)
+        assert [h.originator_id for h in behind] == [uuid.UUID(i) for i in ids[:2]]
 
 
 def test_a_crash_half_way_through_a_batch_loses_and_doubles_nothing(database_url: str) -> None:

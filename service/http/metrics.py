@@ -155,8 +155,8 @@ class StoreCollector:
         from prometheus_client.core import GaugeMetricFamily
 
         families: tuple[tuple[Callable[[], Figures], str, str, list[str]], ...] = (
-            (self._lag, "cantstop_view_lag_events", "Events in the log a view has not applied "
-             f"yet (counted up to {LAG_CAP}).", ["view"]),
+            (self._lag, "cantstop_view_lag_events", "Events of its kinds in the log a view has "
+             f"not applied yet (counted up to {LAG_CAP}).", ["view"]),
             (self._webhooks, "cantstop_webhook_deliveries", "Webhook deliveries stored, by "
              "status (pending: the queue).", ["status"]),
             (self._jobs, "cantstop_analysis_jobs", "Analysis jobs stored, by status (queued: "
@@ -180,7 +180,9 @@ class StoreCollector:
         found = []
         for view in rt.all_views():
             position = rt.views.tracking(view).position
-            behind = LogReader(rt.games.recorder, position=position).heads(LAG_CAP)
+            # Its own topics: a follower reads past the others without storing where it is
+            # (``Views.catch_up(lazy=True)``), and they are nothing it has to apply.
+            behind = LogReader(rt.games.recorder, view.topics, position).heads(LAG_CAP)
             found.append(([view.name], float(len(behind))))
         return found
 

@@ -65,6 +65,9 @@ BATCH = 500
 PAGE = 20_000  # events a rebuild reads and applies at a time in its scratch file
 FRESH_BUDGET = 1.0  # seconds a read waits for its view to reach the log's end, then answers
 REBUILD = "#rebuild"  # the suffix of a rebuild's tracking row
+# Seconds a follower (``catch_up(lazy=True)``) may read past events of no concern to a view
+# without storing the view's position: where it read to is kept in the process meanwhile.
+PASSED_KEPT = 10.0
 
 
 class Tracking(NamedTuple):
@@ -154,6 +157,9 @@ class Views:
         self.to_domain_event = to_domain_event
         self.create = create
         self.processed = 0  # events this process applied to views (tests read it)
+        # Per live view: its tracking row as stored, how far this process read past it finding
+        # nothing for the view, and since when (``catch_up(lazy=True)``).
+        self._passed: dict[str, tuple[Tracking, Position, float]] = {}
         self._ready: set[str] = set()
         self._warned: set[str] = set()
         self._lock = threading.Lock()
@@ -286,10 +292,19 @@ class Views:
         deadline: float | None = None,
         name: str | None = None,
         progress: Callable[[Position], None] | None = None,
+        lazy: bool = False,
     ) -> int:
         """Apply what was recorded since the view's position, batch by batch, until the log's
-        end (or ``until``, or the monotonic ``deadline``): how many events were applied."""
+        end (or ``until``, or the monotonic ``deadline``): how many events were applied.
+
+        ``lazy`` (a follower that comes back, the scheduler's loop): a read that finds nothing
+        for the view does not store its position, for up to ``PASSED_KEPT`` seconds; the
+        process remembers where it read to and reads on from there while the stored row is
+        unchanged. Storing it was a write transaction per view and poll: on PostgreSQL, every
+        view's position moved at every poll (each poll's own commits move the log's end), 55
+        rows written a second on a host at rest (docs/performance.md, levers)."""
         name = name or view.name
+        lazy = lazy and until is None and name == view.name
         applied = 0
         while True:
             track = self.tracking(view, name)
@@ -298,7 +313,7 @@ class Views:
                 return applied
             if until is not None and track.position >= until:
                 return applied
-            step = self._step(view, track)
+            step = self._step(view, track, lazy=lazy)
             if step is None:  # nothing new (on PostgreSQL, perhaps a transaction still open)
                 return applied
             count, short, position = step
@@ -310,13 +325,26 @@ class Views:
             if deadline is not None and time.monotonic() > deadline:
                 return applied
 
-    def _step(self, view: View, track: Tracking) -> tuple[int, bool, Position] | None:
+    def _step(
+        self, view: View, track: Tracking, *, lazy: bool = False
+    ) -> tuple[int, bool, Position] | None:
         """One batch: read it, then write it and move the position in one transaction, if no
-        other process moved the view meanwhile. None if there was nothing to read."""
-        reader = LogReader(self.recorder, view.topics, track.position)
+        other process moved the view meanwhile. None if there was nothing to read. ``lazy``:
+        as ``catch_up`` says."""
+        start = track.position
+        passed = self._passed.get(track.name) if lazy else None
+        if passed is not None and passed[0] == track:
+            start = max(start, passed[1])  # nothing for the view up there: read on from it
+        reader = LogReader(self.recorder, view.topics, start)
         items: list[Any] = reader.heads(BATCH) if view.heads_only else reader.read(BATCH)
-        if reader.position == track.position:
+        if reader.position == start:
             return None
+        if lazy and not items:
+            now = time.monotonic()
+            since = passed[2] if passed is not None and passed[0] == track else now
+            if now - since < PASSED_KEPT:
+                self._passed[track.name] = (track, reader.position, since)
+                return 0, True, reader.position
         decoded = items if view.heads_only else self._decode(view, items)
         tables = self._tables(view, track.generation)
 
@@ -342,6 +370,7 @@ class Views:
                 return True
 
         if self._run(write):
+            self._passed.pop(track.name, None)
             if live:
                 try:
                     view.committed(written[0])

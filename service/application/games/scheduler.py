@@ -210,7 +210,7 @@ class Scheduler:
         """Move the due-index on to the log's end (planning again the games it touched); how
         many games were planned."""
         before = self.index.planned
-        self.views.catch_up(self.index)
+        self.views.catch_up(self.index, lazy=True)
         return self.index.planned - before
 
     def planned(self, game_id: uuid.UUID) -> tuple[datetime, bool] | None:
@@ -288,7 +288,7 @@ class Scheduler:
                 self.refresh()
                 self.run_due()
                 for view in self.others:
-                    self.views.catch_up(view)
+                    self.views.catch_up(view, lazy=True)
             except ApplicationError as exc:  # e.g. the store is unavailable: try again soon
                 log.warning("scheduler: %s", exc.detail)
             for chore in self.chores:

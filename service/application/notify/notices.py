@@ -425,4 +425,4 @@ class Notices:
 
     def move_on(self) -> None:
         """Catch the view up (a process with account streams and no scheduler of its own)."""
-        self.views.catch_up(self.view, deadline=time.monotonic() + 1.0)
+        self.views.catch_up(self.view, deadline=time.monotonic() + 1.0, lazy=True)
