@@ -598,9 +598,13 @@ class AnalysisFeed(View):
 
     def prepare(self, items: list[Any], read: Sql) -> list[str]:
         found = []
+        # Whether each was rated, from the creations read in one query (not two reads a game).
+        store = self.games.store
+        firsts = store.creations([head.originator_id for head in items])
         for head in items:
             try:
-                if not self.games.store.at_creation(head.originator_id).rated:
+                first = firsts.get(head.originator_id) or store.at_creation(head.originator_id)
+                if not first.rated:
                     continue
                 game = self.games.game(head.originator_id)
                 if rated_game(game, self.games.history(head.originator_id)) is None:

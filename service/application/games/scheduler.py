@@ -114,13 +114,19 @@ class DueIndex(View):
                 f"SELECT game_id FROM {{due}} WHERE plain = 1 AND game_id IN ({marks})", chunk
             )
             plain.update(row["game_id"] for row in rows)
-        plans: list[tuple[str, int | None, bool]] = []
-        for game_id, topics in touched.items():
-            if topics & FINAL:
-                plans.append((str(game_id), None, False))
-            elif str(game_id) not in plain or topics & REPLAN:
-                due, is_plain = self.plan(game_id, created=topics & REPLAN == {CREATED})
-                plans.append((str(game_id), due, is_plain))
+        replanned = [
+            (game_id, topics & REPLAN == {CREATED})
+            for game_id, topics in touched.items()
+            if not topics & FINAL and (str(game_id) not in plain or topics & REPLAN)
+        ]
+        # The creations planned from, read in one query (not two reads a game).
+        firsts = self.games.store.creations([game_id for game_id, new in replanned if new])
+        plans: list[tuple[str, int | None, bool]] = [
+            (str(game_id), None, False) for game_id, topics in touched.items() if topics & FINAL
+        ]
+        for game_id, created in replanned:
+            due, is_plain = self.plan(game_id, created=created, first=firsts.get(game_id))
+            plans.append((str(game_id), due, is_plain))
         return plans
 
     def summary(self, heads: list[Any]) -> list[tuple[str, int | None, bool]]:
@@ -151,15 +157,21 @@ class DueIndex(View):
             plans.append((str(game_id), due, plain))
         return plans
 
-    def plan(self, game_id: uuid.UUID, *, created: bool = False) -> tuple[int | None, bool]:
+    def plan(
+        self, game_id: uuid.UUID, *, created: bool = False, first: Game | None = None
+    ) -> tuple[int | None, bool]:
         """The game's next due time (epoch microseconds) and whether it is plain. ``created``: its
         creation is among what was just read, and no seat was taken or given back since. Then
-        the game as created says whether it is plain, and a plain game's plan from its first
-        event is early, never late (as any plain game's is): the rest of it is not read."""
+        the game as created (``first``, if read already) says whether it is plain, and a plain
+        game's plan from its first event is early, never late (as any plain game's is): the
+        rest of it is not read."""
         self.planned += 1
         plain = False
         try:
-            first = self.games.store.at_creation(game_id) if created else None
+            if created and first is None:
+                first = self.games.store.at_creation(game_id)
+            elif not created:
+                first = None
             if first is not None and self.timekeeper.only_abandonment(first):
                 due, plain = self.timekeeper.due_at(first), True
             else:
