@@ -367,15 +367,19 @@ class PostgresDatastore:
                 transaction.__exit__(None, None, None)
 
     @contextlib.contextmanager
-    def reading(self) -> Iterator[Any]:
-        """A cursor for reads whose every statement is a transaction of its own (the pool's
-        connections are in autocommit). Under READ COMMITTED a read-only transaction gives
-        each of its statements a snapshot of its own too, so they read the same rows; without
-        its BEGIN and ROLLBACK, two round trips (a pass of the worker makes some thirty such
-        reads: docs/performance.md, levers). Not for a server-side cursor or ``SET LOCAL``,
-        which need the transaction."""
+    def autocommit(self) -> Iterator[Any]:
+        """A cursor whose every statement is a transaction of its own (the pool's connections
+        are in autocommit): one statement needs no ``BEGIN`` and ``COMMIT`` around it."""
         with self.get_connection() as conn:
             yield conn.cursor()
+
+    def reading(self) -> contextlib.AbstractContextManager[Any]:
+        """A cursor for reads, each statement a transaction of its own (``autocommit``). Under
+        READ COMMITTED a read-only transaction gives each of its statements a snapshot of its
+        own too, so they read the same rows; without its BEGIN and ROLLBACK, two round trips (a
+        pass of the worker makes some thirty such reads: docs/performance.md, levers). Not for
+        a server-side cursor or ``SET LOCAL``, which need the transaction."""
+        return self.autocommit()
 
     def close(self) -> None:
         self.pool.close()
