@@ -214,17 +214,18 @@ class ProcessFiles:
 
     HEADER = 8  # bytes: the used size and its padding
 
-    def __init__(self, path: str, mp: Any) -> None:
+    def __init__(self, path: str) -> None:
         self.path = path
-        self.mp = mp
 
     def collect(self) -> Any:
+        from prometheus_client.multiprocess import MultiProcessCollector
+
         files = []
         for name in sorted(glob.glob(os.path.join(self.path, "*.db"))):
             with contextlib.suppress(OSError):  # a process's file removed meanwhile
                 if os.path.getsize(name) >= self.HEADER:
                     files.append(name)
-        return self.mp.MultiProcessCollector.merge(files, accumulate=True)
+        return MultiProcessCollector.merge(files, accumulate=True)  # type: ignore[no-untyped-call]
 
 
 metrics_api = Blueprint("metrics", __name__)
@@ -240,13 +241,12 @@ def scrape() -> Response:
             response.headers["WWW-Authenticate"] = 'Bearer realm="cantstop-metrics"'
             return response
     from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
-    from prometheus_client import multiprocess as mp
 
     store = CollectorRegistry()
     store.register(StoreCollector(runtime()))
     if metrics.multiprocess():
         processes = CollectorRegistry()
-        processes.register(ProcessFiles(os.environ["PROMETHEUS_MULTIPROC_DIR"], mp))
+        processes.register(ProcessFiles(os.environ["PROMETHEUS_MULTIPROC_DIR"]))
         body = generate_latest(processes)
     else:
         body = generate_latest(REGISTRY)

@@ -170,8 +170,6 @@ class DueIndex(View):
         try:
             if created and first is None:
                 first = self.games.store.at_creation(game_id)
-            elif not created:
-                first = None
             if first is not None and self.timekeeper.only_abandonment(first):
                 due, plain = self.timekeeper.due_at(first), True
             else:
