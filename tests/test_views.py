@@ -200,6 +200,49 @@ def test_a_follower_reads_past_events_of_no_concern_without_storing_its_position
         assert [h.originator_id for h in behind] == [uuid.UUID(i) for i in ids[:2]]
 
 
+def test_moving_views_on_reads_no_page_of_the_log_for_a_view_that_has_read_it_all(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``move_on`` (the scheduler's loop) reads where the log's newest event stands and every
+    tracking row once; a view already past it is not read, one behind it is caught up as
+    ``catch_up(lazy=True)`` would, and writes that are not events (a view's own position) do
+    not make the others read again."""
+    pages: list[tuple[str, ...]] = []
+
+    class Reader(LogReader):
+        def _read(self, limit: int, *, heads: bool) -> list[Any]:
+            pages.append(tuple(self.topics))
+            return super()._read(limit, heads=heads)
+
+    monkeypatch.setattr(views_module, "LogReader", Reader)
+    with Runtime(Settings(database_url=database_url), create_tables=True) as rt:
+        joins, counter = Joins(), Counter()
+        rt.views.setup([joins, counter])
+        ids = lobbies(rt, 2)
+        assert rt.views.move_on([joins, counter]) == 2  # two creations, the counter's
+        pages.clear()
+        assert rt.views.move_on([joins, counter]) == 0
+        assert pages == []  # nothing recorded since: no page read
+        rt.lobby.join(uuid.UUID(ids[0]), "Ann")  # both views' concern
+        assert rt.views.move_on([joins, counter]) == 2
+        assert Counter.counts(rt.views, counter) == {ids[0]: 2, ids[1]: 1}
+        assert Counter.counts(rt.views, joins) == {ids[0]: 1}
+        # A view's position written (past PASSED_KEPT) is no event: the next pass reads nothing.
+        monkeypatch.setattr(views_module, "PASSED_KEPT", 0.0)
+        lobbies(rt, 1)  # the counter's concern, not the joins'
+        assert rt.views.move_on([joins, counter]) == 1
+        pages.clear()
+        assert rt.views.move_on([joins, counter]) == 0
+        assert pages == []
+        # A view some other process moved on and one it left behind: only the latter is read.
+        with another_worker(database_url) as other:
+            lobbies(other, 1)
+            assert other.views.catch_up(counter) == 1
+        pages.clear()
+        assert rt.views.move_on([joins, counter]) == 0
+        assert pages == [joins.topics]
+
+
 def test_a_crash_half_way_through_a_batch_loses_and_doubles_nothing(database_url: str) -> None:
     with Runtime(Settings(database_url=database_url), create_tables=True) as rt:
         ids = lobbies(rt, 40)
@@ -354,3 +397,39 @@ def test_the_log_poll_reads_an_index_range_on_postgresql(postgres_url: str) -> N
         plan = reader.plan()
         assert "cantstop_events_tx" in plan, plan
         assert "Index Cond" in plan and "Sort" not in plan and "Seq Scan" not in plan, plan
+
+
+@pytest.mark.postgres
+def test_the_newest_event_is_read_from_the_index_and_moves_only_with_events(
+    postgres_url: str,
+) -> None:
+    """``LogReader.newest`` (what ``Views.move_on`` compares each view's position with) reads
+    one row of the (tx, notification_id) index backwards, and a transaction that writes no
+    event, which moves ``end``, leaves it where it was."""
+    with Runtime(Settings(database_url=postgres_url), create_tables=True) as rt:
+        recorder = rt.games.store.recorder
+        assert LogReader(recorder).newest() == (0, 0)  # an empty log
+        lobbies(rt, 3)
+        newest = LogReader(recorder).newest()
+        reader = LogReader(recorder)
+        assert reader.read(100) and reader.read(100) == []
+        assert reader.position >= newest  # read to the end: past the newest event
+        end = LogReader(recorder).end()
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS not_events (x int)")
+            conn.execute("INSERT INTO not_events VALUES (1)")
+        assert LogReader(recorder).end() > end
+        assert LogReader(recorder).newest() == newest
+        lobbies(rt, 1)
+        assert LogReader(recorder).newest() > newest
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            state = json.dumps({"x": 1}).encode()
+            conn.execute(
+                "INSERT INTO cantstop_events (originator_id, originator_version, topic, state) "
+                "SELECT gen_random_uuid(), 1, 'filler', %s FROM generate_series(1, 50000)",
+                [state],
+            )
+            conn.execute("ANALYZE cantstop_events")
+        plan = reader.newest_plan()
+        assert "Index Only Scan Backward" in plan and "cantstop_events_tx" in plan, plan
+        assert "Sort" not in plan and "Seq Scan" not in plan, plan

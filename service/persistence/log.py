@@ -107,6 +107,32 @@ class LogReader:
         call returned (what a client that just acted expects a view to show)."""
         return guarded(self._end)
 
+    def newest(self) -> Position:
+        """Where the newest event a reader could read now stands (``START`` in an empty log):
+        a reader at or past it would find nothing. Unlike ``end``, on PostgreSQL it moves only
+        with the log's own rows, not with every transaction of the server (a view's position
+        written, any other database's writes), and it is one statement: the index on
+        ``(tx, notification_id)`` read backwards from the snapshot's xmin, one row."""
+        return guarded(self._newest)
+
+    def _newest_query(self) -> str:
+        # Ordered by the columns, not by ``tx_text`` (a sort of the whole table as text).
+        return (
+            f"SELECT tx::text AS tx_text, notification_id FROM {self._table()} "
+            "WHERE tx < pg_snapshot_xmin(pg_current_snapshot()) "
+            "ORDER BY tx DESC, notification_id DESC LIMIT 1"
+        )
+
+    def _newest(self) -> Position:
+        if not self.postgres:
+            return self._end()
+        with self.recorder.datastore.reading() as curs:
+            curs.execute(self._newest_query())
+            row = curs.fetchone()
+        if row is None:
+            return START
+        return Position(int(row["tx_text"]), int(row["notification_id"]))
+
     def skip_to_end(self) -> None:
         """From now on, only what is recorded from here on (on PostgreSQL, with what the
         transactions still open may yet commit: never less)."""
@@ -269,6 +295,13 @@ class LogReader:
                         ]
                     if len(rows) < page:
                         return
+
+    def newest_plan(self) -> str:
+        """PostgreSQL's plan for ``newest`` (what tests check: one row of the index, read
+        backwards, never the table)."""
+        with self.recorder.datastore.reading() as curs:
+            curs.execute("EXPLAIN " + self._newest_query())
+            return "\n".join(next(iter(row.values())) for row in curs.fetchall())
 
     def plan(self, limit: int = 500) -> str:
         """PostgreSQL's plan for a page from the current position (what tests check)."""

@@ -111,7 +111,7 @@ class FairPlay:
         self.pool_reads = 0  # pools' distributions read from the table
 
     # ------------------------------------------------------------------------------ writing
-    def step(self, limit: int = REQUEST_LIMIT) -> int:
+    def step(self, limit: int = REQUEST_LIMIT, *, fresh: bool = True) -> int:
         """``catch_up(limit)`` unless this process searched less than ``SCAN_EVERY`` seconds
         ago and found no backlog then; how many games it summarised."""
         with self._lock:
@@ -119,19 +119,19 @@ class FairPlay:
             if now < self._next_scan:
                 return 0
             self._next_scan = now + SCAN_EVERY
-        done = self.catch_up(limit)
+        done = self.catch_up(limit, fresh=fresh)
         if done >= limit:  # more may wait: the next step searches again at once
             with self._lock:
                 self._next_scan = 0.0
         return done
 
     def poll(self) -> None:
-        """The scheduler's chore."""
-        self.step(POLL_LIMIT)
+        """The scheduler's chore (its loop has just moved the ratings view on)."""
+        self.step(POLL_LIMIT, fresh=False)
 
-    def catch_up(self, limit: int = POLL_LIMIT) -> int:
+    def catch_up(self, limit: int = POLL_LIMIT, *, fresh: bool = True) -> int:
         """Summarise up to ``limit`` finished rated games that have a kept analysis and no
-        rows yet; how many were summarised."""
+        rows yet; how many were summarised. ``fresh``: the ratings view caught up first."""
         version = ANALYSIS_KEY
 
         def find(sql: Sql) -> list[Any]:
@@ -146,7 +146,8 @@ class FairPlay:
 
         with self._lock:
             self.searches += 1
-        rows = [r for r in self.views.read(self.ratings, find) if r["game_id"] not in self._passed]
+        found = self.views.read(self.ratings, find, fresh=fresh)
+        rows = [r for r in found if r["game_id"] not in self._passed]
         done = 0
         for row in rows[:limit]:
             try:

@@ -295,10 +295,9 @@ class Scheduler:
         log.info("scheduler: following the log")
         while not stop.is_set():
             try:
-                self.refresh()
+                # The due-index first: what is due is done with every game planned anew.
+                self.views.move_on((self.index, *self.others))
                 self.run_due()
-                for view in self.others:
-                    self.views.catch_up(view, lazy=True)
             except ApplicationError as exc:  # e.g. the store is unavailable: try again soon
                 log.warning("scheduler: %s", exc.detail)
             for chore in self.chores:

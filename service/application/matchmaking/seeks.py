@@ -276,7 +276,8 @@ class Seeks:
 
     # ----------------------------------------------------------------------------- pairing
     def pair_all(self) -> int:
-        """Pair every group of compatible open seeks (the scheduler, at each poll): games made."""
+        """Pair every group of compatible open seeks (the scheduler, at each poll, after moving
+        the views on): games made."""
         now = time.time()
 
         def run(sql: Sql) -> list[Any]:
@@ -287,7 +288,8 @@ class Seeks:
             )
 
         made = 0
-        for row in self.views.read(self.pool, run):
+        # Not ``fresh``: the scheduler's loop, its only caller, has just moved the pool on.
+        for row in self.views.read(self.pool, run, fresh=False):
             if row["n"] >= row["players"]:
                 made += self.pair(row["compat"], fresh=False)
         return made
