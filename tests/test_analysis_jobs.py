@@ -189,6 +189,39 @@ def test_one_client_filling_the_queue_does_not_starve_another(
     assert job(app, late, late_version).status == "failed"
 
 
+def test_an_idle_worker_asks_for_a_job_in_one_statement_and_no_transaction(
+    client: FlaskClient, app: Flask, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker with nothing to do asks four times a second: one read, never the claim's
+    transaction (three round trips on PostgreSQL); a waiting job is still claimed."""
+    jobs = jobs_of(app)
+    statements: list[str] = []
+    execute, transaction = jobs.execute, jobs.transaction
+    inside: list[bool] = []  # a statement of its own may run in a transaction of its own
+
+    def counted(sql: str, params: Any = (), **kwargs: Any) -> Any:
+        statements.append(sql)
+        inside.append(True)
+        try:
+            return execute(sql, params, **kwargs)
+        finally:
+            inside.pop()
+
+    def opened(work: Any) -> Any:
+        if not inside:
+            statements.append("transaction")
+        return transaction(work)
+
+    monkeypatch.setattr(jobs, "execute", counted)
+    monkeypatch.setattr(jobs, "transaction", opened)
+    assert jobs.claim("tests:idle", 30) is None
+    assert len(statements) == 1 and statements[0].startswith("SELECT 1 ")
+    game_id = finished(client)
+    jobs.enqueue(uuid.UUID(game_id), FINAL, SYSTEM, capped=False)
+    claimed = jobs.claim("tests:idle", 30)
+    assert claimed is not None and str(claimed.game_id) == game_id
+
+
 def test_two_workers_racing_run_each_job_once(client: FlaskClient, app: Flask) -> None:
     games = [finished(client) for _ in range(3)]
     for game_id in games:
