@@ -70,6 +70,11 @@ REBUILD = "#rebuild"  # the suffix of a rebuild's tracking row
 PASSED_KEPT = 10.0
 
 
+class TablesGone(Exception):
+    """A view's tables were not there: dropped by a rebuild's switch since its tracking row was
+    read. Not a store that is down: read the row again."""
+
+
 class Tracking(NamedTuple):
     name: str
     version: int
@@ -188,6 +193,26 @@ class Views:
                 conn.rollback()
                 raise
             conn.commit()
+
+    def _on_tables(self, tables: dict[str, str], work: Callable[[Sql], Any]) -> Any:
+        """``work`` on a view's tables of one generation, in a read."""
+        try:
+            with self._reading() as cursor:
+                return work(Sql(cursor, tables, self.postgres))
+        except Exception as exc:
+            # Not a lock to wait for nor a store gone (``guarded`` would retry the first, then
+            # open the breaker, and answer 503 to the second): the tables a rebuild's switch
+            # dropped since the tracking row was read. The drivers' errors come wrapped in the
+            # library's.
+            cause: BaseException | None = exc
+            while cause is not None:
+                if isinstance(cause, psycopg.errors.UndefinedTable) or (
+                    isinstance(cause, sqlite3.OperationalError)
+                    and str(cause).startswith("no such table")
+                ):
+                    raise TablesGone(str(exc)) from exc
+                cause = cause.__cause__
+            raise
 
     def _run(self, call: Callable[[], Any]) -> Any:
         """A store operation through ``guarded`` (bounded tries, then 503), with the drivers'
@@ -397,10 +422,12 @@ class Views:
         tables = self._tables(view, track.generation)
 
         def prepare() -> Any:
-            with self._reading() as cursor:
-                return view.prepare(decoded, Sql(cursor, tables, self.postgres))
+            return self._on_tables(tables, lambda sql: view.prepare(decoded, sql))
 
-        prepared = self._run(prepare)
+        try:
+            prepared = self._run(prepare)
+        except TablesGone:  # a rebuild switched meanwhile: read the tracking row again
+            return 0, False, track.position
 
         live = track.name == view.name
         written: list[Any] = [None]
@@ -483,8 +510,7 @@ class Views:
             tables = self._tables(view, track.generation)
 
             def run(tables: dict[str, str] = tables) -> Any:
-                with self._reading() as cursor:
-                    return query(Sql(cursor, tables, self.postgres))
+                return self._on_tables(tables, query)
 
             try:
                 return self._run(run)
