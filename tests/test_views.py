@@ -423,20 +423,25 @@ def test_the_command_rebuilds_a_view_and_reports_status(database_url: str) -> No
     assert unknown.returncode == 2 and "the views are games" in unknown.stderr
 
 
+def filled(postgres_url: str) -> None:
+    """50,000 events of another kind in the log, and the planner told so (ANALYZE)."""
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        state = json.dumps({"x": 1}).encode()
+        conn.execute(
+            "INSERT INTO cantstop_events (originator_id, originator_version, topic, state) "
+            "SELECT gen_random_uuid(), 1, 'filler', %s FROM generate_series(1, 50000)",
+            [state],
+        )
+        conn.execute("ANALYZE cantstop_events")
+
+
 @pytest.mark.postgres
 def test_the_log_poll_reads_an_index_range_on_postgresql(postgres_url: str) -> None:
     """The log's page from a position is a range of the (tx, notification_id) index, bounded
     by xmin: not a scan of the notification_id index from the start of the log."""
     with Runtime(Settings(database_url=postgres_url), create_tables=True) as rt:
         lobbies(rt, 50)
-        with psycopg.connect(postgres_url, autocommit=True) as conn:
-            state = json.dumps({"x": 1}).encode()
-            conn.execute(
-                "INSERT INTO cantstop_events (originator_id, originator_version, topic, state) "
-                "SELECT gen_random_uuid(), 1, 'filler', %s FROM generate_series(1, 50000)",
-                [state],
-            )
-            conn.execute("ANALYZE cantstop_events")
+        filled(postgres_url)
         reader = LogReader(rt.games.store.recorder, rt.game_list.topics)
         reader.skip_to_end()
         plan = reader.plan()
@@ -467,14 +472,7 @@ def test_the_newest_event_is_read_from_the_index_and_moves_only_with_events(
         assert LogReader(recorder).newest() == newest
         lobbies(rt, 1)
         assert LogReader(recorder).newest() > newest
-        with psycopg.connect(postgres_url, autocommit=True) as conn:
-            state = json.dumps({"x": 1}).encode()
-            conn.execute(
-                "INSERT INTO cantstop_events (originator_id, originator_version, topic, state) "
-                "SELECT gen_random_uuid(), 1, 'filler', %s FROM generate_series(1, 50000)",
-                [state],
-            )
-            conn.execute("ANALYZE cantstop_events")
+        filled(postgres_url)
         plan = reader.newest_plan()
         assert "Index Only Scan Backward" in plan and "cantstop_events_tx" in plan, plan
         assert "Sort" not in plan and "Seq Scan" not in plan, plan
