@@ -26,7 +26,7 @@ from service.config import Settings
 from service.persistence import guard
 from service.persistence import views as views_module
 from service.persistence.log import LogReader
-from service.persistence.views import Sql, View, Views
+from service.persistence.views import Sql, Tracking, View, Views
 from service.runtime import Runtime
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -354,34 +354,39 @@ class Reading(Counter):
 def test_a_read_that_meets_the_tables_a_rebuild_dropped_reads_the_new_ones(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A read whose tracking row was read just before a rebuild switched generations finds its
-    tables gone: it reads the row again and answers from the new tables, at once, and the store
-    stays available to everyone (on SQLite the missing table had been retried as a lock would
-    be, then opened the breaker: a 503 for this request and every store read for a second)."""
+    """A read that need not catch up reads the tables of the generation this process last knew,
+    without reading the tracking row; when another process's rebuild has switched generations
+    since, those tables are gone: it reads the row again and answers from the new tables, at
+    once, and the store stays available to everyone (on SQLite the missing table had been
+    retried as a lock would be, then opened the breaker: a 503 for this request and every store
+    read for a second). Moving the view on from a row read before a switch: the same."""
     with Runtime(Settings(database_url=database_url), create_tables=True) as rt:
         ids = lobbies(rt, 3)
         view = Reading()
         rt.views.setup([view])
         rt.views.catch_up(view)
         before = rt.views.tracking(view)
-        rt.views.rebuild(view)
-        assert rt.views.tracking(view).generation != before.generation
         read = rt.views.tracking
-        stale = [before]
+        rows: list[Any] = []
 
         def tracking(view: View, name: str | None = None) -> Any:
-            return stale.pop() if stale else read(view, name)
+            rows.append(name or view.name)
+            return rows.pop(0) if rows and isinstance(rows[0], Tracking) else read(view, name)
 
         monkeypatch.setattr(rt.views, "tracking", tracking)
         assert Counter.counts(rt.views, view) == dict.fromkeys(ids, 1)
-        assert not stale
+        assert rows == []  # the generation known: no row read
+        with another_worker(database_url) as other:
+            other.views.rebuild(view)
+            assert other.views.tracking(view).generation != before.generation
+        assert Counter.counts(rt.views, view) == dict.fromkeys(ids, 1)
+        assert rows == [view.name]  # read again once its tables were found gone
         assert not guard.BREAKER.is_open
         assert listing(rt)[1] == 3  # the store answers at once
-        # Moving the view on from a row read before the switch: the same.
         later = lobbies(rt, 2)
-        stale.append(before)
+        rows[:] = [before]  # the next row read is the one from before the switch
         assert rt.views.catch_up(view) == 2
-        assert not stale and not guard.BREAKER.is_open
+        assert not guard.BREAKER.is_open
         assert Counter.counts(rt.views, view) == dict.fromkeys(ids + later, 1)
 
 

@@ -166,6 +166,11 @@ class Views:
         # nothing for the view, and since when (``catch_up(lazy=True)``).
         self._passed: dict[str, tuple[Tracking, Position, float]] = {}
         self._ready: set[str] = set()
+        # Each live view's generation as this process last read its tracking row: what a read
+        # that need not catch up (``read(fresh=False)``) reads, without reading the row again.
+        # A rebuild's switch since then drops those tables, which the read finds out
+        # (``TablesGone``): it reads the row then, and the new tables.
+        self._generation: dict[str, int] = {}
         self._warned: set[str] = set()
         self._lock = threading.Lock()
 
@@ -295,6 +300,8 @@ class Views:
         found: Tracking | None = self._run(read)
         if found is None:
             raise LookupError(f"view {name or view.name} has no tables: run cantstop serve once")
+        if found.name == view.name:
+            self._generation[view.name] = found.generation
         return found
 
     def _every_tracking(self) -> dict[str, Tracking]:
@@ -316,6 +323,9 @@ class Views:
             }
 
         found: dict[str, Tracking] = self._run(read)
+        self._generation.update(
+            (name, track.generation) for name, track in found.items() if REBUILD not in name
+        )
         return found
 
     def stale(self, view: View) -> str | None:
@@ -504,10 +514,17 @@ class Views:
 
     def read(self, view: View, query: Callable[[Sql], Any], *, fresh: bool = True) -> Any:
         """``query`` on the view's current tables (caught up first, unless not ``fresh``). A
-        rebuild that switched tables meanwhile makes it read again, from the new ones."""
+        rebuild that switched tables meanwhile makes it read again, from the new ones. Not
+        ``fresh``: from the tables of the generation this process last knew, if it knows one
+        (no statement to read the tracking row)."""
+        generation: int | None = None
         for attempt in (1, 2):
-            track = self.fresh(view) if fresh else self.tracking(view)
-            tables = self._tables(view, track.generation)
+            if fresh:
+                generation = self.fresh(view).generation
+            elif generation is None:
+                known = self._generation.get(view.name)
+                generation = known if known is not None else self.tracking(view).generation
+            tables = self._tables(view, generation)
 
             def run(tables: dict[str, str] = tables) -> Any:
                 return self._on_tables(tables, query)
@@ -515,8 +532,12 @@ class Views:
             try:
                 return self._run(run)
             except Exception:
-                if attempt == 2 or self.tracking(view).generation == track.generation:
+                if attempt == 2:
                     raise
+                now = self.tracking(view).generation
+                if now == generation:
+                    raise
+                generation = now
         raise AssertionError("unreachable")
 
     def write(self, view: View, change: Callable[[Sql], Any]) -> Any:
