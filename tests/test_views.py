@@ -25,6 +25,7 @@ from service.application.games.projections import GameList
 from service.config import Settings
 from service.persistence import guard
 from service.persistence import views as views_module
+from service.persistence.errors import StoreUnavailable
 from service.persistence.log import LogReader
 from service.persistence.views import Sql, Tracking, View, Views
 from service.runtime import Runtime
@@ -388,6 +389,27 @@ def test_a_read_that_meets_the_tables_a_rebuild_dropped_reads_the_new_ones(
         assert rt.views.catch_up(view) == 2
         assert not guard.BREAKER.is_open
         assert Counter.counts(rt.views, view) == dict.fromkeys(ids + later, 1)
+
+
+def test_a_view_whose_tables_are_missing_answers_503_and_is_not_read_for_ever(
+    database_url: str,
+) -> None:
+    """A damaged store, a view's table dropped by hand (no rebuild switched it): a read and the
+    scheduler's catching up each report it as ``store_unavailable`` once, instead of reading
+    the tracking row again and again, and no breaker opens for the others."""
+    with Runtime(Settings(database_url=database_url), create_tables=True) as rt:
+        lobbies(rt, 2)
+        view = Reading()
+        rt.views.setup([view])
+        rt.views.catch_up(view)
+        rt.views.write(view, lambda sql: sql.execute("DROP TABLE {counts}"))
+        with pytest.raises(StoreUnavailable, match="tables are missing"):
+            Counter.counts(rt.views, view)
+        lobbies(rt, 1)
+        with pytest.raises(StoreUnavailable, match="tables are missing"):
+            rt.views.catch_up(view)
+        assert not guard.BREAKER.is_open
+        assert listing(rt)[1] == 3  # the other views answer
 
 
 def test_a_view_whose_code_changed_is_not_moved_on_until_rebuilt(database_url: str) -> None:

@@ -53,6 +53,7 @@ import psycopg
 from eventsourcing.persistence import Notification, OperationalError
 
 from service.errors import describe
+from service.persistence.errors import StoreUnavailable
 from service.persistence.guard import guarded
 from service.persistence.log import START, Head, LogReader, Position
 from service.persistence.sqlite import library_error
@@ -70,9 +71,10 @@ REBUILD = "#rebuild"  # the suffix of a rebuild's tracking row
 PASSED_KEPT = 10.0
 
 
-class TablesGone(Exception):
+class TablesGone(StoreUnavailable):
     """A view's tables were not there: dropped by a rebuild's switch since its tracking row was
-    read. Not a store that is down: read the row again."""
+    read (read the row again), or missing from a damaged store (a 503 naming them). Not a lock
+    to wait for, nor a store that went down: no breaker counts it."""
 
 
 class Tracking(NamedTuple):
@@ -215,7 +217,10 @@ class Views:
                     isinstance(cause, sqlite3.OperationalError)
                     and str(cause).startswith("no such table")
                 ):
-                    raise TablesGone(str(exc)) from exc
+                    raise TablesGone(
+                        "a view's tables are missing (a rebuild switched them, or the store "
+                        "is damaged); retry"
+                    ) from exc
                 cause = cause.__cause__
             raise
 
@@ -436,8 +441,10 @@ class Views:
 
         try:
             prepared = self._run(prepare)
-        except TablesGone:  # a rebuild switched meanwhile: read the tracking row again
-            return 0, False, track.position
+        except TablesGone:
+            if self.tracking(view, track.name).generation == track.generation:
+                raise  # no switch: a damaged store, reported
+            return 0, False, track.position  # a rebuild switched meanwhile: read on from it
 
         live = track.name == view.name
         written: list[Any] = [None]
