@@ -28,6 +28,7 @@ import psycopg
 from eventsourcing.persistence import OperationalError
 
 from service.config import Settings
+from service.persistence.backup import sqlite_path
 from service.persistence.settings import postgres_params
 
 log = logging.getLogger("cantstop.store")
@@ -66,8 +67,8 @@ def schema_lock(settings: Settings) -> Iterator[None]:
 @contextlib.contextmanager
 def _file_lock(url: str) -> Iterator[None]:
     """An exclusive ``flock`` on ``<database>.schema`` beside an SQLite file (none in memory)."""
-    path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else ""
-    if not path or ":memory:" in path or "mode=memory" in path:
+    path = sqlite_path(url)
+    if path is None:
         yield
         return
     try:
