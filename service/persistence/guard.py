@@ -139,13 +139,24 @@ def _no_answer(exc: BaseException) -> bool:
     """Whether ``exc`` (or what caused it: the stores wrap the drivers' errors) is ``NoAnswer``,
     or SQLite's lock that stayed taken for the whole lock timeout: asking again at once would
     only wait as long again."""
+    return caused_by(
+        exc,
+        lambda cause: (
+            isinstance(cause, NoAnswer | WritersQueued)
+            or (
+                isinstance(cause, sqlite3.OperationalError)
+                and getattr(cause, "sqlite_errorname", "") in ("SQLITE_BUSY", "SQLITE_LOCKED")
+            )
+        ),
+    )
+
+
+def caused_by(exc: BaseException, test: Callable[[BaseException], bool]) -> bool:
+    """Whether ``exc`` or what caused it passes ``test`` (the stores wrap the drivers' errors
+    in the library's)."""
     cause: BaseException | None = exc
     while cause is not None:
-        if isinstance(cause, NoAnswer | WritersQueued):
-            return True
-        if isinstance(cause, sqlite3.OperationalError) and getattr(
-            cause, "sqlite_errorname", ""
-        ) in ("SQLITE_BUSY", "SQLITE_LOCKED"):
+        if test(cause):
             return True
         cause = cause.__cause__
     return False

@@ -54,7 +54,7 @@ from eventsourcing.persistence import Notification, OperationalError
 
 from service.errors import describe
 from service.persistence.errors import StoreUnavailable
-from service.persistence.guard import guarded
+from service.persistence.guard import caused_by, guarded
 from service.persistence.log import START, Head, LogReader, Position
 from service.persistence.sqlite import library_error
 from service.persistence.tables import Sql
@@ -82,6 +82,18 @@ class Tracking(NamedTuple):
     version: int
     generation: int
     position: Position
+
+    @classmethod
+    def of(cls, name: str, row: Any) -> Tracking:
+        """From a row of the tracking table."""
+        position = Position(int(row["tx"]), int(row["position"]))
+        return cls(name, int(row["version"]), int(row["generation"]), position)
+
+
+def _missing_table(exc: BaseException) -> bool:
+    return isinstance(exc, psycopg.errors.UndefinedTable) or (
+        isinstance(exc, sqlite3.OperationalError) and str(exc).startswith("no such table")
+    )
 
 
 class View:
@@ -209,19 +221,12 @@ class Views:
         except Exception as exc:
             # Not a lock to wait for nor a store gone (``guarded`` would retry the first, then
             # open the breaker, and answer 503 to the second): the tables a rebuild's switch
-            # dropped since the tracking row was read. The drivers' errors come wrapped in the
-            # library's.
-            cause: BaseException | None = exc
-            while cause is not None:
-                if isinstance(cause, psycopg.errors.UndefinedTable) or (
-                    isinstance(cause, sqlite3.OperationalError)
-                    and str(cause).startswith("no such table")
-                ):
-                    raise TablesGone(
-                        "a view's tables are missing (a rebuild switched them, or the store "
-                        "is damaged); retry"
-                    ) from exc
-                cause = cause.__cause__
+            # dropped since the tracking row was read.
+            if caused_by(exc, _missing_table):
+                raise TablesGone(
+                    "a view's tables are missing (a rebuild switched them, or the store is "
+                    "damaged); retry"
+                ) from exc
             raise
 
     def _run(self, call: Callable[[], Any]) -> Any:
@@ -257,14 +262,7 @@ class Views:
         sql = Sql(cursor, {}, self.postgres)
         statement = f"SELECT version, generation, tx, position FROM {TRACKING} WHERE name = ?"
         row = sql.one(statement + (" FOR UPDATE" if lock and self.postgres else ""), [name])
-        if row is None:
-            return None
-        return Tracking(
-            name,
-            int(row["version"]),
-            int(row["generation"]),
-            Position(int(row["tx"]), int(row["position"])),
-        )
+        return None if row is None else Tracking.of(name, row)
 
     def _put(self, cursor: Any, track: Tracking) -> None:
         Sql(cursor, {}, self.postgres).execute(
@@ -317,15 +315,7 @@ class Views:
                 rows = Sql(cursor, {}, self.postgres).all(
                     f"SELECT name, version, generation, tx, position FROM {TRACKING}"
                 )
-            return {
-                row["name"]: Tracking(
-                    row["name"],
-                    int(row["version"]),
-                    int(row["generation"]),
-                    Position(int(row["tx"]), int(row["position"])),
-                )
-                for row in rows
-            }
+            return {row["name"]: Tracking.of(row["name"], row) for row in rows}
 
         found: dict[str, Tracking] = self._run(read)
         self._generation.update(
@@ -357,13 +347,8 @@ class Views:
         applied = 0
         for view in views:
             track = known.get(view.name)
-            if track is not None and track.version == view.version:
-                reached = track.position
-                passed = self._passed.get(view.name)
-                if passed is not None and passed[0] == track:
-                    reached = max(reached, passed[1])
-                if reached >= end:
-                    continue  # nothing committed since this view last read to the end
+            if track is not None and track.version == view.version and self._read_to(track) >= end:
+                continue  # nothing committed since this view last read to the end
             applied += self.catch_up(view, lazy=True, known=track)
         return applied
 
@@ -413,16 +398,22 @@ class Views:
             if deadline is not None and time.monotonic() > deadline:
                 return applied
 
+    def _read_to(self, track: Tracking) -> Position:
+        """Where this process has read the view's log to: its stored position, or further where
+        a lazy read found nothing for the view up there while the row stayed as it is."""
+        passed = self._passed.get(track.name)
+        if passed is not None and passed[0] == track:
+            return max(track.position, passed[1])
+        return track.position
+
     def _step(
         self, view: View, track: Tracking, *, lazy: bool = False
     ) -> tuple[int, bool, Position] | None:
         """One batch: read it, then write it and move the position in one transaction, if no
         other process moved the view meanwhile. None if there was nothing to read. ``lazy``:
         as ``catch_up`` says."""
-        start = track.position
+        start = self._read_to(track) if lazy else track.position
         passed = self._passed.get(track.name) if lazy else None
-        if passed is not None and passed[0] == track:
-            start = max(start, passed[1])  # nothing for the view up there: read on from it
         reader = LogReader(self.recorder, view.topics, start)
         items: list[Any] = reader.heads(BATCH) if view.heads_only else reader.read(BATCH)
         if reader.position == start:
