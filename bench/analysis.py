@@ -1,6 +1,6 @@
 """What analysing a finished game costs: CPU seconds and instructions per game.
 
-    python -m bench.analysis [TREE ...] [--games 20] [--seed 11]          # CPU s per game
+    python -m bench.analysis [TREE ...] [--games 20] [--seed 11] [--collector on]  # CPU s/game
     python -m bench.analysis TREE ... --instructions [--games 5]          # valgrind's count
 
 The games: rule of 28 against the expert (seats alternating), manual dice from seeded
@@ -17,6 +17,7 @@ eight-sided dice), ``three`` (three experts under jumping and steep hill).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import random
@@ -70,8 +71,10 @@ def play(players: list[str], rules: dict[str, Any] | None, seed: int) -> list[di
     return event_records(game.collect_events())
 
 
-def run(kind: str, games: int, seed: int, analyse_them: bool) -> dict[str, Any]:
-    """In the tree's process: play the games, then analyse each (CPU seconds per game)."""
+def run(kind: str, games: int, seed: int, analyse_them: bool, collector: str) -> dict[str, Any]:
+    """In the tree's process: play the games, then analyse each (CPU seconds per game), with
+    the cyclic garbage collector off while each is worked out (``paused``, as the service's
+    analyst runs them: service/application/analysis/jobs.py ``collector_paused``) or on."""
     players, rules = KINDS[kind]
     played = [play(players, rules, seed + i) for i in range(games)]
     seconds = []
@@ -80,7 +83,12 @@ def run(kind: str, games: int, seed: int, analyse_them: bool) -> dict[str, Any]:
 
         for records in played:
             start = time.process_time()
-            analyse(records)
+            if collector == "paused":
+                gc.disable()
+            try:
+                analyse(records)
+            finally:
+                gc.enable()
             seconds.append(time.process_time() - start)
     return {"seconds": seconds, "versions": [len(r) for r in played]}
 
@@ -123,6 +131,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=11, help="the first game's seed")
     parser.add_argument("--kind", choices=sorted(KINDS), default="duel")
     parser.add_argument("--instructions", action="store_true", help="count under valgrind")
+    parser.add_argument(
+        "--collector",
+        choices=("paused", "on"),
+        default="paused",
+        help="the cyclic garbage collector while an analysis runs (paused: as the analyst runs it)",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-analysis", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -130,11 +144,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         here = Path(__file__).resolve().parent
         sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]  # http is not http
-        print(json.dumps(run(args.kind, games, args.seed, not args.no_analysis)))
+        print(json.dumps(run(args.kind, games, args.seed, not args.no_analysis, args.collector)))
         return
     trees = args.trees or [Path(".")]
     common = ["--kind", args.kind, "--games", str(games), "--seed", str(args.seed)]
-    print(f"{games} games ({args.kind}), seeds {args.seed} to {args.seed + games - 1}")
+    common += ["--collector", args.collector]
+    print(
+        f"{games} games ({args.kind}), seeds {args.seed} to {args.seed + games - 1}, "
+        f"the cyclic collector {args.collector} while analysing"
+    )
     if args.instructions:
         if shutil.which("valgrind") is None:
             raise SystemExit("valgrind is not installed: apt-get install -y valgrind")

@@ -33,7 +33,12 @@ from domain.record_sheet import record_sheet
 from domain.tournament import audit_tournament, is_tournament_export, parse_tournament_export
 from domain.transcript import MalformedTranscript, verify
 from service import arena_cli, logformat, metrics
-from service.application.analysis.jobs import JobConfig, Supervisor, arm_cpu_limit
+from service.application.analysis.jobs import (
+    JobConfig,
+    Supervisor,
+    arm_cpu_limit,
+    collector_paused,
+)
 from service.application.errors import ApplicationError
 from service.application.games.receipts import verify as verify_receipt
 from service.application.players.ratings import LedgerFold, Ratings
@@ -412,7 +417,8 @@ def cmd_analyse(args: argparse.Namespace) -> int:
         return verified
     _header, records = verified
     try:
-        analysis = analyse(records, args.version)
+        with collector_paused():
+            analysis = analyse(records, args.version)
     except ValueError as exc:  # a version the export does not reach
         print(f"{args.file}: {exc}", file=sys.stderr)
         return 2

@@ -8,6 +8,7 @@ expert's games do is measured by bench/calibration.py: tests/test_calibration.py
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import random
@@ -109,6 +110,29 @@ def test_every_kind_of_game_is_analysed_in_its_own_terms(index: int) -> None:
     assert versions == sorted(versions) and versions[-1] == len(records) - (
         records[-1]["type"] == "SeedRevealed"
     )
+
+
+@pytest.mark.parametrize("index", [0, 3, 4], ids=[str(KINDS[i]) for i in (0, 3, 4)])
+def test_an_analysis_leaves_no_garbage_for_the_cyclic_collector(index: int) -> None:
+    """The analyst works an analysis out with the cyclic collector off
+    (service/application/analysis/jobs.py ``collector_paused``): that is safe only while an
+    analysis, from scratch or followed version by version, makes no reference cycles, whose
+    memory would then wait for the collector. Nothing it dropped is left for it to find."""
+    players, rules = KINDS[index]
+    records = play(players, rules=rules, seed=5)
+    gc.collect()
+    gc.disable()
+    try:
+        analyse(records)
+        running = Analysis()
+        running.extend(records)
+        for version in range(1, len(records) + 1):
+            running.advance(version)
+        running.result(len(records))
+        del running
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
 
 
 class GreedyRoller:

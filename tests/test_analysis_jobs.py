@@ -6,6 +6,7 @@ worker processes where a process is the point; nothing mocked."""
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import signal
@@ -24,6 +25,7 @@ from flask.testing import FlaskClient
 from domain.analysis import analyse
 from domain.strategies.expert import ExpertStrategy
 from service.application.analysis import analyst as analyst_module
+from service.application.analysis import jobs as jobs_module
 from service.application.analysis.jobs import (
     ATTEMPTS,
     FINAL,
@@ -265,6 +267,32 @@ def test_a_job_past_its_cpu_deadline_fails_then_may_be_asked_again(
     assert client.get(f"/v1/games/{game_id}/analysis").status_code == 202
     run_jobs(app)
     assert client.get(f"/v1/games/{game_id}/analysis").status_code == 200
+
+
+def test_an_analysis_is_worked_out_with_the_cyclic_collector_paused(
+    client: FlaskClient, app: Flask, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each step of a job's analysis runs with Python's cyclic collector off (its passes over
+    the expert's tables cost ~10% of the CPU), and the collector is on again after a job, one
+    done and one past its deadline alike."""
+    seen: list[bool] = []
+    advance = jobs_module.Analysis.advance
+
+    def watched(self: Any, version: int) -> None:
+        seen.append(gc.isenabled())
+        advance(self, version)
+
+    monkeypatch.setattr(jobs_module.Analysis, "advance", watched)
+    store = app.extensions["cantstop"].games
+    for config in (JobConfig(), JobConfig(cpu_seconds=1e-4)):
+        game_id = finished(client)
+        jobs_of(app).enqueue(uuid.UUID(game_id), FINAL, SYSTEM, capped=False)
+        seen.clear()
+        assert gc.isenabled()
+        assert Worker(store, jobs_of(app), config, "tests:gc").step()
+        assert seen and not any(seen)
+        assert gc.isenabled()
+        assert job(app, game_id).status == ("done" if config.cpu_seconds > 1 else "failed")
 
 
 def test_a_job_whose_workers_keep_dying_fails(client: FlaskClient, app: Flask) -> None:
