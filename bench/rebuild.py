@@ -138,6 +138,11 @@ def main() -> None:
         "--views", default=None, help="only these views (default: all; 'none': only the launch)"
     )
     parser.add_argument("--pool", type=int, default=bv.POOL)
+    parser.add_argument(
+        "--accounts",
+        action="store_true",
+        help="people's games seat accounts (their turns make notices), not guests",
+    )
     parser.add_argument("--dir", default=None, help="where SQLite stores go")
     parser.add_argument("--json", default=None, help="append each result as a JSON line here")
     parser.add_argument("--keep", action="store_true", help="keep the stores")
@@ -175,7 +180,8 @@ def main() -> None:
             if new:
                 bv.say(f"{store.kind} {size:,}: filling")
                 started = time.monotonic()
-                filled, _ = bv.fill(store, size, args.pool, random.Random(f"{store.kind}:{size}"))
+                rng = random.Random(f"{store.kind}:{size}")
+                filled, _ = bv.fill(store, size, args.pool, rng, accounts=args.accounts)
                 bv.say(
                     f"  {filled.rows:,} event rows in {time.monotonic() - started:.0f} s "
                     f"(pool {filled.played.statuses})"

@@ -85,6 +85,7 @@ IDLE = 10.0  # seconds the server is left without requests, its writes counted
 MAX_ACTIONS = 3000  # a game not over by then is resigned
 EXPERT = strategies.get("expert")
 NAMES = ("Ann", "Bob", "Cleo", "Dev", "Eve", "Finn", "Gus", "Hana", "Ivo", "Jun")
+PASSWORD = "bench: a pool player's password"  # accounts made by the pool (`--accounts`)
 # What the pool is made of: (kind, share). ``unfinished``: half of them games in progress
 # (no clock, no computer player), half lobbies still waiting for players.
 MIX = (
@@ -121,9 +122,13 @@ class Player:
     solitaire player takes the expert strategy's choices (the simple policy can bust for ever
     once few columns are left)."""
 
-    def __init__(self, rt: Runtime, rng: random.Random) -> None:
+    def __init__(self, rt: Runtime, rng: random.Random, accounts: bool = False) -> None:
         self.rt = rt
         self.rng = rng
+        self.tokens: dict[str, str] = {}
+        if accounts:  # people's games seat accounts: each turn's end is a notice to someone
+            for name in NAMES:
+                self.tokens[name] = rt.accounts.sign_up(name.lower(), PASSWORD).token
 
     def play(
         self, state: dict[str, Any], limit: int | None = None, *, advised: bool = False
@@ -159,6 +164,11 @@ class Player:
     def one(self, kind: str, index: int) -> dict[str, Any]:
         rt, rng = self.rt, self.rng
         a, b = rng.sample(NAMES, 2)
+        if self.tokens and kind in ("two people", "clock"):  # the accounts of a and b
+            clock = {"turn_seconds": 60} if kind == "clock" else None
+            lobby = uuid.UUID(rt.games.create(NewGame(seats=2, clock=clock))[0]["id"])
+            rt.lobby.join(lobby, a, token=self.tokens[a])
+            return self.play(rt.lobby.join(lobby, b, token=self.tokens[b]).state)
         if kind == "two people":
             return self.play(rt.games.create(NewGame(players=[a, b]))[0])
         if kind == "clock":
@@ -208,15 +218,17 @@ class Pool:
     seconds: float
 
 
-def play_pool(url: str, size: int, rng: random.Random) -> Pool:
-    """Play the pool through the application into the store at ``url``."""
+def play_pool(url: str, size: int, rng: random.Random, accounts: bool = False) -> Pool:
+    """Play the pool through the application into the store at ``url``. ``accounts``: the games
+    of two people (with a clock or not) seat ten accounts, as on a server where people play
+    signed in; else guests (no notices are made)."""
     started = now()
     kinds: dict[str, int] = {}
     statuses: dict[str, int] = {}
     plan = [kind for kind, share in MIX for _ in range(max(1, round(share * size)))]
     rng.shuffle(plan)
     with Runtime(Settings(database_url=url, bot_pause=0), create_tables=True) as rt:
-        player = Player(rt, rng)
+        player = Player(rt, rng, accounts)
         for index, kind in enumerate(plan):
             state = player.one(kind, index)
             kinds[kind] = kinds.get(kind, 0) + 1
@@ -588,12 +600,18 @@ class Fill:
 
 
 def fill(
-    store: Store, size: int, pool_size: int, rng: random.Random, *, few_lobbies: bool = False
+    store: Store,
+    size: int,
+    pool_size: int,
+    rng: random.Random,
+    *,
+    few_lobbies: bool = False,
+    accounts: bool = False,
 ) -> tuple[Fill, list[PoolGame]]:
     """Play the pool, then copy it up to ``size`` games. ``few_lobbies``: the copies leave out
     the pool's lobbies still waiting, so that the store holds only those few open lobbies (on a
     live server the open lobbies are the few recent ones, however many games it holds)."""
-    played = play_pool(store.url, min(size, pool_size), rng)
+    played = play_pool(store.url, min(size, pool_size), rng, accounts)
     if isinstance(store, PostgresStore):
         with Runtime(Settings(database_url=store.url), create_tables=False) as rt:
             store.use(rt)
