@@ -10,6 +10,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from service.persistence.tables import Sql
 from tests.support.http import bearer
 from tests.support.rated import act, play_a_turn, rated_pair, seat_tokens
 
@@ -121,3 +122,42 @@ def test_a_resignation_out_of_turn_tells_no_one_whose_turn_it_was_already(
     want[seats[to_act]].remove(("your_turn", resigned["version"], to_act))
     for handle in seats.values():
         assert notices_of(app, handle, game_id) == want[handle]
+
+
+def test_a_batch_writes_its_notices_in_a_few_statements_however_many_turns_it_holds(
+    app: Flask, client: FlaskClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch's notices, the accounts' newest numbers and whose turn it is are gathered as
+    its events are read and written at its end (``Changes``): on PostgreSQL each statement of
+    the worker's was a round trip, four a turn where accounts sit; and a rebuild where they
+    sit in most games writes a notice for most turns."""
+    tokens = {"ann": sign_up(client, "ann"), "bob": sign_up(client, "bob")}
+    notices = app.extensions["cantstop"].notices
+    game = rated_pair(client, tokens, "ann", "bob")
+    notices.latest("ann")
+    by_seat = seat_tokens(game, tokens)
+    for _ in range(8):
+        game = play_a_turn(client, game, by_seat)
+    statements: list[str] = []
+    execute, many = Sql.execute, Sql.many
+
+    def counted_execute(self: Sql, sql: str, params: Any = ()) -> None:
+        if "{" in sql:  # the view's own tables (not the tracking rows)
+            statements.append(sql)
+        execute(self, sql, params)
+
+    def counted_many(self: Sql, sql: str, rows: Any) -> None:
+        statements.append(sql)
+        many(self, sql, rows)
+
+    monkeypatch.setattr(Sql, "execute", counted_execute)
+    monkeypatch.setattr(Sql, "many", counted_many)
+    notices.latest("ann")  # the eight turns' ends, in one batch
+    monkeypatch.undo()
+    events = client.get(f"/v1/games/{game['id']}/events").get_json()["events"]
+    want = expected(events, {seat: handle for handle, seat in _seats(game).items()})
+    for handle in ("ann", "bob"):
+        assert notices_of(app, handle, game["id"]) == want[handle]
+    assert sum(len(v) for v in want.values()) >= 10
+    # the batch's number, the games' rows, a head per account, and four writes at the end
+    assert len(statements) <= 10, statements

@@ -65,6 +65,10 @@ QUIET = frozenset(
 )
 
 
+_compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+"""``json.dumps`` with these arguments, without making an encoder for every notice."""
+
+
 @dataclass(frozen=True)
 class Notice:
     account: str  # lowercase handle
@@ -75,7 +79,69 @@ class Notice:
 
     @property
     def text(self) -> str:
-        return json.dumps(self.data, separators=(",", ":"), ensure_ascii=False)
+        return _compact(self.data)
+
+
+class Changes:
+    """What a batch of the notices view changes, gathered as its events are read and written at
+    its end: the notices (one ``executemany``), each account's newest number (read once a batch
+    per account, written once), whose turn it is in each game (written once a game)."""
+
+    def __init__(self, games: dict[str, dict[str, Any] | None]) -> None:
+        self.games = games  # the batch's rows of {games}, as they stand
+        self.heads: dict[str, int] = {}  # account: its newest notice's number
+        self.new_heads: set[str] = set()  # accounts without a row in {heads} yet
+        self.turns: set[str] = set()  # games whose turn passed
+        self.written: list[Notice] = []
+
+    def turn(
+        self, row: dict[str, Any], key: str, seat: int | None, game: dict[str, Any]
+    ) -> list[tuple[str | None, str, dict[str, Any]]]:
+        """The game's turn passes to ``seat`` (None: nobody's): a ``your_turn`` to its account."""
+        row["current"] = seat
+        self.turns.add(key)
+        accounts = row["seated"]
+        if seat is None or accounts[seat] is None:
+            return []
+        return [(accounts[seat], "your_turn", {**game, "seat": seat})]
+
+    def notice(self, sql: Sql, account: str, kind: str, event: Any, fields: dict[str, Any]) -> None:
+        seq = self.heads.get(account)
+        if seq is None:
+            head = sql.one("SELECT seq FROM {heads} WHERE account = ?", [account])
+            seq = head["seq"] if head else 0
+            if not head:
+                self.new_heads.add(account)
+        seq = self.heads[account] = seq + 1
+        at = format_at(event.timestamp)
+        data = {"id": seq, "type": kind, "at": at, **fields}
+        self.written.append(Notice(account, seq, kind, at, data))
+
+    def write(self, sql: Sql, stamp: int) -> list[Notice]:
+        """The batch's changes, in a few statements; the notices written."""
+        heads = self.heads.items()
+        sql.many(
+            "INSERT INTO {notices} (account, seq, type, at, body) VALUES (?, ?, ?, ?, ?)",
+            [(n.account, n.seq, n.type, n.at, n.text) for n in self.written],
+        )
+        sql.many(
+            "INSERT INTO {heads} (account, seq, stamp) VALUES (?, ?, ?)",
+            [(a, seq, stamp) for a, seq in heads if a in self.new_heads],
+        )
+        sql.many(
+            "UPDATE {heads} SET seq = ?, stamp = ? WHERE account = ?",
+            [(seq, stamp, a) for a, seq in heads if a not in self.new_heads],
+        )
+        games = self.games
+        sql.many(
+            "UPDATE {games} SET current = ? WHERE game_id = ?",
+            [
+                (row["current"], key)
+                for key in sorted(self.turns)
+                if (row := games[key]) is not None
+            ],
+        )
+        return self.written
 
 
 class NoticesView(View):
@@ -172,20 +238,22 @@ class NoticesView(View):
         return out
 
     def apply(self, sql: Sql, prepared: list[tuple[Any, dict[str, Any] | None]]) -> list[Notice]:
+        """The batch's notices. What changes in the tables is gathered as the events are read
+        and written at the end in a few statements (``Changes``), not three or four an event: a
+        rebuild where accounts sit in most games writes a notice for most turns."""
         found = sql.one("SELECT n FROM {batches} WHERE id = 1")
         stamp = (found["n"] if found else 0) + 1
         if found:
             sql.execute("UPDATE {batches} SET n = ? WHERE id = 1", [stamp])
         else:
             sql.execute("INSERT INTO {batches} (id, n) VALUES (1, ?)", [stamp])
-        written: list[Notice] = []
-        games = self._games(sql, prepared)
+        changes = Changes(self._games(sql, prepared))
         for event, shown in prepared:
-            for account, kind, fields in self._notices(sql, games, event, shown):
+            for account, kind, fields in self._notices(sql, changes, event, shown):
                 if account is None or account.lower() in BOTS:
                     continue
-                written.append(self._write(sql, account.lower(), kind, event, fields, stamp))
-        return written
+                changes.notice(sql, account.lower(), kind, event, fields)
+        return changes.write(sql, stamp)
 
     def applied(self, sql: Sql, written: list[Notice]) -> None:
         if written:
@@ -196,30 +264,6 @@ class NoticesView(View):
         if written:
             for listener in self.listeners:
                 listener(written)
-
-    @staticmethod
-    def _write(
-        sql: Sql, account: str, kind: str, event: Any, fields: dict[str, Any], stamp: int
-    ) -> Notice:
-        head = sql.one("SELECT seq FROM {heads} WHERE account = ?", [account])
-        seq = (head["seq"] if head else 0) + 1
-        at = format_at(event.timestamp)
-        data = {"id": seq, "type": kind, "at": at, **fields}
-        notice = Notice(account, seq, kind, at, data)
-        sql.execute(
-            "INSERT INTO {notices} (account, seq, type, at, body) VALUES (?, ?, ?, ?, ?)",
-            [account, seq, kind, at, notice.text],
-        )
-        if head:
-            sql.execute(
-                "UPDATE {heads} SET seq = ?, stamp = ? WHERE account = ?", [seq, stamp, account]
-            )
-        else:
-            sql.execute(
-                "INSERT INTO {heads} (account, seq, stamp) VALUES (?, ?, ?)",
-                [account, seq, stamp],
-            )
-        return notice
 
     @staticmethod
     def _games(
@@ -244,24 +288,28 @@ class NoticesView(View):
     def _notices(
         self,
         sql: Sql,
-        games: dict[str, dict[str, Any] | None],
+        changes: Changes,
         event: Any,
         shown: dict[str, Any] | None,
     ) -> list[tuple[str | None, str, dict[str, Any]]]:
-        """(account, type, fields) of each notice the event makes. ``games``: the rows of
-        ``{games}`` as they stand (``_games``), kept up to date with the table here."""
+        """(account, type, fields) of each notice the event makes. ``changes.games``: the rows
+        of ``{games}`` as they stand (``_games``), kept up to date here (whose turn it is is
+        written at the batch's end)."""
         if shown is not None and "seek" in shown:
             return [(shown["seek"]["account"], "seek_expired", shown)]
         if shown is not None:
             return self._challenge_notices(event, shown)
+        games = changes.games
         key = str(event.originator_id)
         version = event.originator_version
         if isinstance(event, Game.GameCreated):
             # Every game not finished has a row (an account may join a lobby later).
+            seats = list(event.accounts or [None] * event.seats)
             created = {
                 "rated": int(bool(event.rated)),
-                "accounts": json.dumps(list(event.accounts or [None] * event.seats)),
+                "accounts": json.dumps(seats),
                 "current": None,
+                "seated": seats,
             }
             sql.execute(
                 "INSERT INTO {games} (game_id, seats, rated, accounts, current) "
@@ -274,7 +322,8 @@ class NoticesView(View):
         row = games.get(key)
         if row is None:
             return []  # finished, or created before this view existed
-        accounts: list[str | None] = json.loads(row["accounts"])
+        accounts: list[str | None] = row.get("seated") or json.loads(row["accounts"])
+        row["seated"] = accounts  # the column's JSON read once a batch
         if isinstance(event, Game.SeatJoined | Game.SeatLeft):
             accounts[event.seat] = event.account if isinstance(event, Game.SeatJoined) else None
             row["accounts"] = json.dumps(accounts)
@@ -288,16 +337,16 @@ class NoticesView(View):
         game = {"game_id": key, "version": version}
         seated = [(seat, handle) for seat, handle in enumerate(accounts) if handle is not None]
         if isinstance(event, Game.TurnOrderDecided):
-            started = {**game, "rated": bool(row["rated"]), "accounts": accounts}
+            started = {**game, "rated": bool(row["rated"]), "accounts": list(accounts)}
             out: list[tuple[str | None, str, dict[str, Any]]] = [
                 (handle, "game_started", {**started, "seat": seat}) for seat, handle in seated
             ]
-            return out + self._turn(sql, row, key, accounts, event.first_player, game)
+            return out + changes.turn(row, key, event.first_player, game)
         if isinstance(event, TURN_ENDS):
-            return self._turn(sql, row, key, accounts, event.next_player, game)
+            return changes.turn(row, key, event.next_player, game)
         if isinstance(event, Game.PlayerResigned):
             if event.next_player is None or row["current"] == event.seat:
-                return self._turn(sql, row, key, accounts, event.next_player, game)
+                return changes.turn(row, key, event.next_player, game)
             return []
         if isinstance(event, Game.GameFinished):
             return [
@@ -309,21 +358,6 @@ class NoticesView(View):
                 for seat, handle in seated
             ]
         return []
-
-    @staticmethod
-    def _turn(
-        sql: Sql,
-        row: dict[str, Any],
-        key: str,
-        accounts: list[str | None],
-        seat: int | None,
-        game: dict[str, Any],
-    ) -> list[tuple[str | None, str, dict[str, Any]]]:
-        sql.execute("UPDATE {games} SET current = ? WHERE game_id = ?", [seat, key])
-        row["current"] = seat
-        if seat is None or accounts[seat] is None:
-            return []
-        return [(accounts[seat], "your_turn", {**game, "seat": seat})]
 
     @staticmethod
     def _challenge_notices(
