@@ -393,3 +393,51 @@ def test_closing_an_account_gives_up_its_seats_in_unfinished_games(client: Flask
     assert refused.status_code == 409  # the game is over for everybody
     left = client.get(f"/v1/games/{lobby['game']['id']}").get_json()
     assert left["players"][0]["name"] is None and left["players"][0]["account"] is None
+
+
+def test_an_account_acting_in_a_started_game_is_seated_without_reading_the_game(
+    client: FlaskClient, app: Flask, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A started game's seats never change, so an action signed by an account finds its seat
+    in the game this worker holds: no query for the game's newer events (a round trip on
+    PostgreSQL that a seat token's action does not make). A lobby is read afresh: there the
+    seats may have changed on another worker."""
+    ann, bob = sign_up(client, "ann"), sign_up(client, "bob")
+    lobby = client.post("/v1/games", json={"seats": 2}, headers=bearer(ann))
+    game_id = lobby.get_json()["game"]["id"]
+    store = app.extensions["cantstop"].store
+    reads: list[Any] = []
+    get = store.events.get
+
+    def counted(originator_id: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(originator_id) == game_id:
+            reads.append(kwargs)
+        return get(originator_id, *args, **kwargs)
+
+    monkeypatch.setattr(store.events, "get", counted)
+    joined = client.post(f"/v1/games/{game_id}/players", json={}, headers=bearer(bob))
+    assert joined.status_code == 201, joined.get_json()
+    assert reads  # the lobby, read afresh to seat bob
+    game = joined.get_json()["game"]
+    for _ in range(3):
+        reads.clear()
+        token = (ann, bob)[game["turn"]["player"]]
+        acted = client.post(
+            f"/v1/games/{game_id}/actions", json={"type": "roll"}, headers=bearer(token)
+        )
+        assert acted.status_code == 200, acted.get_json()
+        assert reads == []
+        game = acted.get_json()["game"]
+        if game["turn"]["phase"] != "roll":  # not a bust: end the turn
+            move = next(a for a in game["legal_actions"] if a["type"] == "move")
+            client.post(f"/v1/games/{game_id}/actions", json=move, headers=bearer(token))
+            stopped = client.post(
+                f"/v1/games/{game_id}/actions", json={"type": "stop"}, headers=bearer(token)
+            )
+            game = stopped.get_json()["game"]
+    # the other seat's account is still refused, and a stranger unknown to the game
+    other = (ann, bob)[1 - game["turn"]["player"]]
+    refused = client.post(
+        f"/v1/games/{game_id}/actions", json={"type": "roll"}, headers=bearer(other)
+    )
+    assert refused.status_code == 403

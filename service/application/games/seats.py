@@ -39,8 +39,15 @@ class Seats:
         token of another game; 401 for an unknown or revoked token; 403 insufficient_scope
         without ``play``)."""
         handle = self.principal_handle(token)
-        with self.store.owned(game_id) as game:
-            seat = game.seat_of_account(handle)
+        # Seats are taken and given back only while a game waits for its players: once it has
+        # started, the game as this worker holds it seats whom the latest version seats, and
+        # no query is needed (the action then reads the game as commands do). A game still
+        # waiting, or not held, is read afresh.
+        for fresh in (False, True):
+            with self.store.owned(game_id, fresh=fresh) as game:
+                seat = game.seat_of_account(handle)
+                if game.status != "waiting":
+                    break
         if seat is None:  # as a seat token of another game is: the token holds no seat here
             raise Unauthorized(f"the account {handle} holds no seat of this game")
         return seat
