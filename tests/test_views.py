@@ -245,6 +245,34 @@ def test_moving_views_on_reads_no_page_of_the_log_for_a_view_that_has_read_it_al
         assert pages == [joins.topics]
 
 
+def test_a_fresh_read_of_a_view_at_the_logs_end_reads_its_tracking_row_once(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request's read (a listing) catches the view up to the log's end first: a view found
+    there already is read once for its row, not again after the catch-up; one behind is
+    caught up and answers with what was just recorded."""
+    with Runtime(Settings(database_url=database_url), create_tables=True) as rt:
+        counter = Counter()
+        rt.views.setup([counter])
+        ids = lobbies(rt, 2)
+        rows: list[str] = []
+        tracking = rt.views.tracking
+
+        def counted(view: View, name: str | None = None) -> Any:
+            rows.append(view.name)
+            return tracking(view, name) if name is not None else tracking(view)
+
+        monkeypatch.setattr(rt.views, "tracking", counted)
+        query = lambda sql: sql.all("SELECT game_id, n FROM {counts}")  # noqa: E731
+        assert len(rt.views.read(counter, query)) == 2  # caught up: read, then read again
+        rows.clear()
+        assert len(rt.views.read(counter, query)) == 2
+        assert rows == ["counter"]
+        ids += lobbies(rt, 1)
+        found = rt.views.read(counter, query)
+        assert sorted(row["game_id"] for row in found) == sorted(ids)
+
+
 def test_a_crash_half_way_through_a_batch_loses_and_doubles_nothing(database_url: str) -> None:
     with Runtime(Settings(database_url=database_url), create_tables=True) as rt:
         ids = lobbies(rt, 40)
@@ -500,6 +528,39 @@ def test_the_newest_event_is_read_from_the_index_and_moves_only_with_events(
         lobbies(rt, 1)
         assert LogReader(recorder).newest() > newest
         filled(postgres_url)
-        plan = reader.newest_plan()
-        assert "Index Only Scan Backward" in plan and "cantstop_events_tx" in plan, plan
-        assert "Sort" not in plan and "Seq Scan" not in plan, plan
+        for below_xmin in (True, False):  # newest, and last
+            plan = reader.newest_plan(below_xmin=below_xmin)
+            assert "Index Only Scan Backward" in plan and "cantstop_events_tx" in plan, plan
+            assert "Sort" not in plan and "Seq Scan" not in plan, plan
+
+
+@pytest.mark.postgres
+def test_a_fresh_read_targets_the_last_event_committed_not_the_servers_last_transaction(
+    postgres_url: str,
+) -> None:
+    """``LogReader.last``, the target of a request's read (``Views.fresh``): at rest a view
+    that has read everything is at it, however many transactions without events the server
+    ran (``end``, the snapshot's xmax, moved with each, and each listing read the log and wrote
+    the view's position); an event committed while an older transaction is still open is past
+    ``newest`` (what can be read now) but not past ``last``, so a read waits for it."""
+    with Runtime(Settings(database_url=postgres_url), create_tables=True) as rt:
+        recorder = rt.games.store.recorder
+        assert LogReader(recorder).last() == (0, 0)  # an empty log
+        lobbies(rt, 2)
+        rt.views.catch_up(rt.game_list)
+        track = rt.views.tracking(rt.game_list)
+        with psycopg.connect(postgres_url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS not_events (x int)")
+            conn.execute("INSERT INTO not_events VALUES (1)")
+        assert track.position >= LogReader(recorder).last()
+        assert rt.views.fresh(rt.game_list) == track  # nothing read, nothing written
+        with psycopg.connect(postgres_url) as other:
+            other.execute("SELECT txid_current()")  # a transaction, open, with an id
+            newest = LogReader(recorder).newest()
+            lobbies(rt, 1)
+            assert LogReader(recorder).newest() == newest  # not readable yet
+            assert LogReader(recorder).last() > newest
+            assert rt.views.fresh(rt.game_list, budget=0.2).position < LogReader(recorder).last()
+            other.rollback()
+        assert rt.views.fresh(rt.game_list).position >= LogReader(recorder).last()
+        assert listing(rt)[1] == 3

@@ -115,19 +115,38 @@ class LogReader:
         ``(tx, notification_id)`` read backwards from the snapshot's xmin, one row."""
         return guarded(self._newest)
 
-    def _newest_query(self) -> str:
+    def last(self) -> Position:
+        """Where the newest event committed before this call stands (``START`` in an empty
+        log). A reader at or past it has read every event committed before this call returned,
+        as one past ``end`` has; but on PostgreSQL a reader that has read everything is past it
+        already, where ``end`` (the snapshot's xmax) moves with every transaction of the server:
+        a view read at rest was read again, and its position written, at every request. A
+        reader stops below the oldest transaction still open, so past an event committed after
+        one that is still open it reaches this only once that one ends. One statement: the
+        index on ``(tx, notification_id)`` read backwards, one row."""
+        return guarded(self._last)
+
+    def _last(self) -> Position:
+        if not self.postgres:
+            return self._end()
+        return self._index_end(self._newest_query(below_xmin=False))
+
+    def _newest_query(self, *, below_xmin: bool = True) -> str:
         # Ordered by the columns, not by ``tx_text`` (a sort of the whole table as text).
+        bound = "WHERE tx < pg_snapshot_xmin(pg_current_snapshot()) " if below_xmin else ""
         return (
             f"SELECT tx::text AS tx_text, notification_id FROM {self._table()} "
-            "WHERE tx < pg_snapshot_xmin(pg_current_snapshot()) "
-            "ORDER BY tx DESC, notification_id DESC LIMIT 1"
+            f"{bound}ORDER BY tx DESC, notification_id DESC LIMIT 1"
         )
 
     def _newest(self) -> Position:
         if not self.postgres:
             return self._end()
+        return self._index_end(self._newest_query())
+
+    def _index_end(self, query: str) -> Position:
         with self.recorder.datastore.reading() as curs:
-            curs.execute(self._newest_query())
+            curs.execute(query)
             row = curs.fetchone()
         if row is None:
             return START
@@ -296,11 +315,11 @@ class LogReader:
                     if len(rows) < page:
                         return
 
-    def newest_plan(self) -> str:
-        """PostgreSQL's plan for ``newest`` (what tests check: one row of the index, read
-        backwards, never the table)."""
+    def newest_plan(self, *, below_xmin: bool = True) -> str:
+        """PostgreSQL's plan for ``newest`` (``last`` if not ``below_xmin``): what tests check,
+        one row of the index, read backwards, never the table."""
         with self.recorder.datastore.reading() as curs:
-            curs.execute("EXPLAIN " + self._newest_query())
+            curs.execute("EXPLAIN " + self._newest_query(below_xmin=below_xmin))
             return "\n".join(next(iter(row.values())) for row in curs.fetchall())
 
     def plan(self, limit: int = 500) -> str:

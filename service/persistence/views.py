@@ -375,6 +375,20 @@ class Views:
         view's tracking row as just read (``move_on``), not read again for the first batch: if
         another process moved the view meanwhile, that batch's write finds it out and reads
         again."""
+        return self._catch_up(view, until, deadline, name, progress, lazy, known)[0]
+
+    def _catch_up(
+        self,
+        view: View,
+        until: Position | None = None,
+        deadline: float | None = None,
+        name: str | None = None,
+        progress: Callable[[Position], None] | None = None,
+        lazy: bool = False,
+        known: Tracking | None = None,
+    ) -> tuple[int, Tracking | None]:
+        """``catch_up``, and the view's tracking row as it stands if the last thing done was
+        to read it (None once a batch moved it on, or nothing new was found to read)."""
         name = name or view.name
         lazy = lazy and until is None and name == view.name
         applied = 0
@@ -383,20 +397,20 @@ class Views:
             known = None
             if track.version != view.version:
                 self._warn_stale(view)
-                return applied
+                return applied, track
             if until is not None and track.position >= until:
-                return applied
+                return applied, track
             step = self._step(view, track, lazy=lazy)
             if step is None:  # nothing new (on PostgreSQL, perhaps a transaction still open)
-                return applied
+                return applied, None
             count, short, position = step
             applied += count
             if progress is not None:
                 progress(position)
             if short and (until is None or position >= until):
-                return applied
+                return applied, None
             if deadline is not None and time.monotonic() > deadline:
-                return applied
+                return applied, None
 
     def _read_to(self, track: Tracking) -> Position:
         """Where this process has read the view's log to: its stored position, or further where
@@ -498,11 +512,13 @@ class Views:
         """Catch the view up to the end of the log as it stands now (read your writes), within
         ``budget`` seconds; its tracking row then. On PostgreSQL a transaction still open when
         the request came may hold the end back for a few milliseconds: it is waited for."""
-        target = LogReader(self.recorder).end()
+        target = LogReader(self.recorder).last()
         deadline = time.monotonic() + budget
         while True:
-            self.catch_up(view, until=target, deadline=deadline)
-            track = self.tracking(view)
+            # A view found at the target already (most reads) is not read again.
+            _, track = self._catch_up(view, until=target, deadline=deadline)
+            if track is None:
+                track = self.tracking(view)
             if track.position >= target or track.version != view.version:
                 return track
             if time.monotonic() > deadline:
