@@ -22,10 +22,9 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from domain.analysis import analyse
+from domain.analysis import Analysis, analyse
 from domain.strategies.expert import ExpertStrategy
 from service.application.analysis import analyst as analyst_module
-from service.application.analysis import jobs as jobs_module
 from service.application.analysis.jobs import (
     ATTEMPTS,
     FINAL,
@@ -276,13 +275,13 @@ def test_an_analysis_is_worked_out_with_the_cyclic_collector_paused(
     the expert's tables cost ~10% of the CPU), and the collector is on again after a job, one
     done and one past its deadline alike."""
     seen: list[bool] = []
-    advance = jobs_module.Analysis.advance
+    advance = Analysis.advance
 
     def watched(self: Any, version: int) -> None:
         seen.append(gc.isenabled())
         advance(self, version)
 
-    monkeypatch.setattr(jobs_module.Analysis, "advance", watched)
+    monkeypatch.setattr(Analysis, "advance", watched)
     store = app.extensions["cantstop"].games
     for config in (JobConfig(), JobConfig(cpu_seconds=1e-4)):
         game_id = finished(client)
