@@ -6,8 +6,9 @@ games not finished (service/persistence/views.py, ``Views.rebuild``; scheduler.p
 from __future__ import annotations
 
 import random
+import time
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -18,10 +19,18 @@ from domain import strategies
 from domain.commands import NewGame, Resign, parse_action
 from domain.position import Position
 from service.application.games.scheduler import DueIndex
+from service.application.notify import notices as notices_module
 from service.persistence import views as views_module
 from service.persistence.views import Sql, View, Views
 from service.runtime import Runtime
-from tests.support.rated import finished_rated_game, rated_pair, sign_up
+from tests.support.polling import wait_until
+from tests.support.rated import (
+    finished_rated_game,
+    play_a_turn,
+    rated_pair,
+    seat_tokens,
+    sign_up,
+)
 
 EXPERT = strategies.get("expert")
 # The notices' batch counter and each account's last batch number the batches, which a rebuild
@@ -189,3 +198,30 @@ def test_the_games_among_many_are_as_each_says_it_is(app: Flask, client: FlaskCl
             alone.names,
             alone.accounts,
         )
+
+
+def test_a_rebuild_copies_no_notice_the_prune_would_delete(
+    app: Flask, client: FlaskClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The notices rebuilt are the live view's after its prune: none older than the retention
+    (here 2 s), but each account's newest, whatever its age (its number goes on from it)."""
+    monkeypatch.setattr(notices_module, "RETAIN", timedelta(seconds=2))
+    rt: Runtime = app.extensions["cantstop"]
+    tokens = {h: sign_up(client, h) for h in ("ann", "bob")}
+    game = rated_pair(client, tokens, "ann", "bob")
+    by_seat = seat_tokens(game, tokens)
+    for _ in range(3):
+        game = play_a_turn(client, game, by_seat)
+    rt.notices.latest("ann")
+    aged = time.monotonic() + 2.5
+    wait_until(lambda: time.monotonic() > aged, 10, "the first notices to pass the retention")
+    game = play_a_turn(client, game, by_seat)  # one account told now; the other's newest is old
+    view = rt.notices_view
+    rt.views.catch_up(view)
+    ever = sum(rt.notices.latest(h) for h in tokens)
+    rt.notices.prune()  # as the scheduler's hourly chore would now
+    live = tables(rt.views, view)
+    assert 2 <= len(live["notices"]) < ever  # some pruned, each account's newest kept
+    assert {row[0][1] for row in live["notices"]} == set(tokens)
+    rt.views.rebuild(view)
+    assert tables(rt.views, view) == live

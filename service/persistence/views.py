@@ -146,6 +146,11 @@ class View:
         games whose events of ``narrow_topics`` a rebuild reads."""
         raise NotImplementedError
 
+    def settle(self, sql: Sql) -> None:
+        """A rebuild's last step on its scratch tables, before they are copied into the store:
+        drop what the live view would have dropped by now (the notices past their retention),
+        so it is not copied. By default, nothing."""
+
     summary_topics: ClassVar[tuple[str, ...]] = ()
     """A rebuild's shortcut, if not empty: the rebuild reads only the heads of these topics from
     the start of the log and hands them to ``summary``, instead of every event of ``topics``."""
@@ -633,6 +638,7 @@ class Views:
                 applied, position = self._fill(view, sql, progress)
                 if position == START:
                     return 0
+                view.settle(sql)
                 columns = {
                     short: [row["name"] for row in scratch.execute(f"PRAGMA table_info({name})")]
                     for short, name in tables.items()

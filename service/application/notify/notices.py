@@ -82,6 +82,15 @@ class Notice:
         return _compact(self.data)
 
 
+def prune(sql: Sql, now: datetime) -> None:
+    """Forget the notices older than ``RETAIN`` at ``now``, but each account's newest."""
+    sql.execute(
+        "DELETE FROM {notices} WHERE at < ? AND seq < "
+        "(SELECT h.seq FROM {heads} h WHERE h.account = {notices}.account)",
+        [format_at(now - RETAIN)],
+    )
+
+
 class Changes:
     """What a batch of the notices view changes, gathered as its events are read and written at
     its end: the notices (one ``executemany``), each account's newest number (read once a batch
@@ -200,6 +209,11 @@ class NoticesView(View):
     # in the others they make no notice and change no row (``_notices``: no account).
     narrow_topics = tuple(sorted(QUIET))
     follow_topics = (get_topic(Game.GameCreated), get_topic(Game.SeatJoined))
+
+    def settle(self, sql: Sql) -> None:
+        """A rebuild copies no notice the hourly prune would delete at once: on a server whose
+        games span months, most of them."""
+        prune(sql, datetime.now(UTC))
 
     def followed(self, events: list[tuple[int, Any]]) -> set[uuid.UUID]:
         """The games that these creations and seats seat an account in."""
@@ -438,16 +452,7 @@ class Notices:
     def prune(self, now: datetime | None = None) -> None:
         """Forget notices older than ``RETAIN`` (each account's newest is kept: its number
         goes on from there)."""
-        cutoff = format_at((now or datetime.now(UTC)) - RETAIN)
-
-        def run(sql: Sql) -> None:
-            sql.execute(
-                "DELETE FROM {notices} WHERE at < ? AND seq < "
-                "(SELECT h.seq FROM {heads} h WHERE h.account = {notices}.account)",
-                [cutoff],
-            )
-
-        self.views.write(self.view, run)
+        self.views.write(self.view, lambda sql: prune(sql, now or datetime.now(UTC)))
 
     def prune_now_and_then(self) -> None:
         """``prune``, at most once an hour per process (the scheduler's chore)."""
