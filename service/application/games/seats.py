@@ -42,8 +42,9 @@ class Seats:
         # Seats are taken and given back only while a game waits for its players: once it has
         # started, the game as this worker holds it seats whom the latest version seats, and
         # no query is needed (the action then reads the game as commands do). A game still
-        # waiting, or not held, is read afresh.
-        for fresh in (False, True):
+        # waiting is read afresh; one not held is read (afresh) once.
+        held = self.store.live.get(game_id) is not None
+        for fresh in (False, True) if held else (True,):
             with self.store.owned(game_id, fresh=fresh) as game:
                 seat = game.seat_of_account(handle)
                 if game.status != "waiting":
