@@ -17,6 +17,7 @@ tests/test_log_reader.py), not from the start of the log as the earlier query (b
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections.abc import Collection, Iterator
@@ -124,12 +125,7 @@ class LogReader:
         reader stops below the oldest transaction still open, so past an event committed after
         one that is still open it reaches this only once that one ends. One statement: the
         index on ``(tx, notification_id)`` read backwards, one row."""
-        return guarded(self._last)
-
-    def _last(self) -> Position:
-        if not self.postgres:
-            return self._end()
-        return self._index_end(self._newest_query(below_xmin=False))
+        return guarded(functools.partial(self._newest, below_xmin=False))
 
     def _newest_query(self, *, below_xmin: bool = True) -> str:
         # Ordered by the columns, not by ``tx_text`` (a sort of the whole table as text).
@@ -139,14 +135,11 @@ class LogReader:
             f"{bound}ORDER BY tx DESC, notification_id DESC LIMIT 1"
         )
 
-    def _newest(self) -> Position:
+    def _newest(self, *, below_xmin: bool = True) -> Position:
         if not self.postgres:
             return self._end()
-        return self._index_end(self._newest_query())
-
-    def _index_end(self, query: str) -> Position:
         with self.recorder.datastore.reading() as curs:
-            curs.execute(query)
+            curs.execute(self._newest_query(below_xmin=below_xmin))
             row = curs.fetchone()
         if row is None:
             return START

@@ -380,20 +380,6 @@ class Views:
         view's tracking row as just read (``move_on``), not read again for the first batch: if
         another process moved the view meanwhile, that batch's write finds it out and reads
         again."""
-        return self._catch_up(view, until, deadline, name, progress, lazy, known)[0]
-
-    def _catch_up(
-        self,
-        view: View,
-        until: Position | None = None,
-        deadline: float | None = None,
-        name: str | None = None,
-        progress: Callable[[Position], None] | None = None,
-        lazy: bool = False,
-        known: Tracking | None = None,
-    ) -> tuple[int, Tracking | None]:
-        """``catch_up``, and the view's tracking row as it stands if the last thing done was
-        to read it (None once a batch moved it on, or nothing new was found to read)."""
         name = name or view.name
         lazy = lazy and until is None and name == view.name
         applied = 0
@@ -402,20 +388,20 @@ class Views:
             known = None
             if track.version != view.version:
                 self._warn_stale(view)
-                return applied, track
+                return applied
             if until is not None and track.position >= until:
-                return applied, track
+                return applied
             step = self._step(view, track, lazy=lazy)
             if step is None:  # nothing new (on PostgreSQL, perhaps a transaction still open)
-                return applied, None
+                return applied
             count, short, position = step
             applied += count
             if progress is not None:
                 progress(position)
             if short and (until is None or position >= until):
-                return applied, None
+                return applied
             if deadline is not None and time.monotonic() > deadline:
-                return applied, None
+                return applied
 
     def _read_to(self, track: Tracking) -> Position:
         """Where this process has read the view's log to: its stored position, or further where
@@ -514,22 +500,24 @@ class Views:
             log.warning("%s", self.stale(view))
 
     def fresh(self, view: View, budget: float = FRESH_BUDGET) -> Tracking:
-        """Catch the view up to the end of the log as it stands now (read your writes), within
+        """Catch the view up to the newest event committed now (read your writes), within
         ``budget`` seconds; its tracking row then. On PostgreSQL a transaction still open when
         the request came may hold the end back for a few milliseconds: it is waited for."""
         target = LogReader(self.recorder).last()
         deadline = time.monotonic() + budget
-        while True:
-            # A view found at the target already (most reads) is not read again.
-            _, track = self._catch_up(view, until=target, deadline=deadline)
-            if track is None:
-                track = self.tracking(view)
-            if track.position >= target or track.version != view.version:
-                return track
+        track = self.tracking(view)  # a view at its target already (most reads): read once
+        while track.position < target and track.version == view.version:
+            self.catch_up(view, until=target, deadline=deadline, known=track)
+            track = self.tracking(view)
+            if track.position >= target:
+                break
             if time.monotonic() > deadline:
                 log.warning("view %s: not at the log's end within %g s", view.name, budget)
-                return track
+                break
             time.sleep(0.005)
+        if track.version != view.version:
+            self._warn_stale(view)
+        return track
 
     def read(self, view: View, query: Callable[[Sql], Any], *, fresh: bool = True) -> Any:
         """``query`` on the view's current tables (caught up first, unless not ``fresh``). A
