@@ -85,8 +85,8 @@ def worker_cpus(serve_pid: int) -> list[set[str]]:
             for task in Path(f"/proc/{worker}/task").iterdir():
                 try:
                     status = (task / "status").read_text()
-                except FileNotFoundError:  # a thread that ended meanwhile
-                    continue
+                except (FileNotFoundError, ProcessLookupError):  # a thread that ended meanwhile:
+                    continue  # gone before the open, or (ESRCH) between the open and the read
                 allowed = next(line for line in status.splitlines() if "Cpus_allowed_list" in line)
                 cpus.add(allowed.split(":")[1].strip())
             found.append(cpus)
