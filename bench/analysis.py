@@ -1,6 +1,6 @@
 """What analysing a finished game costs: CPU seconds and instructions per game.
 
-    python -m bench.analysis [TREE ...] [--games 20] [--seed 11] [--collector on]  # CPU s/game
+    python -m bench.analysis [TREE ...] [--games 20] [--seed 11] [--collector on] [--points fresh]
     python -m bench.analysis TREE ... --instructions [--games 5]          # valgrind's count
 
 The games: rule of 28 against the expert (seats alternating), manual dice from seeded
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import inspect
 import json
 import os
 import random
@@ -71,22 +72,31 @@ def play(players: list[str], rules: dict[str, Any] | None, seed: int) -> list[di
     return event_records(game.collect_events())
 
 
-def run(kind: str, games: int, seed: int, analyse_them: bool, collector: str) -> dict[str, Any]:
+def run(
+    kind: str, games: int, seed: int, analyse_them: bool, collector: str, points: str
+) -> dict[str, Any]:
     """In the tree's process: play the games, then analyse each (CPU seconds per game), with
     the cyclic garbage collector off while each is worked out (``paused``, as the service's
-    analyst runs them: service/application/analysis/jobs.py ``collector_paused``) or on."""
+    analyst runs them: service/application/analysis/jobs.py ``collector_paused``) or on, and
+    the points' runners and children kept from one game's analysis to the next (``shared``,
+    as the analyst keeps them, where the tree can) or each analysis on its own (``fresh``)."""
     players, rules = KINDS[kind]
     played = [play(players, rules, seed + i) for i in range(games)]
     seconds = []
     if analyse_them:
         from domain.analysis import analyse
 
+        options: dict[str, Any] = {}
+        if points == "shared" and "shared" in inspect.signature(analyse).parameters:
+            from domain.strategies.turn import Shared
+
+            options["shared"] = Shared()
         for records in played:
             start = time.process_time()
             if collector == "paused":
                 gc.disable()
             try:
-                analyse(records)
+                analyse(records, **options)
             finally:
                 gc.enable()
             seconds.append(time.process_time() - start)
@@ -137,6 +147,13 @@ def main(argv: list[str] | None = None) -> None:
         default="paused",
         help="the cyclic garbage collector while an analysis runs (paused: as the analyst runs it)",
     )
+    parser.add_argument(
+        "--points",
+        choices=("shared", "fresh"),
+        default="shared",
+        help="the points' runners and children kept from game to game (shared: as the analyst "
+        "keeps them; a tree older than that works each game afresh) or not",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-analysis", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -144,14 +161,16 @@ def main(argv: list[str] | None = None) -> None:
     if args.child:
         here = Path(__file__).resolve().parent
         sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]  # http is not http
-        print(json.dumps(run(args.kind, games, args.seed, not args.no_analysis, args.collector)))
+        analyse_them = not args.no_analysis
+        found = run(args.kind, games, args.seed, analyse_them, args.collector, args.points)
+        print(json.dumps(found))
         return
     trees = args.trees or [Path(".")]
     common = ["--kind", args.kind, "--games", str(games), "--seed", str(args.seed)]
-    common += ["--collector", args.collector]
+    common += ["--collector", args.collector, "--points", args.points]
     print(
         f"{games} games ({args.kind}), seeds {args.seed} to {args.seed + games - 1}, "
-        f"the cyclic collector {args.collector} while analysing"
+        f"the cyclic collector {args.collector} while analysing, the points {args.points}"
     )
     if args.instructions:
         if shutil.which("valgrind") is None:

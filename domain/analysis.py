@@ -65,7 +65,7 @@ from domain.moves import Sums
 from domain.position import Position
 from domain.rules import Rules
 from domain.strategies.expert import ExpertStrategy, Valuation
-from domain.strategies.turn import NO_STOP, as_state, offered, pack, pairings_table
+from domain.strategies.turn import NO_STOP, Shared, as_state, offered, pack, pairings_table
 from domain.value_tables import TABLES
 
 VALUES_VERSION = "2"
@@ -369,11 +369,14 @@ class Analysis:
     version), the rolls and decisions, and each step's own value, since an answer up to a
     version also values the point reached exactly there. Not thread-safe."""
 
-    def __init__(self, records: Sequence[Any] = ()) -> None:
+    def __init__(self, records: Sequence[Any] = (), shared: Shared | None = None) -> None:
+        """``shared``: the points' runners and children (``Shared``: what depends on the points
+        alone) kept from the analyses before, one at a time: an analyst's next game asks for
+        mostly the same points (docs/performance.md, "Analysis"). The answers are the same."""
         self.records: list[Mapping[str, Any]] = []
         # Every point of a turn shares its planner, and a turn never comes back: one planner
         # kept (about 1.3 MB each) is as fast as the expert's usual 32, for a 32nd of the memory.
-        self.expert = ExpertStrategy(cache_size=1)
+        self.expert = ExpertStrategy(cache_size=1, shared=shared)
         self.solo = False
         self.seats = 0
         self.scale: Scale | None = None
@@ -616,8 +619,11 @@ class Analysis:
         }
 
 
-def analyse(records: Sequence[Any], version: int | None = None) -> dict[str, Any]:
-    """The analysis of a game from its events as served, up to ``version`` (default: all).
+def analyse(
+    records: Sequence[Any], version: int | None = None, shared: Shared | None = None
+) -> dict[str, Any]:
+    """The analysis of a game from its events as served, up to ``version`` (default: all);
+    ``shared`` as ``Analysis`` takes it.
 
     AnalysisRefused for a history that is not well formed or that the rules refuse, naming the
     first version to blame; ValueError for a ``version`` outside 1..len(records). (``Analysis``
@@ -625,7 +631,7 @@ def analyse(records: Sequence[Any], version: int | None = None) -> dict[str, Any
     upto = len(records) if version is None else version
     if not records or not 1 <= upto <= len(records):
         raise ValueError(f"the game has versions 1 to {len(records)}, not {version}")
-    analysis = Analysis(records)
+    analysis = Analysis(records, shared)
     analysis.advance(upto)
     return analysis.result(upto)
 

@@ -30,7 +30,9 @@ from domain.errors import InvalidRequest
 from domain.game import Game
 from domain.position import Position
 from domain.rules import normalize_rules
+from domain.strategies import turn
 from domain.strategies.expert import ExpertStrategy
+from domain.strategies.turn import SHARED_POINTS, Shared
 from domain.value_tables import TABLES
 from tests.support.played import lobby_game, play
 from tests.support.positions import positions
@@ -388,6 +390,22 @@ def test_a_followed_analysis_is_the_analysis_from_scratch(
         version = max(1, math.ceil(cut * len(records)))
         assert answers[version] == text(analyse(records, version)), version
     assert all(text(analysis.result(v)) == answers[v] for v in range(1, len(records) + 1))
+
+
+@pytest.mark.parametrize("kept", [SHARED_POINTS, 64], ids=["as_kept", "emptied_often"])
+def test_analyses_sharing_their_points_answer_as_each_does_on_its_own(
+    kept: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The analyst keeps the points' runners and children (``Shared``) from game to game: games
+    of other dice, boards where markers are jumped and solitaire in between, one after the
+    other and round again, each answer is its own analysis's to the byte; also when what is
+    kept is emptied again and again as it passes its bound."""
+    monkeypatch.setattr(turn, "SHARED_POINTS", kept)
+    shared = Shared()
+    for index in (0, 3, 4, 6, 0, 3):
+        records, alone = expert_game(index)
+        assert text(analyse(records, shared=shared)) == text(alone), KINDS[index]
+    assert shared.states and shared.settled  # they were shared
 
 
 def test_a_followed_analysis_refuses_what_analyse_refuses() -> None:

@@ -294,6 +294,33 @@ def test_an_analysis_is_worked_out_with_the_cyclic_collector_paused(
         assert job(app, game_id).status == ("done" if config.cpu_seconds > 1 else "failed")
 
 
+def test_a_worker_keeps_the_points_from_job_to_job_and_answers_as_from_scratch(
+    client: FlaskClient, app: Flask, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker's analyses share what depends on the points alone (``Shared``), job after job
+    and whatever their dice: each answer is the analysis from scratch."""
+    given: list[object] = []
+    init = Analysis.__init__
+
+    def watched(self: Any, records: Any = (), shared: Any = None) -> None:
+        given.append(shared)
+        init(self, records, shared)
+
+    monkeypatch.setattr(Analysis, "__init__", watched)
+    store = app.extensions["cantstop"].games
+    worker = Worker(store, jobs_of(app), JobConfig(), "tests:points")
+    games = [finished(client), finished(client, dice_faces=8), finished(client)]
+    for game_id in games:
+        jobs_of(app).enqueue(uuid.UUID(game_id), FINAL, SYSTEM, capped=False)
+        assert worker.step()
+    assert len(given) == 3 and given[0] is not None
+    assert all(shared is given[0] for shared in given)
+    monkeypatch.setattr(Analysis, "__init__", init)
+    analyst = app.extensions["cantstop"].analyst
+    for game_id in games:
+        assert analyst.kept(uuid.UUID(game_id)) == analyse(history(client, game_id))
+
+
 def test_a_job_whose_workers_keep_dying_fails(client: FlaskClient, app: Flask) -> None:
     game_id = finished(client)
     assert client.get(f"/v1/games/{game_id}/analysis").status_code == 202

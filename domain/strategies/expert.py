@@ -230,11 +230,15 @@ class ExpertStrategy:
     )
     version = "4"
 
-    def __init__(self, params: Params | None = None, cache_size: int = 32) -> None:
+    def __init__(
+        self, params: Params | None = None, cache_size: int = 32, shared: Shared | None = None
+    ) -> None:
+        """``shared``: what its planners share from turn to turn (a new one by default); one
+        given may serve other strategies too, one at a time (an analyst's games, in turn)."""
         self.params = params or Params()
         self._planners: OrderedDict[tuple[object, ...], TurnPlanner] = OrderedDict()
         self._cache_size = cache_size
-        self._shared = Shared()  # what its planners share from turn to turn
+        self._shared = Shared() if shared is None else shared
         # One decision at a time: the planners' memory is shared, and a decision is pure Python
         # (the GIL serialises it anyway), so bots and advice in several threads lose nothing.
         self._lock = threading.Lock()

@@ -52,6 +52,7 @@ from eventsourcing.utils import get_topic
 from domain.analysis import KEY as ANALYSIS_KEY
 from domain.analysis import Analysis, AnalysisRefused
 from domain.game import Game
+from domain.strategies.turn import Shared
 from service.application.errors import ApplicationError
 from service.application.games.use_cases import Games
 from service.application.players.standings import rated_game
@@ -407,6 +408,9 @@ class Worker:
         self.config = config
         self.name = name or f"{socket.gethostname()}:{os.getpid()}"
         self._following: OrderedDict[uuid.UUID, Analysis] = OrderedDict()
+        # the points' runners and children, from job to job (one job at a time): the next
+        # game asks for mostly the same points; bounded (``SHARED_POINTS``), answers unchanged
+        self._points = Shared()
         self.done = 0  # jobs this worker finished (tests read it)
         self.stepped = 0  # the game steps it replayed and valued (tests read it)
 
@@ -428,6 +432,7 @@ class Worker:
             log.warning("game %s: analysis past the memory budget", job.game_id)
             self.jobs.fail(job, self.name, {"reason": "memory"})
             self._following.clear()
+            self._points = Shared()
         except AnalysisRefused as exc:
             self.jobs.fail(
                 job,
@@ -477,7 +482,7 @@ class Worker:
             raise AnalysisRefused(upto, f"no version {upto} to analyse")
         running = self._following.pop(job.game_id, None)
         if running is None or running.records != records[: len(running.records)]:
-            running = Analysis()
+            running = Analysis(shared=self._points)
         running.extend(records[len(running.records) :])
         steps = len(running.steps)
         reported = time.monotonic()
