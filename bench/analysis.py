@@ -77,7 +77,7 @@ def run(
 ) -> dict[str, Any]:
     """In the tree's process: play the games, then analyse each (CPU seconds per game), with
     the cyclic garbage collector off while each is worked out (``paused``, as the service's
-    analyst runs them: service/application/analysis/jobs.py ``collector_paused``) or on, and
+    analyst runs them: service/collector.py ``paused``) or on, and
     the points' runners and children kept from one game's analysis to the next (``shared``,
     as the analyst keeps them, where the tree can) or each analysis on its own (``fresh``)."""
     players, rules = KINDS[kind]

@@ -32,13 +32,8 @@ from domain.receipts import held_by, receipt_problem
 from domain.record_sheet import record_sheet
 from domain.tournament import audit_tournament, is_tournament_export, parse_tournament_export
 from domain.transcript import MalformedTranscript, verify
-from service import arena_cli, logformat, metrics
-from service.application.analysis.jobs import (
-    JobConfig,
-    Supervisor,
-    arm_cpu_limit,
-    collector_paused,
-)
+from service import arena_cli, collector, logformat, metrics
+from service.application.analysis.jobs import JobConfig, Supervisor, arm_cpu_limit
 from service.application.errors import ApplicationError
 from service.application.games.receipts import verify as verify_receipt
 from service.application.players.ratings import LedgerFold, Ratings
@@ -417,7 +412,7 @@ def cmd_analyse(args: argparse.Namespace) -> int:
         return verified
     _header, records = verified
     try:
-        with collector_paused():
+        with collector.paused():
             analysis = analyse(records, args.version)
     except ValueError as exc:  # a version the export does not reach
         print(f"{args.file}: {exc}", file=sys.stderr)

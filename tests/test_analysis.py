@@ -117,7 +117,7 @@ def test_every_kind_of_game_is_analysed_in_its_own_terms(index: int) -> None:
 @pytest.mark.parametrize("index", [0, 3, 4], ids=[str(KINDS[i]) for i in (0, 3, 4)])
 def test_an_analysis_leaves_no_garbage_for_the_cyclic_collector(index: int) -> None:
     """The analyst works an analysis out with the cyclic collector off
-    (service/application/analysis/jobs.py ``collector_paused``): that is safe only while an
+    (service/collector.py ``paused``): that is safe only while an
     analysis, from scratch or followed version by version, makes no reference cycles, whose
     memory would then wait for the collector. Nothing it dropped is left for it to find."""
     players, rules = KINDS[index]

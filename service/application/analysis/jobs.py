@@ -28,8 +28,6 @@ passes ``rss_bytes`` (the expert's caches and the games it follows included); it
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
 import logging
 import math
@@ -42,7 +40,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +51,7 @@ from domain.analysis import KEY as ANALYSIS_KEY
 from domain.analysis import Analysis, AnalysisRefused
 from domain.game import Game
 from domain.strategies.turn import Shared
+from service import collector
 from service.application.errors import ApplicationError
 from service.application.games.use_cases import Games
 from service.application.players.standings import rated_game
@@ -486,7 +485,7 @@ class Worker:
         running.extend(records[len(running.records) :])
         steps = len(running.steps)
         reported = time.monotonic()
-        with collector_paused():
+        with collector.paused():
             for version in range(max(1, running.reached + 1), upto + 1):
                 running.advance(version)
                 if time.process_time() > deadline:
@@ -510,23 +509,6 @@ class Worker:
             time.process_time() - started,
         )
         return json.dumps(answer, separators=(",", ":"), allow_nan=False)
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off while an analysis is worked out, and on again
-    after (as it was). Its passes, every few hundred allocations, walk the expert's tables of
-    points, which grow to ~10^5 objects: ~10% of an analysis's CPU (docs/performance.md,
-    "Analysis"). An analysis makes no cyclic garbage for it to find (tests/test_analysis.py
-    ``test_an_analysis_leaves_no_garbage_for_the_cyclic_collector``): what it drops is freed
-    by reference counts as before, and the memory budget still bounds the process."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def arm_cpu_limit(config: JobConfig) -> None:

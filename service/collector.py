@@ -1,0 +1,53 @@
+"""Python's cyclic garbage collector paused around work that allocates a great deal and makes no
+reference cycles: an analysis (service/application/analysis/jobs.py) and the pages of a view's
+rebuild (service/persistence/views.py).
+
+The collector runs every few hundred allocations of container objects and, every so often,
+walks every object the process holds. Work that makes millions of short-lived objects while
+holding many long-lived ones (the expert's tables of points; a rebuild's page of 20,000 decoded
+events) pays for those walks though it leaves nothing for them to find: ~15% of an analysis's
+CPU, a third of a rebuild's (docs/performance.md). What such work drops is freed by reference
+counts as before; tests hold each to leaving no cyclic garbage (tests/test_analysis.py,
+tests/test_rebuilds.py), or what they leave is swept at once: a rebuild sweeps the youngest
+generation after each page (``sweep``), where a library's own cycles (openskill's, four objects
+a rated game) are found in a pass over what the page left alive, not over everything held.
+
+The collector is one per process, and threads may pause it at once: it is off while any of them
+holds it paused, and on again (if it was on before the first) when the last lets go.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import threading
+from collections.abc import Iterator
+
+_lock = threading.Lock()
+_holders = 0
+_was_enabled = False
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """The cyclic collector off for the ``with`` block (see the module)."""
+    global _holders, _was_enabled
+    with _lock:
+        if _holders == 0:
+            _was_enabled = gc.isenabled()
+            gc.disable()
+        _holders += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _holders -= 1
+            if _holders == 0 and _was_enabled:
+                gc.enable()
+
+
+def sweep() -> None:
+    """Collect the youngest generation now, paused or not: the cyclic garbage made since the
+    last collection, in a pass over only the objects made since then that are still alive (they
+    move to an older generation)."""
+    gc.collect(0)
