@@ -52,6 +52,7 @@ from typing import Any, ClassVar, NamedTuple, cast
 import psycopg
 from eventsourcing.persistence import Notification, OperationalError
 
+from service import collector
 from service.errors import describe
 from service.persistence.errors import StoreUnavailable
 from service.persistence.guard import caused_by, guarded
@@ -66,6 +67,7 @@ BATCH = 500
 PAGE = 20_000  # events a rebuild reads and applies at a time in its scratch file
 FRESH_BUDGET = 1.0  # seconds a read waits for its view to reach the log's end, then answers
 REBUILD = "#rebuild"  # the suffix of a rebuild's tracking row
+SCRATCH = "cantstop_scratch"  # a rebuild's scratch file, attached to copy from (SQLite)
 # Seconds a follower (``catch_up(lazy=True)``) may read past events of no concern to a view
 # without storing the view's position: where it read to is kept in the process meanwhile.
 PASSED_KEPT = 10.0
@@ -200,23 +202,31 @@ class Views:
             yield cursor
 
     @contextlib.contextmanager
-    def _writing(self) -> Iterator[Any]:
+    def _writing(self, attached: Path | None = None) -> Iterator[Any]:
         """One write transaction. On SQLite it takes the write lock at its start (``BEGIN
         IMMEDIATE``): a deferred one that read first could not take it later once another
-        process had written."""
+        process had written. ``attached`` (SQLite): a database file the transaction also reads,
+        as ``scratch`` (attached before it begins, detached after it ends)."""
         if self.postgres:
+            assert attached is None
             with self.datastore.transaction(commit=True) as cursor:
                 yield cursor
             return
         with self.datastore.get_connection(commit=True) as conn:
             cursor = conn.cursor()
-            cursor.execute("BEGIN IMMEDIATE")
+            if attached is not None:
+                cursor.execute(f"ATTACH DATABASE ? AS {SCRATCH}", [str(attached)])
             try:
-                yield cursor
-            except BaseException:
-                conn.rollback()
-                raise
-            conn.commit()
+                cursor.execute("BEGIN IMMEDIATE")
+                try:
+                    yield cursor
+                except BaseException:
+                    conn.rollback()
+                    raise
+                conn.commit()
+            finally:
+                if attached is not None:
+                    cursor.execute(f"DETACH DATABASE {SCRATCH}")
 
     def _on_tables(self, tables: dict[str, str], work: Callable[[Sql], Any]) -> Any:
         """``work`` on a view's tables of one generation, in a read."""
@@ -613,7 +623,8 @@ class Views:
         position (only if no other process moved it meanwhile). How many events it applied."""
         tables = self._tables(view, track.generation)
         with tempfile.TemporaryDirectory(prefix="cantstop-rebuild-") as folder:
-            scratch = sqlite3.connect(Path(folder) / "view.sqlite", isolation_level=None)
+            path = Path(folder) / "view.sqlite"
+            scratch = sqlite3.connect(path, isolation_level=None)
             try:
                 scratch.row_factory = sqlite3.Row
                 scratch.execute("PRAGMA journal_mode=OFF")  # a scratch copy: no crash to survive
@@ -623,7 +634,11 @@ class Views:
                 for statements in view.tables.values():
                     for statement in statements:
                         sql.execute(statement)
-                applied, position = self._fill(view, sql, progress)
+                # The cyclic collector paused while the log is read, decoded and applied: pages
+                # of 20,000 events and what they make are freed by reference counts, and its
+                # passes over them were a third of a rebuild's CPU (service/collector.py)
+                with collector.paused():
+                    applied, position = self._fill(view, sql, progress)
                 if position == START:
                     return 0
                 view.settle(sql)
@@ -633,13 +648,13 @@ class Views:
                 }
 
                 def copy() -> bool:
-                    with self._writing() as cur:
+                    # SQLite: the store reads the scratch file itself (``INSERT … SELECT``), no
+                    # row through Python; PostgreSQL: ``COPY`` from the scratch's rows
+                    with self._writing(None if self.postgres else path) as cur:
                         if self._row(cur, track.name, lock=True) != track:
                             return False  # another rebuild moved it: catching up goes on from there
                         for short, name in tables.items():
-                            self._copy(
-                                cur, name, columns[short], scratch.execute(f"SELECT * FROM {name}")
-                            )
+                            self._copy(cur, name, columns[short], scratch)
                         self._put(cur, track._replace(position=position))
                         return True
 
@@ -660,6 +675,7 @@ class Views:
             sql.cursor.execute("BEGIN")
             view.apply(sql, view.summary(heads))
             sql.cursor.execute("COMMIT")
+            collector.sweep()
             if progress is not None:
                 progress(reader.position)
             return len(heads), reader.position
@@ -669,6 +685,7 @@ class Views:
             followed: set[uuid.UUID] = set()
             for page in first.scan(PAGE):
                 followed |= view.followed(self._decode(view, page))
+                collector.sweep()
             # The second pass ends where the first did: a game seated after it is judged by
             # the catch-up that follows, event by event.
             reader = LogReader(
@@ -684,23 +701,26 @@ class Views:
             sql.cursor.execute("BEGIN")
             view.apply(sql, view.prepare(decoded, sql))
             sql.cursor.execute("COMMIT")
+            del decoded
+            collector.sweep()  # what the page left for the collector (service/collector.py)
             applied += len(items)
             if progress is not None:
                 progress(reader.position)
         return applied, reader.position
 
-    def _copy(self, cursor: Any, table: str, columns: list[str], rows: Any) -> None:
-        """The scratch table's rows into the store's table of that name, in bulk."""
+    def _copy(
+        self, cursor: Any, table: str, columns: list[str], scratch: sqlite3.Connection
+    ) -> None:
+        """The scratch table's rows into the store's table of that name, in bulk (on SQLite,
+        the scratch file attached to the transaction of ``cursor``: ``_writing``)."""
         names = ", ".join(columns)
         if self.postgres:
+            rows = scratch.execute(f"SELECT {names} FROM {table}")
             with cursor.copy(f"COPY {table} ({names}) FROM STDIN") as copy:
                 for row in rows:
                     copy.write_row(tuple(row))
             return
-        marks = ", ".join("?" * len(columns))
-        cursor.executemany(
-            f"INSERT INTO {table} ({names}) VALUES ({marks})", (tuple(r) for r in rows)
-        )
+        cursor.execute(f"INSERT INTO main.{table} ({names}) SELECT {names} FROM {SCRATCH}.{table}")
 
     def end(self) -> Position:
         return LogReader(self.recorder).end()
