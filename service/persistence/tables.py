@@ -35,7 +35,7 @@ class Sql:
     def many(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         """``sql`` once for each of ``rows`` (PostgreSQL: pipelined, not a round trip each)."""
         if rows:
-            self.cursor.executemany(self._statement(sql), [list(row) for row in rows])
+            self.cursor.executemany(self._statement(sql), rows)
 
     def all(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         self.execute(sql, params)

@@ -26,6 +26,7 @@ streams and, through Redis, to every other process's.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import uuid
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 from eventsourcing.utils import get_topic
 
 from domain.game import Game, format_at
@@ -59,14 +61,12 @@ NOTICE_TYPES = (
 RETAIN = timedelta(days=7)  # how long notices are kept for a stream to resume from
 PRUNE_EVERY = 3600.0  # seconds
 TURN_ENDS = (Game.TurnStopped, Game.TurnBusted, Game.TurnTimedOut)
+TURN_END_TYPES = frozenset(TURN_ENDS)
+SEAT_CHANGES = (Game.SeatJoined, Game.SeatLeft)
 # Events that make notices only for a game's accounts, and change nothing in a game without any.
 QUIET = frozenset(
     get_topic(cls) for cls in (*TURN_ENDS, Game.TurnOrderDecided, Game.PlayerResigned)
 )
-
-
-_compact = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-"""``json.dumps`` with these arguments, without making an encoder for every notice."""
 
 
 @dataclass(frozen=True)
@@ -77,9 +77,10 @@ class Notice:
     at: str
     data: dict[str, Any]  # the JSON served, ``id``, ``type`` and ``at`` included
 
-    @property
+    @functools.cached_property
     def text(self) -> str:
-        return _compact(self.data)
+        """``data`` as compact JSON (what the store keeps and the stream sends: once each)."""
+        return orjson.dumps(self.data).decode()
 
 
 def prune(sql: Sql, now: datetime) -> None:
@@ -96,8 +97,9 @@ class Changes:
     its end: the notices (one ``executemany``), each account's newest number (read once a batch
     per account, written once), whose turn it is in each game (written once a game)."""
 
-    def __init__(self, games: dict[str, dict[str, Any] | None]) -> None:
+    def __init__(self, games: dict[str, dict[str, Any] | None], keys: dict[uuid.UUID, str]) -> None:
         self.games = games  # the batch's rows of {games}, as they stand
+        self.keys = keys  # each game's id as text (the rows' key), made once a batch
         self.heads: dict[str, int] = {}  # account: its newest notice's number
         self.new_heads: set[str] = set()  # accounts without a row in {heads} yet
         self.turns: set[str] = set()  # games whose turn passed
@@ -261,12 +263,14 @@ class NoticesView(View):
             sql.execute("UPDATE {batches} SET n = ? WHERE id = 1", [stamp])
         else:
             sql.execute("INSERT INTO {batches} (id, n) VALUES (1, ?)", [stamp])
-        changes = Changes(self._games(sql, prepared))
+        changes = Changes(*self._games(sql, prepared))
         for event, shown in prepared:
             for account, kind, fields in self._notices(sql, changes, event, shown):
-                if account is None or account.lower() in BOTS:
+                if account is None:
                     continue
-                changes.notice(sql, account.lower(), kind, event, fields)
+                handle = account.lower()
+                if handle not in BOTS:
+                    changes.notice(sql, handle, kind, event, fields)
         return changes.write(sql, stamp)
 
     def applied(self, sql: Sql, written: list[Notice]) -> None:
@@ -282,12 +286,16 @@ class NoticesView(View):
     @staticmethod
     def _games(
         sql: Sql, prepared: list[tuple[Any, dict[str, Any] | None]]
-    ) -> dict[str, dict[str, Any] | None]:
+    ) -> tuple[dict[str, dict[str, Any] | None], dict[uuid.UUID, str]]:
         """The rows of ``{games}`` for every game the batch's events are of, read at once
         (None where there is none), which ``_notices`` then keeps as it changes the table: a
         statement a batch instead of one a turn (most of the worker's statements on
-        PostgreSQL, each a round trip: docs/performance.md, levers)."""
-        keys = sorted({str(event.originator_id) for event, shown in prepared if shown is None})
+        PostgreSQL, each a round trip: docs/performance.md, levers). With each game's id as
+        text, made once for the batch rather than once an event."""
+        ids = {event.originator_id: "" for event, shown in prepared if shown is None}
+        for game_id in ids:
+            ids[game_id] = str(game_id)
+        keys = sorted(ids.values())
         found: dict[str, dict[str, Any] | None] = dict.fromkeys(keys)
         for chunk, marks in in_chunks(keys):
             query = "SELECT game_id, rated, accounts, current FROM {games} WHERE game_id IN "
@@ -297,7 +305,7 @@ class NoticesView(View):
                     "accounts": row["accounts"],
                     "current": row["current"],
                 }
-        return found
+        return found, ids
 
     def _notices(
         self,
@@ -314,8 +322,17 @@ class NoticesView(View):
         if shown is not None:
             return self._challenge_notices(event, shown)
         games = changes.games
-        key = str(event.originator_id)
+        key = changes.keys[event.originator_id]
         version = event.originator_version
+        if type(event) in TURN_END_TYPES:  # most of the log: the rest of the method, in short
+            row = games.get(key)
+            if row is None:
+                return []
+            seats: list[str | None] = row.get("seated") or json.loads(row["accounts"])
+            row["seated"] = seats
+            if not any(seats):
+                return []
+            return changes.turn(row, key, event.next_player, {"game_id": key, "version": version})
         if isinstance(event, Game.GameCreated):
             # Every game not finished has a row (an account may join a lobby later).
             seats = list(event.accounts or [None] * event.seats)
@@ -338,7 +355,7 @@ class NoticesView(View):
             return []  # finished, or created before this view existed
         accounts: list[str | None] = row.get("seated") or json.loads(row["accounts"])
         row["seated"] = accounts  # the column's JSON read once a batch
-        if isinstance(event, Game.SeatJoined | Game.SeatLeft):
+        if isinstance(event, SEAT_CHANGES):
             accounts[event.seat] = event.account if isinstance(event, Game.SeatJoined) else None
             row["accounts"] = json.dumps(accounts)
             sql.execute("UPDATE {games} SET accounts = ? WHERE game_id = ?", [row["accounts"], key])
