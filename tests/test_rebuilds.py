@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import random
+import sqlite3
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -259,3 +260,21 @@ def test_a_rebuild_reads_the_log_with_the_cyclic_collector_paused_and_leaves_it_
             assert gc.collect() == 0, view.name
         finally:
             gc.enable()
+
+
+def test_a_views_scratch_tables_have_its_tables_columns(app: Flask) -> None:
+    """A view's own scratch tables (``View.scratch_tables``: keys and indexes left out) have
+    the columns of its tables, in order: the copy into the store reads them by name."""
+    rt: Runtime = app.extensions["cantstop"]
+    declared = [view for view in rt.all_views() if view.scratch_tables]
+    assert declared, "the notices declare theirs"
+    for view in declared:
+        for short, statements in view.scratch_tables.items():
+            columns = []
+            for made in (view.tables[short], statements):
+                db = sqlite3.connect(":memory:")
+                for statement in made:
+                    db.execute(statement.replace("{" + short + "}", "t"))
+                columns.append(db.execute("PRAGMA table_info(t)").fetchall())
+                db.close()
+            assert [c[1:4] for c in columns[0]] == [c[1:4] for c in columns[1]], (view.name, short)

@@ -115,6 +115,11 @@ class View:
     """Topics whose events the view tells by their heads alone (``Head``: whose event, which
     kind): handed to it as heads, their states not decoded (~25 µs an event)."""
     tables: ClassVar[dict[str, list[str]]] = {}
+    scratch_tables: ClassVar[dict[str, list[str]]] = {}
+    """A rebuild's scratch tables where they differ from ``tables``: the same columns in the same
+    order, without the indexes and keys the scratch build never reads by (each costs a B-tree
+    written per row, and the store's tables have them all). Tables not named here are as in
+    ``tables``."""
 
     def prepare(self, items: list[Any], read: Sql) -> Any:
         """What the batch will write, worked out before the write transaction (it may read the
@@ -631,8 +636,8 @@ class Views:
                 scratch.execute("PRAGMA synchronous=OFF")
                 cursor = scratch.cursor()
                 sql = Sql(cursor, tables, False)
-                for statements in view.tables.values():
-                    for statement in statements:
+                for short, statements in view.tables.items():
+                    for statement in view.scratch_tables.get(short, statements):
                         sql.execute(statement)
                 # The cyclic collector paused while the log is read, decoded and applied: pages
                 # of 20,000 events and what they make are freed by reference counts, and its
@@ -715,10 +720,13 @@ class Views:
         the scratch file attached to the transaction of ``cursor``: ``_writing``)."""
         names = ", ".join(columns)
         if self.postgres:
-            rows = scratch.execute(f"SELECT {names} FROM {table}")
+            rows = scratch.cursor()
+            rows.row_factory = None  # plain tuples, as ``write_row`` takes them
+            rows.execute(f"SELECT {names} FROM {table}")
             with cursor.copy(f"COPY {table} ({names}) FROM STDIN") as copy:
+                write = copy.write_row
                 for row in rows:
-                    copy.write_row(tuple(row))
+                    write(row)
             return
         cursor.execute(f"INSERT INTO main.{table} ({names}) SELECT {names} FROM {SCRATCH}.{table}")
 
