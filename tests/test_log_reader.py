@@ -3,6 +3,7 @@ commits after a later one (PostgreSQL writes without a table lock: service/persi
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +16,7 @@ from domain.commands import NewGame
 from domain.game import Game
 from service.config import Settings
 from service.http.app import create_app
-from service.persistence.log import LogReader
+from service.persistence.log import LogReader, ahead
 
 
 def created_game(games: object) -> Game:
@@ -160,3 +161,41 @@ def test_a_narrowed_reader_leaves_out_the_other_games_events_of_some_topics(game
     assert [n for page in scanned.scan(2) for n in page] == expected
     assert paged.read(2) + paged.read(2) + paged.read(2) == expected
     assert scanned.position == paged.position == first.position
+
+
+def test_pages_read_ahead_come_in_order_and_their_source_ends_in_its_own_thread() -> None:
+    """``ahead`` (a rebuild's scan on PostgreSQL): every page in order; the source runs in a
+    thread of its own, and is closed there when the caller is done, whether it read to the end
+    or stopped early; an error of the source reaches the caller."""
+    events: list[tuple[str, str]] = []
+
+    def source(n: int, fail: bool = False) -> Iterator[list[Any]]:
+        try:
+            for i in range(n):
+                events.append(("read", threading.current_thread().name))
+                yield [i]
+            if fail:
+                raise ValueError("the store went away")
+        finally:
+            events.append(("closed", threading.current_thread().name))
+
+    assert list(ahead(source(5))) == [[i] for i in range(5)]
+    assert {name for _, name in events} == {"cantstop-log-ahead"}
+    assert events[-1][0] == "closed"
+
+    events.clear()
+    taken = []
+    pages = ahead(source(1000))
+    for page in pages:
+        taken.append(page)
+        if len(taken) == 3:
+            break
+    pages.close()  # as the end of a ``for`` with an error would, once its frame is gone
+    assert taken == [[0], [1], [2]]
+    assert events[-1] == ("closed", "cantstop-log-ahead")
+    assert len([e for e in events if e[0] == "read"]) <= 5  # one page ahead, not the rest
+
+    events.clear()
+    with pytest.raises(ValueError, match="went away"):
+        list(ahead(source(2, fail=True)))
+    assert events[-1] == ("closed", "cantstop-log-ahead")

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import functools
 import json
+import queue
+import threading
 import uuid
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Generator, Iterator
 from typing import Any, NamedTuple
 
 from eventsourcing.persistence import Notification
@@ -339,3 +341,51 @@ class LogReader:
         with self.recorder.datastore.reading() as curs:
             curs.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text AS x")
             return Position(int(curs.fetchone()["x"]), 0)
+
+
+def ahead(pages: Iterator[list[Any]]) -> Generator[list[Any], None, None]:
+    """``pages`` (a ``scan``), each read in a thread of its own while the caller works on the one
+    before: on PostgreSQL the server finds and sends the next page (and the driver waits for it,
+    the GIL let go) meanwhile, where a rebuild waited for each page in turn (~15 s of the
+    notices' 90 at 100,000 games). One page is held ahead; the scan's own position moves as it
+    hands each page to the thread, so it may be a page past what the caller has worked on until
+    the last is taken. Errors reach the caller with the page they stopped; a caller that stops
+    early (an error of its own) ends the scan, in its thread, before going on."""
+    handed: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def hand(item: tuple[str, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                handed.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def read() -> None:
+        try:
+            for page in pages:
+                if not hand(("page", page)):
+                    break
+        except BaseException as exc:  # the caller raises it
+            hand(("error", exc))
+        else:
+            hand(("end", None))
+        finally:
+            if isinstance(pages, Generator):
+                pages.close()  # the scan's cursor and transaction, in the thread that opened them
+
+    reader = threading.Thread(target=read, name="cantstop-log-ahead", daemon=True)
+    reader.start()
+    try:
+        while True:
+            kind, item = handed.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise item
+            yield item
+    finally:
+        stop.set()
+        reader.join()
