@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import hashlib
 import heapq
 import json
@@ -222,11 +223,18 @@ class BoundedCursor(psycopg.Cursor[Any]):
     def bounded(cls, deadline: float | None) -> type[psycopg.Cursor[Any]]:
         if deadline is None:
             return psycopg.Cursor
-        return type("BoundedCursor", (cls,), {"deadline": deadline})
+        return _bounded_cursor(deadline)
 
     def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
         with _Bounded(self.connection, self.deadline):
             return super().execute(query, params, **kwargs)
+
+
+@functools.cache
+def _bounded_cursor(deadline: float) -> type[BoundedCursor]:
+    """One class per deadline, not one per datastore: a class is a reference cycle (its
+    ``__mro__`` holds it), left for the cyclic collector when its datastore goes."""
+    return type("BoundedCursor", (BoundedCursor,), {"deadline": deadline})
 
 
 def _give_up(conn: Any, deadline: float, *, cancel: bool = True) -> NoAnswer:
