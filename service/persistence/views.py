@@ -218,7 +218,7 @@ class Views:
         """One write transaction. On SQLite it takes the write lock at its start (``BEGIN
         IMMEDIATE``): a deferred one that read first could not take it later once another
         process had written. ``attached`` (SQLite): a database file the transaction also reads,
-        as ``scratch`` (attached before it begins, detached after it ends)."""
+        under the name ``SCRATCH`` (attached before it begins, detached after it ends)."""
         if self.postgres:
             assert attached is None
             with self.datastore.transaction(commit=True) as cursor:
