@@ -4,6 +4,7 @@ again; ``served`` polls a real server's workers with a bound."""
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -11,17 +12,26 @@ from typing import Any
 from flask import Flask
 from flask.testing import FlaskClient
 
-from service.application.analysis.jobs import Worker
+from service.application.analysis.jobs import Worker, rss_bytes
 from tests.support.polling import poll
 
 _workers: weakref.WeakKeyDictionary[Flask, Worker] = weakref.WeakKeyDictionary()
 
 
 def worker_of(app: Flask) -> Worker:
-    """The app's one in-process worker (it follows games from job to job, as a child does)."""
+    """The app's one in-process worker (it follows games from job to job, as a child does).
+    Its memory budget counts from what this test process holds already: a pytest worker that
+    has run a thousand tests may stand near the 640 MB a child's job may reach, and a job
+    failed for memory (as in CI on 2026-11-30) would test the test process, not the analysis.
+    The budget itself is tested with real child processes
+    (``test_a_worker_past_its_memory_budget_is_replaced``)."""
     found = _workers.get(app)
     if found is None:
-        found = _workers[app] = app.extensions["cantstop"].analyst.worker("tests:in-process")
+        analyst = app.extensions["cantstop"].analyst
+        config = dataclasses.replace(
+            analyst.config, rss_bytes=rss_bytes() + analyst.config.rss_bytes
+        )
+        found = _workers[app] = Worker(analyst.games, analyst.jobs, config, "tests:in-process")
     return found
 
 
