@@ -60,7 +60,6 @@ NOTICE_TYPES = (
 RETAIN = timedelta(days=7)  # how long notices are kept for a stream to resume from
 PRUNE_EVERY = 3600.0  # seconds
 TURN_ENDS = (Game.TurnStopped, Game.TurnBusted, Game.TurnTimedOut)
-TURN_END_TYPES = frozenset(TURN_ENDS)
 SEAT_CHANGES = (Game.SeatJoined, Game.SeatLeft)
 # Events that make notices only for a game's accounts, and change nothing in a game without any.
 QUIET = frozenset(
@@ -335,15 +334,6 @@ class NoticesView(View):
         games = changes.games
         key = changes.keys[event.originator_id]
         version = event.originator_version
-        if type(event) in TURN_END_TYPES:  # most of the log: the rest of the method, in short
-            row = games.get(key)
-            if row is None:
-                return []
-            seats: list[str | None] = row.get("seated") or json.loads(row["accounts"])
-            row["seated"] = seats
-            if not any(seats):
-                return []
-            return changes.turn(row, key, event.next_player, {"game_id": key, "version": version})
         if isinstance(event, Game.GameCreated):
             # Every game not finished has a row (an account may join a lobby later).
             seats = list(event.accounts or [None] * event.seats)
@@ -366,6 +356,10 @@ class NoticesView(View):
             return []  # finished, or created before this view existed
         accounts: list[str | None] = row.get("seated") or json.loads(row["accounts"])
         row["seated"] = accounts  # the column's JSON read once a batch
+        if isinstance(event, TURN_ENDS):  # most of the log: straight to the turn's passing
+            if not any(accounts):
+                return []
+            return changes.turn(row, key, event.next_player, {"game_id": key, "version": version})
         if isinstance(event, SEAT_CHANGES):
             accounts[event.seat] = event.account if isinstance(event, Game.SeatJoined) else None
             row["accounts"] = json.dumps(accounts)
@@ -384,8 +378,6 @@ class NoticesView(View):
                 (handle, "game_started", {**started, "seat": seat}) for seat, handle in seated
             ]
             return out + changes.turn(row, key, event.first_player, game)
-        if isinstance(event, TURN_ENDS):
-            return changes.turn(row, key, event.next_player, game)
         if isinstance(event, Game.PlayerResigned):
             if event.next_player is None or row["current"] == event.seat:
                 return changes.turn(row, key, event.next_player, game)
