@@ -208,7 +208,9 @@ def test_a_rebuild_copies_no_notice_the_prune_would_delete(
     app: Flask, client: FlaskClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The notices rebuilt are the live view's after its prune: none older than the retention
-    (here 2 s), but each account's newest, whatever its age (its number goes on from it)."""
+    (here 2 s), but each account's newest, whatever its age (its number goes on from it). The
+    rebuild makes no notice past the retention but the last of each account in each page of
+    the log (one of which is its newest): the others are numbered, never made nor written."""
     monkeypatch.setattr(notices_module, "RETAIN", timedelta(seconds=2))
     rt: Runtime = app.extensions["cantstop"]
     tokens = {h: sign_up(client, h) for h in ("ann", "bob")}
@@ -227,8 +229,24 @@ def test_a_rebuild_copies_no_notice_the_prune_would_delete(
     live = tables(rt.views, view)
     assert 2 <= len(live["notices"]) < ever  # some pruned, each account's newest kept
     assert {row[0][1] for row in live["notices"]} == set(tokens)
+    made: list[int] = []
+    original = notices_module.Changes.write
+
+    def counted(changes: notices_module.Changes, sql: Sql, stamp: int) -> Any:
+        written = original(changes, sql, stamp)
+        if sql.scratch:
+            made.append(len(written))
+        return written
+
+    monkeypatch.setattr(notices_module.Changes, "write", counted)
+    rt.views.rebuild(view)  # the log in one page: only the notices kept are made
+    assert tables(rt.views, view) == live
+    assert len(made) == 1 and made[0] == len(live["notices"]) < ever
+    made.clear()
+    monkeypatch.setattr(views_module, "PAGE", 3)  # in several: an account's last of each too
     rt.views.rebuild(view)
     assert tables(rt.views, view) == live
+    assert len(made) > 1 and len(live["notices"]) <= sum(made) < ever
 
 
 def test_a_rebuild_reads_the_log_with_the_cyclic_collector_paused_and_leaves_it_no_garbage(

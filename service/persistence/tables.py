@@ -19,10 +19,15 @@ T = TypeVar("T")
 class Sql:
     """A cursor that takes ``?`` placeholders and ``{table}`` names on both stores."""
 
-    def __init__(self, cursor: Any, tables: dict[str, str], postgres: bool) -> None:
+    def __init__(
+        self, cursor: Any, tables: dict[str, str], postgres: bool, *, scratch: bool = False
+    ) -> None:
         self.cursor = cursor
         self.tables = tables
         self.postgres = postgres
+        self.scratch = scratch
+        """A rebuild's scratch tables (``views.Views._build``): nothing reads them until they
+        are settled and copied into the store."""
 
     def _statement(self, sql: str) -> str:
         """``sql`` with its tables named, in the store's placeholders."""

@@ -662,7 +662,7 @@ class Views:
                 scratch.execute("PRAGMA journal_mode=OFF")  # a scratch copy: no crash to survive
                 scratch.execute("PRAGMA synchronous=OFF")
                 cursor = scratch.cursor()
-                sql = Sql(cursor, tables, False)
+                sql = Sql(cursor, tables, False, scratch=True)
                 for short, statements in view.tables.items():
                     for statement in view.scratch_tables.get(short, statements):
                         sql.execute(statement)

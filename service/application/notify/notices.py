@@ -96,15 +96,29 @@ def prune(sql: Sql, now: datetime) -> None:
 class Changes:
     """What a batch of the notices view changes, gathered as its events are read and written at
     its end: the notices (one ``executemany``), each account's newest number (read once a batch
-    per account, written once), whose turn it is in each game (written once a game)."""
+    per account, written once), whose turn it is in each game (written once a game).
 
-    def __init__(self, games: dict[str, dict[str, Any] | None], keys: dict[uuid.UUID, str]) -> None:
+    ``before``, in a rebuild only: a notice of an event older than this is numbered but not
+    made, unless it is its account's last of the batch. The rebuild's ``settle`` prunes every
+    notice older than the retention but each account's newest, so those it would delete are
+    never made nor written; the last of each account's is, in case it is the newest. On a store
+    whose games span months most notices are past the retention (tests/test_rebuilds.py)."""
+
+    def __init__(
+        self,
+        games: dict[str, dict[str, Any] | None],
+        keys: dict[uuid.UUID, str],
+        before: datetime | None = None,
+    ) -> None:
         self.games = games  # the batch's rows of {games}, as they stand
         self.keys = keys  # each game's id as text (the rows' key), made once a batch
+        self.before = before
         self.heads: dict[str, int] = {}  # account: its newest notice's number
         self.new_heads: set[str] = set()  # accounts without a row in {heads} yet
         self.turns: set[str] = set()  # games whose turn passed
         self.written: list[Notice] = []
+        # account: its last notice of the batch older than ``before``, if none came after it
+        self.aged: dict[str, tuple[int, str, Any, dict[str, Any]]] = {}
 
     def turn(
         self, row: dict[str, Any], key: str, seat: int | None, game: dict[str, Any]
@@ -125,12 +139,21 @@ class Changes:
             if not head:
                 self.new_heads.add(account)
         seq = self.heads[account] = seq + 1
+        if self.before is not None:
+            if event.timestamp < self.before:
+                self.aged[account] = (seq, kind, event, fields)
+                return
+            self.aged.pop(account, None)
+        self.written.append(self.made(account, seq, kind, event, fields))
+
+    @staticmethod
+    def made(account: str, seq: int, kind: str, event: Any, fields: dict[str, Any]) -> Notice:
         at = format_at(event.timestamp)
-        data = {"id": seq, "type": kind, "at": at, **fields}
-        self.written.append(Notice(account, seq, kind, at, data))
+        return Notice(account, seq, kind, at, {"id": seq, "type": kind, "at": at, **fields})
 
     def write(self, sql: Sql, stamp: int) -> list[Notice]:
         """The batch's changes, in a few statements; the notices written."""
+        self.written += [self.made(account, *aged) for account, aged in self.aged.items()]
         heads = self.heads.items()
         sql.many(
             "INSERT INTO {notices} (account, seq, type, at, body) VALUES (?, ?, ?, ?, ?)",
@@ -273,7 +296,9 @@ class NoticesView(View):
             sql.execute("UPDATE {batches} SET n = ? WHERE id = 1", [stamp])
         else:
             sql.execute("INSERT INTO {batches} (id, n) VALUES (1, ?)", [stamp])
-        changes = Changes(*self._games(sql, prepared))
+        # a rebuild's scratch: no notice the retention has passed but those ``settle`` keeps
+        before = datetime.now(UTC) - RETAIN if sql.scratch else None
+        changes = Changes(*self._games(sql, prepared), before)
         for event, shown in prepared:
             for account, kind, fields in self._notices(sql, changes, event, shown):
                 if account is None:
