@@ -146,6 +146,14 @@ def main() -> None:
         action="store_true",
         help="people's games seat accounts (their turns make notices), not guests",
     )
+    parser.add_argument(
+        "--spread",
+        type=float,
+        default=0.0,
+        help="date the copies' game events back over this many days, the first copies the "
+        "oldest (default 0: all played today); their due clocks are past, so time the launch "
+        "on a store without it",
+    )
     parser.add_argument("--dir", default=None, help="where SQLite stores go")
     parser.add_argument("--json", default=None, help="append each result as a JSON line here")
     parser.add_argument("--keep", action="store_true", help="keep the stores")
@@ -184,7 +192,9 @@ def main() -> None:
                 bv.say(f"{store.kind} {size:,}: filling")
                 started = time.monotonic()
                 rng = random.Random(f"{store.kind}:{size}")
-                filled, _ = bv.fill(store, size, args.pool, rng, accounts=args.accounts)
+                filled, _ = bv.fill(
+                    store, size, args.pool, rng, accounts=args.accounts, spread=args.spread
+                )
                 bv.say(
                     f"  {filled.rows:,} event rows in {time.monotonic() - started:.0f} s "
                     f"(pool {filled.played.statuses})"

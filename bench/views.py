@@ -50,6 +50,7 @@ import signal
 import socket
 import sqlite3
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -72,10 +73,13 @@ from domain.commands import NewGame, Resign, parse_action
 from domain.position import Position
 from service.application.aggregates import vault_id
 from service.config import Settings
+from service.persistence.compact import COMPACT
 from service.runtime import Runtime
 
 POOL = 200  # games played through the application; the rest of a store are their copies
 WAVE = 100  # copies whose events interleave in the log, as games in play at once do
+TIME = struct.Struct(">q")  # a compact event's time: microseconds since 1970
+DAY_MICROS = 86_400_000_000
 COMMIT_ROWS = 200_000  # rows per transaction of the copy
 REQUESTS = 200
 LEAD = 1.0  # seconds from the launch to the clock game's deadline (the scheduler starts later)
@@ -267,14 +271,27 @@ def group_rows(
 Row = tuple[uuid.UUID, int, str, bytes]
 
 
+def aged(state: bytes, micros: int) -> bytes:
+    """A game event's stored state ``micros`` earlier, if it is in the compact form (its time is
+    bytes 2 to 10: service/persistence/compact.py); any other row as it is."""
+    if micros == 0 or not state or state[0] != COMPACT:
+        return state
+    (at,) = TIME.unpack_from(state, 2)
+    return state[:2] + TIME.pack(at - micros) + state[2 + TIME.size :]
+
+
 def copies(
-    pool: list[PoolGame], count: int, rng: random.Random
+    pool: list[PoolGame], count: int, rng: random.Random, spread: float = 0.0
 ) -> Iterator[tuple[list[Row], list[Row]]]:
     """``count`` copies of the pool's games under new ids, a wave at a time: the wave's events,
-    interleaved one of each game in turn, and its snapshots."""
+    interleaved one of each game in turn, and its snapshots. ``spread``: the copies' game
+    events are dated back over that many days, the first copies the oldest, as on a server
+    that has played them over months (their hash chains then no longer verify: a store to time
+    the views by, not to audit)."""
     made = 0
     while made < count:
         wave = min(WAVE, count - made)
+        back = round(spread * DAY_MICROS * (1 - made / count))
         queues: list[list[Row]] = []
         snapshots: list[Row] = []
         for i in range(wave):
@@ -286,7 +303,7 @@ def copies(
                 [
                     (vault, v, topic, state.replace(old_hex, new_hex))
                     if is_vault
-                    else (new, v, topic, state)
+                    else (new, v, topic, aged(state, back))
                     for is_vault, v, topic, state in source.events
                 ]
             )
@@ -607,6 +624,7 @@ def fill(
     *,
     few_lobbies: bool = False,
     accounts: bool = False,
+    spread: float = 0.0,
 ) -> tuple[Fill, list[PoolGame]]:
     """Play the pool, then copy it up to ``size`` games. ``few_lobbies``: the copies leave out
     the pool's lobbies still waiting, so that the store holds only those few open lobbies (on a
@@ -619,7 +637,7 @@ def fill(
     pool_rows = sum(len(g.events) for g in pool)
     started = now()
     sources = [g for g in pool if not (few_lobbies and g.waiting)]
-    rows = store.write(copies(sources, size - len(pool), rng)) if size > len(pool) else 0
+    rows = store.write(copies(sources, size - len(pool), rng, spread)) if size > len(pool) else 0
     copied = now() - started
     started = now()
     store.after_fill()
