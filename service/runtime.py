@@ -83,9 +83,7 @@ class Runtime:
             self.games, abandon_after=settings.abandon_after, bot_pause=settings.bot_pause
         )
         # The views across games, in tables of the store (service/persistence/views.py).
-        self.views = Views(
-            self.store.recorder, self.store.mapper.to_domain_event, create=create_tables
-        )
+        self.views = Views(self.store.recorder, self.store.mapper, create=create_tables)
         self.game_list = GameList()
         self.leaderboard = SolitaireBest()
         self.account_games = AccountGames()

@@ -7,24 +7,30 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import random
 import uuid
 import zlib
 from typing import Any
 
 import pytest
+from eventsourcing.compressor import ZlibCompressor
 from eventsourcing.persistence import (
     DatetimeAsISO,
     DecimalAsStr,
     Mapper,
     MapperDeserialisationError,
+    Notification,
     UUIDAsHex,
 )
 from flask import Flask
 from flask.testing import FlaskClient
 
+from domain import strategies
 from domain.audit import audit_records, parse_export
-from domain.commands import NewGame
+from domain.commands import Move, NewGame, Roll
 from domain.game import Game
+from domain.position import Position
+from service.application.notify.notices import TURN_ENDS, TurnEnd, turn_end
 from service.application.store import GAME_EVENT_CLASSES, GameEventMapper, ServiceTranscoder
 from service.persistence import compact
 from tests.support.games import (
@@ -157,3 +163,40 @@ def test_a_compact_event_reads_into_its_class_as_the_librarys_way_reads_it() -> 
         damaged = dataclasses.replace(stored, state=stored.state[:-1] + b",1]")
         with pytest.raises(MapperDeserialisationError, match="originator_version"):
             mapper.to_domain_event(damaged)
+
+
+def test_a_turns_end_read_narrow_for_the_notices_is_the_event_read_whole() -> None:
+    """The notices read a turn's end by its time and next player alone (``turn_end``, from the
+    compact row): the same as the event decoded whole says, for every turn's end of a game
+    (stops and busts), from the compact form and from the library's JSON form (a store
+    written before it); a mapper with a compressor reads no row the narrow way."""
+    transcoder = ServiceTranscoder()
+    for transcoding in (UUIDAsHex(), DecimalAsStr(), DatetimeAsISO()):
+        transcoder.register(transcoding)
+    mapper = GameEventMapper(transcoder=transcoder)
+    library: Mapper[uuid.UUID] = Mapper(transcoder=transcoder)
+    squeezed = GameEventMapper(transcoder=transcoder, compressor=ZlibCompressor())
+    game = Game.start(uuid.uuid4(), NewGame(players=["Ann", "Bob"], dice="manual"))
+    rng = random.Random(7)
+    chooser = strategies.get("rule-of-28")
+    while game.status == "in_progress":
+        position = Position.from_game(game)
+        action = chooser.choose(position, rng)
+        if isinstance(action, Roll):
+            game.roll(position.seat, dice=[rng.randint(1, 6) for _ in range(4)])
+        elif isinstance(action, Move):
+            game.move(position.seat, action.sums)
+        else:
+            game.stop(position.seat)
+    ends = [event for event in game.pending_events if isinstance(event, TURN_ENDS)]
+    assert {type(event) for event in ends} == {Game.TurnStopped, Game.TurnBusted}
+    for event in ends:
+        whole = TurnEnd(
+            event.originator_id, event.originator_version, event.timestamp, event.next_player
+        )
+        for stored in (mapper.to_stored_event(event), library.to_stored_event(event)):
+            row = Notification(**vars(stored), id=1)
+            assert turn_end(row, mapper) == whole
+        compact_row = mapper.to_stored_event(event)
+        assert compact_row.state[0] == compact.COMPACT
+        assert squeezed.time_and_field(compact_row, "next_player") is None
