@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import random
 import uuid
 import zlib
 from typing import Any
@@ -25,11 +24,9 @@ from eventsourcing.persistence import (
 from flask import Flask
 from flask.testing import FlaskClient
 
-from domain import strategies
 from domain.audit import audit_records, parse_export
-from domain.commands import Move, NewGame, Roll
+from domain.commands import NewGame
 from domain.game import Game
-from domain.position import Position
 from service.application.notify.notices import TURN_ENDS, TurnEnd, turn_end
 from service.application.store import GAME_EVENT_CLASSES, GameEventMapper, ServiceTranscoder
 from service.persistence import compact
@@ -41,6 +38,7 @@ from tests.support.games import (
     play_to_the_end,
 )
 from tests.support.http import bearer, ok
+from tests.support.played import play_game
 from tests.support.stored import StoredRows, answers, served
 
 # The schemas' text as first released: a stored row names its schema by index, so an index
@@ -176,18 +174,7 @@ def test_a_turns_end_read_narrow_for_the_notices_is_the_event_read_whole() -> No
     mapper = GameEventMapper(transcoder=transcoder)
     library: Mapper[uuid.UUID] = Mapper(transcoder=transcoder)
     squeezed = GameEventMapper(transcoder=transcoder, compressor=ZlibCompressor())
-    game = Game.start(uuid.uuid4(), NewGame(players=["Ann", "Bob"], dice="manual"))
-    rng = random.Random(7)
-    chooser = strategies.get("rule-of-28")
-    while game.status == "in_progress":
-        position = Position.from_game(game)
-        action = chooser.choose(position, rng)
-        if isinstance(action, Roll):
-            game.roll(position.seat, dice=[rng.randint(1, 6) for _ in range(4)])
-        elif isinstance(action, Move):
-            game.move(position.seat, action.sums)
-        else:
-            game.stop(position.seat)
+    game = play_game(["rule-of-28", "rule-of-28"], seed=7)
     ends = [event for event in game.pending_events if isinstance(event, TURN_ENDS)]
     assert {type(event) for event in ends} == {Game.TurnStopped, Game.TurnBusted}
     for event in ends:

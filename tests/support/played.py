@@ -31,6 +31,19 @@ def play(
     """A game of these players (strategy ids or choosers), to its end (or until ``until``
     holds), as served event records. Dice and choices come from generators seeded with
     ``seed``, so the same call always plays the same game."""
+    game = play_game(players, rules=rules, seed=seed, first_player=first_player, until=until)
+    return event_records(game.collect_events())
+
+
+def play_game(
+    players: Sequence[str | Chooser],
+    *,
+    rules: Mapping[str, Any] | None = None,
+    seed: int = 0,
+    first_player: int = 0,
+    until: Callable[[Game], bool] | None = None,
+) -> Game:
+    """``play``'s game itself, its events pending (not collected)."""
     dice_rng, choice_rng = random.Random(f"dice:{seed}"), random.Random(f"choices:{seed}")
     choosers: list[Chooser] = [
         strategies.get(p).choose if isinstance(p, str) else p for p in players
@@ -61,7 +74,7 @@ def play(
             game.resign(seat)
     else:
         raise AssertionError(f"the game did not end in {MAX_ACTIONS} actions")
-    return event_records(game.collect_events())
+    return game
 
 
 def lobby_game(seed: int, resign_at: int) -> list[dict[str, Any]]:
