@@ -173,12 +173,11 @@ class GameEventMapper(Mapper[uuid.UUID]):
         store.py); every other row, and any row the compact form does not decode, the
         library's way (which words the error). Every log read decodes here: a view's rebuild
         reads millions of events (docs/performance.md, levers)."""
-        state = stored_event.state
-        cls = self._compact_classes.get(stored_event.topic)
-        if cls is None or not state or state[0] != COMPACT or self.compressor or self.cipher:
+        cls = self._compact_class(stored_event)
+        if cls is None:
             return super().to_domain_event(stored_event)
         try:
-            event_state = decode_event(state)
+            event_state = decode_event(stored_event.state)
         except Exception:  # the library's way says what is wrong, in its own error
             return super().to_domain_event(stored_event)
         originator_id: Any = stored_event.originator_id
@@ -194,16 +193,17 @@ class GameEventMapper(Mapper[uuid.UUID]):
         """A game event's time and one other field, read from the compact form without the
         event made whole (``compact.time_and_field``: a view that needs only those, of millions
         of events); None for any row ``to_domain_event`` does not read the compact way."""
-        state = stored_event.state
-        if (
-            not state
-            or state[0] != COMPACT
-            or self.compressor
-            or self.cipher
-            or stored_event.topic not in self._compact_classes
-        ):
+        if self._compact_class(stored_event) is None:
             return None
-        return time_and_field(state, name)
+        return time_and_field(stored_event.state, name)
+
+    def _compact_class(self, stored_event: StoredEvent) -> type | None:
+        """The class of a game event stored in the compact form this mapper reads its own way
+        (no cipher nor compressor); None for any other row."""
+        state = stored_event.state
+        if not state or state[0] != COMPACT or self.compressor or self.cipher:
+            return None
+        return self._compact_classes.get(stored_event.topic)
 
     @functools.cached_property
     def _compact_classes(self) -> dict[str, type]:
