@@ -300,6 +300,9 @@ class NoticesView(View):
             [event.originator_id for _, event in items if isinstance(event, Game.GameCreated)]
         )
         for _, event in items:
+            if type(event) is TurnEnd:  # most of the log: nothing to look up
+                out.append((event, None))
+                continue
             if isinstance(event, Game.GameCreated) and event.originator_id in imported:
                 continue  # an imported game sends nothing (1.3): without its row, nor do its events
             shown = None
