@@ -320,6 +320,39 @@ def test_a_rebuild_sweeps_the_collector_every_few_pages_and_at_the_end(
     assert all(b - a <= every for a, b in zip([0, *swept], swept, strict=False))
 
 
+ODD_ROWS = [
+    ("plain", 1, None, None),
+    ("back\\slash \\N \\t", -(2**62), "tab\there", None),
+    ("new\nline and\r\nreturns", 0, "", None),
+    ("\\", 7, "\\\\", None),
+    ("naïve ✓ 🎲", 2**40, '{"a":"\\"q\\"","b":"\\u00e9"}', None),
+    ("end\\", 3, None, None),
+]
+
+
+def test_a_rebuilds_copy_reads_back_every_value_as_it_was(app: Flask, tmp_path: Any) -> None:
+    """A rebuild copies its scratch tables into the store in bulk (on PostgreSQL by ``COPY``,
+    whose text format escapes): text with backslashes, tabs, newlines, returns, ``\\N``,
+    JSON and any character, NULLs, empty text, large integers and floats read back from the
+    store as they were."""
+    rt: Runtime = app.extensions["cantstop"]
+    rows = [(*row[:3], 0.1 + 0.2 if i % 2 else None) for i, row in enumerate(ODD_ROWS)]
+    path = tmp_path / "scratch.sqlite"
+    scratch = sqlite3.connect(path, isolation_level=None)
+    make = "CREATE TABLE odd_copy (a TEXT NOT NULL, b BIGINT NOT NULL, c TEXT, d {})"
+    scratch.execute(make.format("REAL"))
+    scratch.executemany("INSERT INTO odd_copy VALUES (?, ?, ?, ?)", rows)
+    with rt.views._writing() as cur:
+        cur.execute(make.format("DOUBLE PRECISION"))
+    with rt.views._writing(None if rt.views.postgres else path) as cur:
+        rt.views._copy(cur, "odd_copy", list("abcd"), scratch)
+    scratch.close()
+    with rt.views._reading() as cur:
+        cur.execute("SELECT a, b, c, d FROM odd_copy")
+        found = [(row["a"], row["b"], row["c"], row["d"]) for row in cur]
+    assert sorted(found, key=repr) == sorted(rows, key=repr)
+
+
 def test_a_views_scratch_tables_have_its_tables_columns(app: Flask) -> None:
     """A view's own scratch tables (``View.scratch_tables``: keys and indexes left out) have
     the columns of its tables, in order: the copy into the store reads them by name."""
