@@ -83,17 +83,24 @@ AT_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 AT_PATTERN = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
 
 
-@functools.lru_cache(maxsize=256)
-def format_at(timestamp: datetime) -> str:
+def format_time(timestamp: datetime) -> str:
     """An event's time as served: UTC, microseconds, ``Z`` (``AT_FORMAT``; isoformat is the
     same text for years 1000 to 9999, in less time). A time in UTC already (every event's) is
-    written as it is, its ``+00:00`` replaced. Each is written about three times (its hash,
-    the answer, the stream), so the last few are kept: equal times are the same instant, and
-    so the same text."""
+    written as it is, its ``+00:00`` replaced; with microseconds, isoformat writes them
+    unasked, in about three quarters of the time it takes asked (a time on the second asks).
+    ``format_at`` keeps the last few."""
     if timestamp.tzinfo is UTC:
+        if timestamp.microsecond:
+            return timestamp.isoformat()[:-6] + "Z"
         return timestamp.isoformat(timespec="microseconds")[:-6] + "Z"
     utc = timestamp.astimezone(UTC).replace(tzinfo=None)
     return utc.isoformat(timespec="microseconds") + "Z"
+
+
+format_at = functools.lru_cache(maxsize=256)(format_time)
+"""``format_time``, the last 256 times kept: each is written about three times (its hash, the
+answer, the stream), and equal times are the same instant, so the same text. Work that meets
+each time once (a view's rebuild) calls ``format_time``: a miss costs ~0.3 µs more."""
 
 
 def parse_at(at: str) -> datetime:

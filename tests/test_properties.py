@@ -30,7 +30,15 @@ from hypothesis import strategies as st
 
 from domain.commands import NewGame
 from domain.errors import DomainError, GameOver, IllegalAction, InvalidDice, NotYourTurn
-from domain.game import AT_FORMAT, Game, event_record, format_at, parse_at, position_map
+from domain.game import (
+    AT_FORMAT,
+    Game,
+    event_record,
+    format_at,
+    format_time,
+    parse_at,
+    position_map,
+)
 from domain.moves import UNCLAIMED
 from domain.view import game_state, legal_actions
 from service.application.aggregates import Vault
@@ -554,9 +562,13 @@ def test_what_orjson_would_write_otherwise_takes_the_librarys_way() -> None:
     offset_minutes=st.integers(min_value=-23 * 60, max_value=23 * 60),
 )
 def test_a_time_is_served_in_utc_whatever_its_zone(when: datetime, offset_minutes: int) -> None:
-    """In UTC already or in another zone: the same instant, the same text, read back alike."""
+    """In UTC already or in another zone: the same instant, the same text, read back alike;
+    kept or not (``format_at``, ``format_time``), on the second or not."""
     utc = when.replace(tzinfo=UTC)
     elsewhere = utc.astimezone(timezone(timedelta(minutes=offset_minutes)))
     text = format_at(utc)
-    assert text == utc.strftime(AT_FORMAT) == format_at(elsewhere)
+    assert text == utc.strftime(AT_FORMAT) == format_at(elsewhere) == format_time(elsewhere)
+    assert format_time(utc) == text
     assert parse_at(text) == utc
+    on_the_second = utc.replace(microsecond=0)
+    assert format_time(on_the_second) == on_the_second.strftime(AT_FORMAT)

@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 import orjson
 from eventsourcing.utils import get_topic
 
-from domain.game import Game, format_at
+from domain.game import Game, format_at, format_time
 from service.application.matchmaking.challenges import CHALLENGE_TOPICS, Challenge
 from service.application.matchmaking.seeks import SEEK_EXPIRED_TOPICS
 from service.application.players.accounts import BOTS
@@ -147,6 +147,8 @@ class Changes:
         self.written: list[Notice] = []
         # account: its last notice of the batch older than ``before``, if none came after it
         self.aged: dict[str, tuple[int, str, Any, dict[str, Any]]] = {}
+        # a rebuild meets each time once: the cache of ``format_at`` would miss every one
+        self.format = format_at if before is None else format_time
 
     def turn(
         self, row: dict[str, Any], key: str, seat: int | None, game: dict[str, Any]
@@ -174,9 +176,8 @@ class Changes:
             self.aged.pop(account, None)
         self.written.append(self.made(account, seq, kind, event, fields))
 
-    @staticmethod
-    def made(account: str, seq: int, kind: str, event: Any, fields: dict[str, Any]) -> Notice:
-        at = format_at(event.timestamp)
+    def made(self, account: str, seq: int, kind: str, event: Any, fields: dict[str, Any]) -> Notice:
+        at = self.format(event.timestamp)
         return Notice(account, seq, kind, at, {"id": seq, "type": kind, "at": at, **fields})
 
     def write(self, sql: Sql, stamp: int) -> list[Notice]:
