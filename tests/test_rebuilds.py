@@ -254,7 +254,7 @@ def test_a_rebuild_reads_the_log_with_the_cyclic_collector_paused_and_leaves_it_
     app: Flask, client: FlaskClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The scratch build (reading, decoding and applying the log) runs with the cyclic collector
-    paused (service/collector.py), and sweeps what each page left for it (the ratings' library
+    paused (service/collector.py), and sweeps what the pages left for it (the ratings' library
     makes a few cycles a rated game): with the collector off for a whole rebuild of each view
     of the mixed store, read in pages of 50 events, it finds nothing left after it; and it is
     on again after each rebuild."""
