@@ -9,9 +9,9 @@ events) pays for those walks though it leaves nothing for them to find: ~15% of 
 CPU, a third of a rebuild's (docs/performance.md). What such work drops is freed by reference
 counts as before; tests hold each to leaving no cyclic garbage (tests/test_analysis.py,
 tests/test_rebuilds.py), or what they leave is swept soon: a rebuild sweeps the youngest
-generation every few pages (``sweep``; ``views.SWEEP_EVERY``), where a library's own cycles
-(openskill's, four objects a rated game) are found in a pass over what the pages left alive,
-not over everything held.
+generation at its end, and every few pages for a view that leaves cycles (``sweep``;
+``views.View.leaves_cycles``), where a library's own (openskill's, four objects a rated game)
+are found in a pass over what the pages left alive, not over everything held.
 
 The collector is one per process, and threads may pause it at once: it is off while any of them
 holds it paused, and on again (if it was on before the first) when the last lets go.

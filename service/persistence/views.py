@@ -66,10 +66,11 @@ TRACKING = "cantstop_views"
 BATCH = 500
 PAGE = 20_000  # events a rebuild reads and applies at a time in its scratch file
 SWEEP_EVERY = 8
-"""Pages a rebuild applies between sweeps of the collector's youngest generation. A sweep walks
-every object made since the last one and still alive: on PostgreSQL chiefly the next page, read
-ahead meanwhile (~80,000 objects, 16–30 ms), whatever the pages left for it (a few cycles a
-rated game). A sweep a page was a tenth of the notices' rebuild at 100,000 games."""
+"""Pages a rebuild of a view that leaves cycles (``View.leaves_cycles``) applies between sweeps
+of the collector's youngest generation. A sweep walks every object made since the last one and
+still alive: on PostgreSQL chiefly the next page, read ahead meanwhile (~80,000 objects, 16–50
+ms), whatever the pages left for it (a few cycles a rated game). A sweep a page was a tenth of
+the notices' rebuild at 100,000 games; which leave no cycles are swept once, at the end."""
 FRESH_BUDGET = 1.0  # seconds a read waits for its view to reach the log's end, then answers
 REBUILD = "#rebuild"  # the suffix of a rebuild's tracking row
 SCRATCH = "cantstop_scratch"  # a rebuild's scratch file, attached to copy from (SQLite)
@@ -169,6 +170,11 @@ class View:
         """Of events of ``follow_topics`` (a page of the first pass, in the log's order), the
         games whose events of ``narrow_topics`` a rebuild reads."""
         raise NotImplementedError
+
+    leaves_cycles: ClassVar[bool] = False
+    """Whether applying the log may leave reference cycles for the collector (the ratings:
+    openskill's): a rebuild then sweeps them every ``SWEEP_EVERY`` pages, else once at its end.
+    tests/test_rebuilds.py holds every view that says no to leaving none."""
 
     def settle(self, sql: Sql) -> None:
         """A rebuild's last step on its scratch tables, before they are copied into the store:
@@ -728,12 +734,13 @@ class Views:
                 progress(reader.position)
             return len(heads), reader.position
         reader = LogReader(self.recorder, view.topics, START)
+        every = SWEEP_EVERY if view.leaves_cycles else 0  # 0: only at each pass's end
         if view.narrow_topics:
             first = LogReader(self.recorder, view.follow_topics, START)
             followed: set[uuid.UUID] = set()
             for n, page in enumerate(self._pages(first.scan(PAGE)), 1):
                 followed |= view.followed(self._decode(view, page))
-                if n % SWEEP_EVERY == 0:
+                if every and n % every == 0:
                     collector.sweep()
             collector.sweep()
             # The second pass ends where the first did: a game seated after it is judged by
@@ -753,7 +760,7 @@ class Views:
             view.apply(sql, view.prepare(decoded, sql))
             sql.cursor.execute("COMMIT")
             del decoded
-            if n % SWEEP_EVERY == 0:  # what the pages left for the collector (service/collector.py)
+            if every and n % every == 0:  # what the pages left (service/collector.py)
                 collector.sweep()
             applied += len(items)
             if progress is not None:

@@ -108,6 +108,7 @@ class RatingsView(View):
     version = 2  # 2: the ledger, and exclusions
     topics = (get_topic(Game.GameFinished), *MODERATION)
     heads_only = True
+    leaves_cycles = True  # openskill's objects: four cyclic a rated game
     tables = {  # noqa: RUF012 (the View's declaration)
         "games": [
             "CREATE TABLE IF NOT EXISTS {games} (game_id TEXT PRIMARY KEY, pool TEXT NOT NULL, "
