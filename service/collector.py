@@ -9,7 +9,7 @@ events) pays for those walks though it leaves nothing for them to find: ~15% of 
 CPU, a third of a rebuild's (docs/performance.md). What such work drops is freed by reference
 counts as before; tests hold each to leaving no cyclic garbage (tests/test_analysis.py,
 tests/test_rebuilds.py), or what they leave is swept soon: a rebuild sweeps the youngest
-generation at its end, and every few pages for a view that leaves cycles (``sweep``;
+generation after each pass, and every few pages for a view that leaves cycles (``sweep``;
 ``views.View.leaves_cycles``), where a library's own (openskill's, four objects a rated game)
 are found in a pass over what the pages left alive, not over everything held.
 

@@ -70,7 +70,7 @@ SWEEP_EVERY = 8
 of the collector's youngest generation. A sweep walks every object made since the last one and
 still alive: on PostgreSQL chiefly the next page, read ahead meanwhile (~80,000 objects, 16–50
 ms), whatever the pages left for it (a few cycles a rated game). A sweep a page was a tenth of
-the notices' rebuild at 100,000 games; which leave no cycles are swept once, at the end."""
+the notices' rebuild at 100,000 games; the others are swept once after each pass."""
 FRESH_BUDGET = 1.0  # seconds a read waits for its view to reach the log's end, then answers
 REBUILD = "#rebuild"  # the suffix of a rebuild's tracking row
 SCRATCH = "cantstop_scratch"  # a rebuild's scratch file, attached to copy from (SQLite)
@@ -173,7 +173,7 @@ class View:
 
     leaves_cycles: ClassVar[bool] = False
     """Whether applying the log may leave reference cycles for the collector (the ratings:
-    openskill's): a rebuild then sweeps them every ``SWEEP_EVERY`` pages, else once at its end.
+    openskill's): a rebuild then sweeps them every ``SWEEP_EVERY`` pages, else after each pass.
     tests/test_rebuilds.py holds every view that says no to leaving none."""
 
     def settle(self, sql: Sql) -> None:
