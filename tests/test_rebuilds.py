@@ -274,47 +274,40 @@ def test_a_rebuild_reads_the_log_with_the_cyclic_collector_paused_and_leaves_it_
         rt.views.rebuild(view)
         assert during == [False], view.name
         assert gc.isenabled()
+        found = cycles_left(rt, view)
+        assert not found, (view.name, found[:5])
+
+
+def cycles_left(rt: Runtime, view: View) -> list[Any]:
+    """What a rebuild of ``view`` with the collector off leaves for it: the objects of the code
+    a rebuild runs that a whole collection afterwards finds unreachable."""
+    gc.collect()
+    gc.disable()
+    try:
+        rt.views.rebuild(view)
+        gc.set_debug(gc.DEBUG_SAVEALL)  # what it finds now is kept in gc.garbage, to name
         gc.collect()
-        gc.disable()
-        try:
-            rt.views.rebuild(view)
-            gc.set_debug(gc.DEBUG_SAVEALL)  # what it finds now is kept in gc.garbage, to name
-            gc.collect()
-            # Other tests' leftovers in this process (their pools' threads) may drop garbage
-            # of their own meanwhile: only objects of the code a rebuild runs count.
-            found = [o for o in gc.garbage if type(o).__module__.startswith(OURS)]
-            assert not found, (view.name, found[:5])
-        finally:
-            gc.set_debug(0)
-            gc.garbage.clear()
-            gc.enable()
+        # Other tests' leftovers in this process (their pools' threads) may drop garbage of
+        # their own meanwhile: only objects of the code a rebuild runs count.
+        return [o for o in gc.garbage if type(o).__module__.startswith(OURS)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
 
 
 def test_a_view_that_says_it_leaves_no_cycles_leaves_none(
     app: Flask, client: FlaskClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A rebuild sweeps the collector every few pages only for a view that says it leaves
-    cycles (``View.leaves_cycles``), else once at its end: with the collector off and no sweep
+    cycles (``View.leaves_cycles``), else after each pass: with the collector off and no sweep
     at all, a rebuild of each view of the mixed store leaves cycles of the code it runs exactly
     when the view says it does (the ratings: openskill's)."""
     rt: Runtime = app.extensions["cantstop"]
     a_mixed_store(rt, client)
     monkeypatch.setattr(views_module, "PAGE", 50)
     monkeypatch.setattr(collector, "sweep", lambda: None)
-    said = {}
-    for view in rt.all_views():
-        gc.collect()
-        gc.disable()
-        try:
-            rt.views.rebuild(view)
-            gc.set_debug(gc.DEBUG_SAVEALL)
-            gc.collect()
-            found = [o for o in gc.garbage if type(o).__module__.startswith(OURS)]
-            said[view.name] = (bool(found), view.leaves_cycles)
-        finally:
-            gc.set_debug(0)
-            gc.garbage.clear()
-            gc.enable()
+    said = {view.name: (bool(cycles_left(rt, view)), view.leaves_cycles) for view in rt.all_views()}
     assert all(left == says for left, says in said.values()), said
     assert said["ratings"] == (True, True)
 
@@ -335,8 +328,8 @@ def test_a_rebuild_sweeps_the_collector_every_few_pages_and_at_the_end(
     swept: list[int] = []  # the pages read when each sweep ran
     read = Views._pages
 
-    def counted(self: Views, source: Any) -> Any:
-        for page in read(self, source):
+    def counted(self: Views, source: Any, view: View) -> Any:
+        for page in read(self, source, view):
             pages.append(len(page))
             yield page
 

@@ -734,15 +734,11 @@ class Views:
                 progress(reader.position)
             return len(heads), reader.position
         reader = LogReader(self.recorder, view.topics, START)
-        every = SWEEP_EVERY if view.leaves_cycles else 0  # 0: only at each pass's end
         if view.narrow_topics:
             first = LogReader(self.recorder, view.follow_topics, START)
             followed: set[uuid.UUID] = set()
-            for n, page in enumerate(self._pages(first.scan(PAGE)), 1):
+            for page in self._pages(first.scan(PAGE), view):
                 followed |= view.followed(self._decode(view, page))
-                if every and n % every == 0:
-                    collector.sweep()
-            collector.sweep()
             # The second pass ends where the first did: a game seated after it is judged by
             # the catch-up that follows, event by event.
             reader = LogReader(
@@ -753,25 +749,28 @@ class Views:
                 until=first.position,
             )
         applied = 0
-        pages = self._pages(reader.scan(PAGE, heads=view.heads_only))
-        for n, items in enumerate(pages, 1):
+        for items in self._pages(reader.scan(PAGE, heads=view.heads_only), view):
             decoded: list[Any] = items if view.heads_only else self._decode(view, items)
             sql.cursor.execute("BEGIN")
             view.apply(sql, view.prepare(decoded, sql))
             sql.cursor.execute("COMMIT")
             del decoded
-            if every and n % every == 0:  # what the pages left (service/collector.py)
-                collector.sweep()
             applied += len(items)
             if progress is not None:
                 progress(reader.position)
-        collector.sweep()
         return applied, reader.position
 
-    def _pages(self, pages: Iterator[list[Any]]) -> Iterator[list[Any]]:
+    def _pages(self, pages: Iterator[list[Any]], view: View) -> Iterator[list[Any]]:
         """A rebuild's pages of the log: on PostgreSQL each read while the one before is
-        applied (``ahead``); on SQLite, where reading is this process's own work, as they come."""
-        return ahead(pages) if self.postgres else pages
+        applied (``ahead``); on SQLite, where reading is this process's own work, as they come.
+        What the pages left for the collector is swept after the last one, and after every
+        ``SWEEP_EVERY`` for a view that leaves cycles (service/collector.py)."""
+        every = SWEEP_EVERY if view.leaves_cycles else 0
+        for n, page in enumerate(ahead(pages) if self.postgres else pages, 1):
+            yield page
+            if every and n % every == 0:
+                collector.sweep()
+        collector.sweep()
 
     def _copy(
         self, cursor: Any, table: str, columns: list[str], scratch: sqlite3.Connection
