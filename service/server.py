@@ -36,6 +36,7 @@ import h11
 from gunicorn.workers.base import Worker
 from werkzeug.exceptions import BadRequest
 
+from service import collector
 from service.config import ServerSettings
 from service.http.metrics import REQUEST_ID, REQUEST_ID_KEY, new_request_id
 from service.http.stream import ADOPT
@@ -334,6 +335,7 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
             runtime.hub.shutdown()
 
     def run(self) -> None:
+        collector.settle()  # the app is loaded: what it keeps, the collector need not walk
         runtime = getattr(self.wsgi, "extensions", {}).get("cantstop")
         # A request begins after the live hub's flush under way, if any (service/live/
         # streams.py, ``Pacer.gate``).

@@ -23,8 +23,14 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
 APP = """
+import gc
+
 def app(environ, start_response):
     path = environ["PATH_INFO"]
+    if path == "/frozen":  # how many objects the worker set aside from the collector's passes
+        body = str(gc.get_freeze_count()).encode()
+        start_response("200 OK", [("Content-Length", str(len(body)))])
+        return [body]
     if path == "/parts":  # no length: chunked on HTTP/1.1, up to the close on HTTP/1.0
         start_response("200 OK", [("Content-Type", "text/plain")])
         return (b"part%d;" % i for i in range(3))
@@ -72,6 +78,14 @@ def exchange(port: int, data: bytes) -> bytes:
     with socket.create_connection((HOST, port), timeout=10) as raw:
         raw.sendall(data)
         return raw.makefile("rb").read()
+
+
+def test_a_worker_sets_aside_what_it_loaded_from_the_collectors_passes(port: int) -> None:
+    # service/collector.py settle: the modules and the app, not walked by every full pass.
+    answer = exchange(port, b"GET /frozen HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200")
+    assert int(body) > 10_000  # gunicorn, h11, the worker's own modules and the app's
 
 
 def test_pipelined_requests_are_answered_in_order_on_one_connection(port: int) -> None:
