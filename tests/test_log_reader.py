@@ -3,6 +3,7 @@ commits after a later one (PostgreSQL writes without a table lock: service/persi
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import uuid
 from collections.abc import Iterator
@@ -10,13 +11,14 @@ from typing import Any
 
 import psycopg
 import pytest
+from eventsourcing.persistence import Notification
 from eventsourcing.utils import get_topic
 
 from domain.commands import NewGame
 from domain.game import Game
 from service.config import Settings
 from service.http.app import create_app
-from service.persistence.log import LogReader, ahead
+from service.persistence.log import LogReader, ahead, notification
 
 
 def created_game(games: object) -> Game:
@@ -108,6 +110,31 @@ def test_heads_are_the_notifications_without_their_states(games: Any) -> None:
     created = get_topic(Game.GameCreated)
     only = LogReader(games.store.recorder, (created,))
     assert {h.topic for h in only.heads(100)} == {created}
+
+
+def test_the_reader_makes_the_librarys_own_notifications(games: Any) -> None:
+    """The reader sets a notification's fields at once (``notification``): the objects equal,
+    field by field and as a whole, those the library's recorder makes with the class's own
+    ``__init__``, in both reads, and have exactly the class's fields (a field the library adds
+    fails here, not as a notification without it)."""
+    start = LogReader(games.store.recorder)
+    start.skip_to_end()
+    for _ in range(2):
+        games.store.save(created_game(games))
+    own = {n.id: n for n in games.store.recorder.select_notifications(1, 10_000)}
+    read = LogReader(games.store.recorder, (), start.position).read(10)
+    pages = LogReader(games.store.recorder, (), start.position).scan(3)
+    for found in (read, [n for page in pages for n in page]):
+        assert len(found) == 4
+        assert found == [own[n.id] for n in found]
+        for made in found:
+            assert type(made) is Notification
+            assert vars(made) == vars(Notification(**vars(made)))
+    names = {field.name for field in dataclasses.fields(Notification)}
+    made = notification(7, uuid.uuid4(), 3, "a:B", b"state")
+    assert set(vars(made)) == names
+    assert made == Notification(**{name: getattr(made, name) for name in names})
+    assert hash(made) == hash(Notification(**vars(made)))
 
 
 def test_a_scan_reads_in_one_pass_what_reads_page_by_page_do(games: Any) -> None:
