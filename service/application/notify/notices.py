@@ -112,6 +112,14 @@ class Notice:
             self.text = orjson.dumps(self.data).decode()
 
 
+def seated_accounts(row: dict[str, Any]) -> list[str | None]:
+    """The accounts seated in a game of the batch (a row of ``{games}``), its column's JSON
+    read once a batch."""
+    accounts: list[str | None] = row.get("seated") or json.loads(row["accounts"])
+    row["seated"] = accounts
+    return accounts
+
+
 def prune(sql: Sql, now: datetime) -> None:
     """Forget the notices older than ``RETAIN`` at ``now``, but each account's newest."""
     sql.execute(
@@ -150,16 +158,18 @@ class Changes:
         # a rebuild meets each time once: the cache of ``format_at`` would miss every one
         self.format = format_at if before is None else format_time
 
-    def turn(
-        self, row: dict[str, Any], key: str, seat: int | None, game: dict[str, Any]
-    ) -> list[tuple[str | None, str, dict[str, Any]]]:
-        """The game's turn passes to ``seat`` (None: nobody's): a ``your_turn`` to its account."""
+    def turn(self, row: dict[str, Any], key: str, seat: int | None) -> str | None:
+        """The game's turn passes to ``seat`` (None: nobody's): the account to tell, if any."""
         row["current"] = seat
         self.turns.add(key)
-        accounts = row["seated"]
-        if seat is None or accounts[seat] is None:
-            return []
-        return [(accounts[seat], "your_turn", {**game, "seat": seat})]
+        return None if seat is None else row["seated"][seat]
+
+    def your_turn(
+        self, row: dict[str, Any], key: str, seat: int | None, game: dict[str, Any]
+    ) -> list[tuple[str | None, str, dict[str, Any]]]:
+        """``turn``, and a ``your_turn`` to the account of ``seat`` if there is one."""
+        account = self.turn(row, key, seat)
+        return [] if account is None else [(account, "your_turn", {**game, "seat": seat})]
 
     def notice(self, sql: Sql, account: str, kind: str, event: Any, fields: dict[str, Any]) -> None:
         seq = self.heads.get(account)
@@ -335,6 +345,9 @@ class NoticesView(View):
         before = datetime.now(UTC) - RETAIN if sql.scratch else None
         changes = Changes(*self._games(sql, prepared), before)
         for event, shown in prepared:
+            if type(event) is TurnEnd:  # most of the log
+                self._turn_ended(sql, changes, event)
+                continue
             for account, kind, fields in self._notices(sql, changes, event, shown):
                 if account is None:
                     continue
@@ -413,12 +426,7 @@ class NoticesView(View):
         row = games.get(key)
         if row is None:
             return []  # finished, or created before this view existed
-        accounts: list[str | None] = row.get("seated") or json.loads(row["accounts"])
-        row["seated"] = accounts  # the column's JSON read once a batch
-        if type(event) is TurnEnd:  # most of the log: straight to the turn's passing
-            if not any(accounts):
-                return []
-            return changes.turn(row, key, event.next_player, {"game_id": key, "version": version})
+        accounts = seated_accounts(row)
         if isinstance(event, SEAT_CHANGES):
             accounts[event.seat] = event.account if isinstance(event, Game.SeatJoined) else None
             row["accounts"] = json.dumps(accounts)
@@ -436,10 +444,10 @@ class NoticesView(View):
             out: list[tuple[str | None, str, dict[str, Any]]] = [
                 (handle, "game_started", {**started, "seat": seat}) for seat, handle in seated
             ]
-            return out + changes.turn(row, key, event.first_player, game)
+            return out + changes.your_turn(row, key, event.first_player, game)
         if isinstance(event, Game.PlayerResigned):
             if event.next_player is None or row["current"] == event.seat:
-                return changes.turn(row, key, event.next_player, game)
+                return changes.your_turn(row, key, event.next_player, game)
             return []
         if isinstance(event, Game.GameFinished):
             return [
@@ -451,6 +459,21 @@ class NoticesView(View):
                 for seat, handle in seated
             ]
         return []
+
+    @staticmethod
+    def _turn_ended(sql: Sql, changes: Changes, event: TurnEnd) -> None:
+        """A turn's end, most of the log: the turn passes, with a ``your_turn`` to the next
+        player's account; what ``_notices`` does for another event, without the lists, tuples
+        and dicts it hands on (a rebuild reads millions of these)."""
+        key = changes.keys[event.originator_id.int]
+        row = changes.games.get(key)
+        if row is None or not any(seated_accounts(row)):  # finished, or created before this view
+            return
+        seat = event.next_player
+        account = changes.turn(row, key, seat)
+        if account is not None and (handle := account.lower()) not in BOTS:
+            fields = {"game_id": key, "version": event.originator_version, "seat": seat}
+            changes.notice(sql, handle, "your_turn", event, fields)
 
     @staticmethod
     def _challenge_notices(
