@@ -129,6 +129,10 @@ def test_a_built_in_bot_accepts_at_once(client: FlaskClient) -> None:
     game = client.get(f"/v1/games/{challenge['game_id']}").get_json()
     assert [p["account"] for p in game["players"]] == ["ann", "expert"]
     assert game["rated"] is True
+    # The game's start (and whoever's turn it is) is told to its people, never to a built-in bot.
+    notices = client.application.extensions["cantstop"].notices
+    assert notices.latest("ann") > 0
+    assert notices.latest("expert") == 0
 
 
 @pytest.mark.parametrize(

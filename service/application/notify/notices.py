@@ -171,7 +171,12 @@ class Changes:
         account = self.turn(row, key, seat)
         return [] if account is None else [(account, "your_turn", {**game, "seat": seat})]
 
-    def notice(self, sql: Sql, account: str, kind: str, event: Any, fields: dict[str, Any]) -> None:
+    def notice(self, sql: Sql, seated: str, kind: str, event: Any, fields: dict[str, Any]) -> None:
+        """A notice to the account ``seated`` (as a game's row names it), by its lowercase
+        handle; none to the server's own bots."""
+        account = seated.lower()
+        if account in BOTS:
+            return
         seq = self.heads.get(account)
         if seq is None:
             head = sql.one("SELECT seq FROM {heads} WHERE account = ?", [account])
@@ -349,11 +354,8 @@ class NoticesView(View):
                 self._turn_ended(sql, changes, event)
                 continue
             for account, kind, fields in self._notices(sql, changes, event, shown):
-                if account is None:
-                    continue
-                handle = account.lower()
-                if handle not in BOTS:
-                    changes.notice(sql, handle, kind, event, fields)
+                if account is not None:
+                    changes.notice(sql, account, kind, event, fields)
         return changes.write(sql, stamp)
 
     def applied(self, sql: Sql, written: list[Notice]) -> None:
@@ -471,9 +473,9 @@ class NoticesView(View):
             return
         seat = event.next_player
         account = changes.turn(row, key, seat)
-        if account is not None and (handle := account.lower()) not in BOTS:
+        if account is not None:
             fields = {"game_id": key, "version": event.originator_version, "seat": seat}
-            changes.notice(sql, handle, "your_turn", event, fields)
+            changes.notice(sql, account, "your_turn", event, fields)
 
     @staticmethod
     def _challenge_notices(
