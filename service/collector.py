@@ -62,7 +62,7 @@ def settle() -> None:
     """Set aside from the collector's passes every object alive now (``gc.freeze``), after a
     collection so that no garbage is set aside with them. Call it once a process has built what
     it keeps for its life: an HTTP worker, once its app is loaded, holds ~93,000 such objects,
-    and each full pass walked them all (100–170 ms with the worker's threads stopped, once in
+    and each full pass walked them all (110–149 ms with the worker's threads stopped, once in
     ~12,000 actions under the bench's load; docs/performance.md, levers). The objects set aside
     are freed by their reference counts as before; only a cycle among them that became garbage
     later would stay, and what a process keeps for its life does not."""
