@@ -287,6 +287,12 @@ class ServerSettings:
     read_timeout: int = 20
     """``CANTSTOP_READ_TIMEOUT``: seconds a client may send nothing in the middle of a request
     (its headers or its body) before its connection is closed (a body: 408)."""
+    keepalive_time: int = 60
+    """``CANTSTOP_KEEPALIVE_TIME``: seconds a connection is kept for further requests; the first
+    request after them is answered with ``Connection: close``, so the client (or a proxy's
+    pool of upstream connections) opens a new one, which any worker may take: the load spreads
+    again over workers that started at different times (nginx's ``keepalive_time``). By age,
+    not by a count of requests: a count moves the connections of the faster worker sooner."""
 
     @staticmethod
     def log_format_of(env: Mapping[str, str]) -> str:
@@ -309,5 +315,6 @@ class ServerSettings:
             ),
             cpu_affinity=env_choice(env, "CANTSTOP_CPU_AFFINITY", "off", ("off", "auto", "on")),
             read_timeout=env_int(env, "CANTSTOP_READ_TIMEOUT", 20, low=1, high=3600),
+            keepalive_time=env_int(env, "CANTSTOP_KEEPALIVE_TIME", 60, low=1, high=86_400),
             log_format=cls.log_format_of(env),
         )

@@ -10,7 +10,9 @@ base class (the master, signals, heartbeat), ``h11`` for HTTP/1.1, ``concurrent.
 
 Like gthread: a selector on the listeners and the idle kept-alive connections (main thread), a
 request at a time per connection on a pool of ``threads`` threads, blocking reads bounded by
-``CANTSTOP_READ_TIMEOUT``. TLS is not served here: it ends at the proxy in front.
+``CANTSTOP_READ_TIMEOUT``, a connection kept for ``CANTSTOP_KEEPALIVE_TIME`` seconds at most (then
+``Connection: close``: a worker that started late gets its share of kept-alive clients once they
+reconnect). TLS is not served here: it ends at the proxy in front.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import concurrent.futures
 import contextlib
 import json
 import logging
+import math
 import os
 import selectors
 import socket
@@ -138,11 +141,12 @@ class ClientStalled(Exception):
 class Connection:
     """One client connection: its socket and its HTTP/1.1 state."""
 
-    __slots__ = ("addr", "deadline", "h11", "local", "pending", "sock", "waiting")
+    __slots__ = ("addr", "deadline", "h11", "local", "pending", "retire", "sock", "waiting")
 
-    def __init__(self, sock: socket.socket, addr: Any) -> None:
+    def __init__(self, sock: socket.socket, addr: Any, retire: float = math.inf) -> None:
         self.sock = sock
         self.addr = addr
+        self.retire = retire  # monotonic time after which its next answer closes it
         self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
         self.pending = b""  # received after the request before: the next one's start
         self.local: tuple[str, str] | None = None
@@ -295,6 +299,7 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
         super().__init__(*args, **kwargs)
         server = ServerSettings.from_env()
         self.read_timeout = server.read_timeout
+        self.keepalive_time = server.keepalive_time
         # The kernel's receive and send timeouts, not Python's: a socket with a Python timeout
         # polls before every read and write (a system call and a GIL hand-over more each); a
         # blocking one with SO_RCVTIMEO fails a read that waited that long with EAGAIN
@@ -392,7 +397,8 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, self.io_timeout)
         with self.lock:
             self.connections += 1
-        self._wait(Connection(sock, addr), self.fresh, self.read_timeout)
+        conn = Connection(sock, addr, time.monotonic() + self.keepalive_time)
+        self._wait(conn, self.fresh, self.read_timeout)
 
     def _wait(
         self, conn: Connection, queue: deque[tuple[float, Connection]], seconds: float
@@ -622,7 +628,12 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
         started: float,
     ) -> bool:
         h = conn.h11
-        keep = self.alive and code not in CLOSING and request.http_version == b"1.1"
+        keep = (
+            self.alive
+            and code not in CLOSING
+            and request.http_version == b"1.1"
+            and started < conn.retire
+        )
         if keep and h.their_state is h11.SEND_BODY:  # the app left (part of) the body unread
             keep = body.drain(DRAIN_MAX)  # True: read to its end
         if keep:

@@ -43,9 +43,9 @@ def app(environ, start_response):
 """
 
 
-@pytest.fixture(scope="module")
-def port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    folder = tmp_path_factory.mktemp("worker")
+@contextlib.contextmanager
+def bare_server(folder: Path, env: dict[str, str] | None = None) -> Iterator[int]:
+    """gunicorn with the service's worker class serving the bare app; its port."""
     (folder / "bare.py").write_text(APP)
     chosen = free_port()
     log = (folder / "log").open("wb")
@@ -56,7 +56,7 @@ def port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
         ],
         stdout=log,
         stderr=subprocess.STDOUT,
-        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", **(env or {})},
     )
 
     def up() -> bool:
@@ -71,6 +71,12 @@ def port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
         process.terminate()
         process.wait(timeout=15)
         log.close()
+
+
+@pytest.fixture(scope="module")
+def port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    with bare_server(tmp_path_factory.mktemp("worker")) as chosen:
+        yield chosen
 
 
 def exchange(port: int, data: bytes) -> bytes:
@@ -167,3 +173,29 @@ def test_connections_that_send_nothing_hold_no_thread(port: int) -> None:
     finally:
         for sock in silent:
             sock.close()
+
+
+def test_a_connection_is_kept_for_the_time_it_may_then_closed(tmp_path: Path) -> None:
+    """CANTSTOP_KEEPALIVE_TIME: the first request after the connection's time is answered with
+    ``Connection: close`` and the connection ends: the client opens a new one, which any worker
+    may take (a worker started late gets its share of kept-alive clients)."""
+    with bare_server(tmp_path, {"CANTSTOP_KEEPALIVE_TIME": "1"}) as port:
+        request = b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nok"
+        with socket.create_connection((HOST, port), timeout=10) as raw:
+            reader = raw.makefile("rb")
+
+            def answer() -> bool:
+                """Whether the answer to one request closes the connection."""
+                raw.sendall(request)
+                head = []
+                while (line := reader.readline()) not in (b"\r\n", b""):
+                    head.append(line)
+                assert head[0] == b"HTTP/1.1 200 OK\r\n" and reader.read(2) == b"ok"
+                return b"Connection: close\r\n" in head
+
+            opened = time.monotonic()
+            while time.monotonic() - opened < 0.5:  # well within its time: kept
+                assert not answer()
+            time.sleep(max(0.0, opened + 1.2 - time.monotonic()))  # past its time (1 s)
+            assert answer()
+            assert reader.read() == b""  # closed by the server
