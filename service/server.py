@@ -134,10 +134,6 @@ class MalformedBody(BadRequest):
     then answers 400 malformed_request itself and closes the connection."""
 
 
-class ClientStalled(Exception):
-    """The client sent nothing for the read timeout in the middle of a request."""
-
-
 class Connection:
     """One client connection: its socket and its HTTP/1.1 state."""
 

@@ -1,4 +1,5 @@
-"""Live games: the per-process hub behind ``GET /v1/games/{id}/stream`` (server-sent events).
+"""Live streams: the per-process hub behind ``GET /v1/games/{id}/stream``, ``/v1/account/stream``
+and ``/v1/tournaments/{id}/stream`` (server-sent events).
 
 A stream does not hold a thread. Each worker process runs one asyncio event loop (``Hub``'s
 thread) that serves every stream of the process: under `cantstop serve`, once the request is
@@ -11,7 +12,8 @@ one implementation, two sinks.
 
 How an event reaches every stream, whichever worker or host recorded it:
 
-* ``Games.save`` stores the events, then calls ``Hub.publish`` (its ``on_recorded`` hook). The hub
+* ``Store.save`` (service/application/store.py) stores the events, then calls ``Hub.publish``
+  (its ``on_recorded`` hook). The hub
   hands them to this process's feed of that game, if it has one, and, with Redis, publishes each
   one to the channel ``cantstop:game:<id>``. A failed publish is logged and swallowed: the action
   stays recorded.
@@ -292,7 +294,7 @@ class Hub:
 
     # ------------------------------------------------------------------------ publishing
     def publish(self, game_id: uuid.UUID, records: list[dict[str, Any]]) -> None:
-        """The ``Games.on_recorded`` hook: called after the events are stored. Never raises."""
+        """The ``Store.on_recorded`` hook: called after the events are stored. Never raises."""
         try:
             if self.link is None and not self._watched:
                 return  # no stream in this process and no Redis: no channel name to make

@@ -1,7 +1,8 @@
 """Accounts' secrets, beside the events and never in them: each account's password hash
 (argon2id) and its personal tokens' hashes (SHA-256 of 256 random bits), with their scopes.
 
-Kept in tables of their own so that closing an account can erase them (an event is immutable).
+Kept in tables of their own so that closing an account can delete its password hash and revoke
+its tokens (an event is immutable).
 A token is found by its id (the part before its secret) and its secret compared with the stored
 hash in constant time; revoking one is a row update, read by every worker and host at the next
 request.

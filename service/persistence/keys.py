@@ -1,6 +1,6 @@
 """The receipts' development key, kept in the store when the operator configures none: every
 worker and host of one store then signs with the same key, and a restart keeps it. (An operator's
-keys come from a file instead: service/application/receipts.py.)"""
+keys come from a file instead: service/application/games/receipts.py.)"""
 
 from __future__ import annotations
 

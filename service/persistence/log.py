@@ -11,8 +11,9 @@ transaction that wrote it (column ``tx``) and the log is read in the order of th
 has committed or aborted, so no row can still appear there, and the position is the pair
 ``(tx, notification_id)`` of the last row read. A page is one range of that index, from the
 position up to ``xmin``: the planner reads it as an index range (``EXPLAIN`` in
-tests/test_log_reader.py), not from the start of the log as the earlier query (by
-``notification_id`` alone, with ``tx`` as a filter) made it do.
+tests/test_views.py `test_the_log_poll_reads_an_index_range_on_postgresql`), not from the start
+of the log as the earlier query (by ``notification_id`` alone, with ``tx`` as a filter) made it
+do.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Start-up DDL one process at a time, so a fleet that starts together comes up whole.
 
 Every ``cantstop serve``, ``migrate`` (and the other commands that create tables) runs its
-``CREATE … IF NOT EXISTS``, ``CREATE OR REPLACE FUNCTION`` and ``ALTER … IF NOT EXISTS`` at start.
+``CREATE … IF NOT EXISTS`` and ``ALTER … IF NOT EXISTS`` at start.
 PostgreSQL's ``IF NOT EXISTS`` is no guard between sessions: run at once, they collide in the
 catalog (``duplicate key value violates unique constraint "pg_type_typname_nsp_index"`` on an
 empty database, ``tuple concurrently updated`` on a migrated one) and the process exits 1.

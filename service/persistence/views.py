@@ -45,7 +45,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple, cast
 
@@ -190,13 +189,6 @@ class View:
         log up to the last of ``heads`` would (every head of ``summary_topics`` up there, in the
         log's order)."""
         raise NotImplementedError
-
-
-@dataclass
-class Decoded:
-    """Turns a stored notification into its domain event (the application's mapper)."""
-
-    to_domain_event: Callable[[Notification], Any]
 
 
 class Views:

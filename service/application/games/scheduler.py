@@ -17,9 +17,10 @@ event: its plan stays as it was (early, never late), and when that time comes ``
 nothing due and plans the true time. Only events that may seat a computer player (a creation,
 a seat taken or given back) plan a plain game again; a finished game is dropped unread.
 
-The loop also moves every other view on at each poll (``Runtime.views``), so that a request
-rarely finds its view behind, and then does its chores (pairing open seeks, recording expired
-challenges and seeks, pruning old notices).
+The loop also moves every other view on at each poll (``Runtime.moved_views``), so that a
+request rarely finds its view behind, and then does its chores (pairing open seeks, moving
+tournaments on, recording expired challenges and seeks, pruning old notices, delivering
+webhooks, summing up finished rated games' analyses).
 """
 
 from __future__ import annotations

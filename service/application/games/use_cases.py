@@ -1,6 +1,6 @@
 """The games' use cases: create, act, read. Each game is a ``Game`` aggregate; its secrets live in
-its ``Vault`` (games/secrets.py), saved in the same transaction; both are saved and loaded
-through the store (service/application/store.py).
+its ``Vault`` (service/application/aggregates.py, read through games/secrets.py), saved in the
+same transaction; both are saved and loaded through the store (service/application/store.py).
 """
 
 from __future__ import annotations

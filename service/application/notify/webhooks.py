@@ -6,7 +6,7 @@ Webhooks specification, for apps that are not connected to the account stream.
   422 ``webhook_url_not_https``, or ``webhook_url_not_public`` with one detail whether the host
   is not public or does not resolve (so a caller cannot probe which internal names exist). The
   host is resolved when the webhook is created and again at each delivery, which connects to the
-  address that one lookup gave (``webhook_delivery``): a name that later resolves to a private
+  address that one lookup gave (``delivery.post``): a name that later resolves to a private
   address (DNS rebinding) gets no delivery. ``CANTSTOP_WEBHOOK_ALLOW_PRIVATE=true`` allows both
   ``http`` and non-public addresses (tests, closed networks). At most
   ``CANTSTOP_WEBHOOK_MAX_PER_ACCOUNT`` (10) webhooks per account: 409 ``too_many_webhooks``.
@@ -15,7 +15,8 @@ Webhooks specification, for apps that are not connected to the account stream.
 - **Enqueueing**: the notices view calls ``on_notices`` inside the transaction that writes the
   notices: one delivery per (notice, webhook of that account subscribed to its type), exactly
   once with the notice, and never on an action's path (no HTTP there: rows only).
-- **Delivering**: ``webhook_delivery.Dispatcher``, in the scheduling process.
+- **Delivering**: ``delivery.Dispatcher`` (service/application/notify/delivery.py), in the
+  scheduling process.
 """
 
 from __future__ import annotations
