@@ -29,11 +29,12 @@ import re
 import sys
 import tempfile
 import uuid
+import zlib
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from service.persistence.compact import COMPACT
+from service.persistence.compact import COMPACT, HEAD
 
 # The events' and snapshots' tables: stored_events and stored_snapshots in SQLite,
 # cantstop_events and cantstop_snapshots in PostgreSQL (and their indexes).
@@ -104,11 +105,13 @@ def sqlite_sizes(path: str) -> dict[str, int]:
         return dict(db.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name").fetchall())
 
 
-def sqlite_rows(path: str) -> list[tuple[str, bytes]]:
+def sqlite_rows(path: str) -> list[tuple[Any, int, str, bytes]]:
     import sqlite3
 
     with sqlite3.connect(path) as db:
-        return db.execute("SELECT topic, state FROM stored_events").fetchall()
+        return db.execute(
+            "SELECT originator_id, originator_version, topic, state FROM stored_events"
+        ).fetchall()
 
 
 # ---------------------------------------------------------------------------- PostgreSQL
@@ -133,13 +136,15 @@ def pg_sizes(url: str) -> dict[str, int]:
     return sizes
 
 
-def pg_rows(url: str) -> list[tuple[str, bytes]]:
+def pg_rows(url: str) -> list[tuple[Any, int, str, bytes]]:
     import psycopg
     from psycopg import sql
 
     with psycopg.connect(url) as conn:
-        query = sql.SQL("SELECT topic, state FROM {}").format(sql.Identifier(EVENTS[1]))
-        return [(t, bytes(s)) for t, s in conn.execute(query)]
+        query = sql.SQL("SELECT originator_id, originator_version, topic, state FROM {}").format(
+            sql.Identifier(EVENTS[1])
+        )
+        return [(i, v, t, bytes(s)) for i, v, t, s in conn.execute(query)]
 
 
 def pg_database(server: str) -> tuple[str, Callable[[], None]]:
@@ -163,12 +168,12 @@ HASHES = re.compile(rb'"(?:prev_hash|hash|last_hash)":"[0-9a-f]{64}"')
 STAMPS = re.compile(rb'"timestamp":\{"_type_":"datetime_iso","_data_":"[^"]*"\},?')
 
 
-def payload_parts(rows: list[tuple[str, bytes]]) -> Counter[str]:
+def payload_parts(rows: list[tuple[Any, int, str, bytes]]) -> Counter[str]:
     """The events' bytes by what they hold (a row's ids and version are ~24 bytes more), in
     either stored form: JSON (hashes as hex, times as ISO text, names repeated) or compact
     (service/persistence/compact.py: hashes as bytes, times as 8 bytes, names by schema)."""
     parts: Counter[str] = Counter()
-    for topic, state in rows:
+    for _, _, topic, state in rows:
         state = bytes(state)
         kind = "game" if topic.startswith("domain.game:") else topic.split(":")[-1].split(".")[0]
         if state[:1] == bytes((COMPACT,)):
@@ -182,6 +187,34 @@ def payload_parts(rows: list[tuple[str, bytes]]) -> Counter[str]:
         parts[f"{kind}: the rest"] += len(state) - hashes - stamps
         parts[f"{kind}: count"] += 1
     return parts
+
+
+def archived(rows: list[tuple[Any, int, str, bytes]]) -> int | None:
+    """What a finished game's events would take as one row of their own, on average (issue 44:
+    the one way below ~20 KB a game found, not built; docs/scaling.md): each event's compact
+    state without its ``prev_hash`` (the event before's hash), a byte for its topic, its
+    version implied by its place, the lot deflated (zlib level 6). The row's own overhead and
+    whatever index would find it are not in it. None if no game finished in the compact form."""
+    games: dict[str, list[tuple[int, str, bytes]]] = {}
+    for originator_id, version, topic, state in rows:
+        if topic.startswith("domain.game:"):
+            games.setdefault(str(originator_id), []).append((version, topic, bytes(state)))
+    codes: dict[str, int] = {}
+    sizes = []
+    for events in games.values():
+        events.sort()
+        if not any(topic.endswith(".GameFinished") for _, topic, _ in events) or any(
+            state[:1] != bytes((COMPACT,)) for _, _, state in events
+        ):
+            continue
+        packed = bytearray()
+        for _, topic, state in events:
+            _, _, _, _, digest = HEAD.unpack_from(state)
+            body = state[HEAD.size :]
+            packed.append(codes.setdefault(topic, len(codes)))
+            packed += state[: HEAD.size - 64] + digest + len(body).to_bytes(2, "big") + body
+        sizes.append(len(zlib.compress(bytes(packed), 6)))
+    return round(sum(sizes) / len(sizes)) if sizes else None
 
 
 def report(
@@ -202,6 +235,7 @@ def report(
         "parts": {p: round(by_part[p] / games) for p, _ in PARTS if by_part[p]},
         "largest": {n: round(b / games) for n, b in grown.most_common(8)},
         "events_per_game": round(payload["game: count"] / games, 1),
+        "finished_game_as_one_row": archived(rows),
         "event_payload_per_game": {
             k: round(v / games) for k, v in sorted(payload.items()) if not k.endswith("count")
         },
