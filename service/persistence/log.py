@@ -35,7 +35,9 @@ from service.persistence.guard import guarded
 class Position(NamedTuple):
     """Where a reader is in the log: everything at or before it has been read. On SQLite ``tx``
     is 0 and ``id`` the last notification id read; on PostgreSQL, the last row's transaction
-    id and notification id (or ``(xmin, 0)`` once a read found nothing below ``xmin``)."""
+    id and notification id, or the end of the window read (``(xmin, 0)``, or the reader's
+    ``until`` if earlier) once a read returned fewer rows than it asked for: nothing more can
+    appear below ``xmin``."""
 
     tx: int
     id: int
