@@ -70,7 +70,7 @@ def test_the_experts_own_decisions_lose_nothing(index: int) -> None:
     assert analysis["finished"] and analysis["decisions"]
     for decision in analysis["decisions"]:
         assert decision["loss"] == pytest.approx(0, abs=1e-12), decision
-        assert decision["chosen"] == decision["best"] or decision["loss"] == 0
+        assert decision["value_chosen"] == pytest.approx(decision["value_best"], abs=1e-12)
     for seat in analysis["seats"]:
         assert seat["skill_loss"] == pytest.approx(0, abs=1e-12)
         assert seat["blunders"] == 0

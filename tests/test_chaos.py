@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.postgres, pytest.mark.redis]
 
 HOSTS = 2
 SECONDS = 25  # of play; with the start, the faults' heals and the checks, about 2 minutes
-WALL = 180
+WALL = 360  # a hang, not a speed: three times what the round takes
 SEED = 7
 
 
@@ -35,4 +35,4 @@ def test_a_short_round_of_faults_loses_nothing(tmp_path: Path) -> None:
     assert all("Error" not in f["detail"] for f in report["faults"]), report["faults"]
     assert int(report["answers_by_status"].get("200", 0)) >= 100, report["answers_by_status"]
     assert {"clocked", "bot", "rated", "solo", "caught"} <= set(report["games"]), report["games"]
-    assert took < WALL, f"the short round took {took:.0f} s"
+    assert took < WALL, f"the short round took {took:.0f} s: something hung"

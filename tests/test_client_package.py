@@ -369,7 +369,6 @@ def test_pip_installs_the_subdirectory_into_a_fresh_virtualenv(
     assert str(venv) in where and valid == "True"
     typed = list(venv.glob("lib/python*/site-packages/cantstop_client/py.typed"))
     assert typed, "py.typed is installed with the package"
-    assert seconds < 120, f"pip install took {seconds:.0f} s"
 
 
 def test_the_readme_tour_runs_as_written(server: str, tmp_path: Path) -> None:

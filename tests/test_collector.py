@@ -17,18 +17,19 @@ def test_the_collector_is_off_while_any_thread_holds_it_paused() -> None:
     assert gc.isenabled()
     first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
     seen: dict[str, bool] = {}
+    waited: list[bool] = []  # each hand-over happened (not timed out): the pauses overlapped
 
     def first() -> None:
         with collector.paused():
             first_in.set()
-            second_in.wait(10)
+            waited.append(second_in.wait(10))
         first_out.set()
 
     def second() -> None:
-        first_in.wait(10)
+        waited.append(first_in.wait(10))
         with collector.paused():
             second_in.set()
-            first_out.wait(10)  # the first let go: still off, this one holds it
+            waited.append(first_out.wait(10))  # the first let go: still off, this one holds it
             seen["after_first"] = gc.isenabled()
 
     threads = [threading.Thread(target=first), threading.Thread(target=second)]
@@ -37,6 +38,7 @@ def test_the_collector_is_off_while_any_thread_holds_it_paused() -> None:
     for thread in threads:
         thread.join(10)
     assert seen == {"after_first": False}
+    assert waited == [True, True, True]
     assert gc.isenabled()
 
 

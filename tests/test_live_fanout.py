@@ -183,7 +183,8 @@ def test_a_feed_waits_its_pacers_gap_between_flushes() -> None:
         await until(lambda: sink.versions() == [1], "the first event, at once")
         written = time.monotonic()
         feed.deliver([envelope(2)])
-        await asyncio.sleep(0.05)
+        for _ in range(3):  # a few turns of the loop, well within the gap
+            await asyncio.sleep(0)
         feed.deliver([envelope(3)])
         assert sink.versions() == [1]  # held back: within the gap
         await until(lambda: sink.versions() == [1, 2, 3], "the next two")

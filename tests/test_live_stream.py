@@ -544,7 +544,9 @@ def test_a_slow_reader_catching_up_is_waited_for_not_dropped() -> None:
             most = max(most, sink.pending())
             if sink.pending() > sinks_module.DRAIN_ABOVE:
                 await sink.drained()
+        deadline = time.monotonic() + 30
         while sink.pending():
+            assert time.monotonic() < deadline, "the sink did not drain"
             await asyncio.sleep(0.01)
         sink.close()
         return most
