@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from flask.testing import FlaskClient
 from service.config import Settings
 from service.http.app import create_app
 from tests.support.http import bearer
+from tests.support.racing import race_cleanly
 from tests.support.servers import run_scheduler
 
 Json = dict[str, Any]
@@ -145,19 +146,14 @@ def test_revocation_holds_on_every_worker_at_once(tmp_path: Path) -> None:
 
 
 def test_ten_sign_ups_racing_for_one_handle_make_one_account(app: Flask) -> None:
-    answers: list[int] = []
 
-    def attempt(i: int) -> None:
+    def attempt(i: int) -> int:
         reply = app.test_client().post(
             "/v1/accounts", json={"handle": "Dee" if i % 2 else "dee", "password": PASSWORD}
         )
-        answers.append(reply.status_code)
+        return reply.status_code
 
-    threads = [threading.Thread(target=attempt, args=(i,)) for i in range(10)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    answers = race_cleanly([partial(attempt, i) for i in range(10)])
     assert sorted(answers) == [201] + [409] * 9
 
 
@@ -356,13 +352,7 @@ def test_a_rated_games_ratings_change_once_when_workers_race_at_its_end(
             )
             assert resigned.get_json()["game"]["status"] == "finished"
         runtimes = [app.extensions["cantstop"] for app in (one, two)]
-        threads = [
-            threading.Thread(target=rt.views.catch_up, args=(rt.ratings,)) for rt in runtimes
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        race_cleanly([partial(rt.views.catch_up, rt.ratings) for rt in runtimes])
         raced = runtimes[0].ratings.of_account(runtimes[0].views, "ann")
         assert raced[0]["games"] == 3
         runtimes[0].views.rebuild(runtimes[0].ratings)  # one worker, from the start of the log

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import random
-import threading
 import time
 import uuid
 from typing import Any
@@ -30,6 +29,7 @@ from tests.support.games import UNKNOWN, export_text
 from tests.support.http import Json, bearer
 from tests.support.played import play
 from tests.support.polling import wait_until
+from tests.support.racing import race_cleanly
 from tests.support.servers import run_scheduler
 
 PASSWORD = "correct horse battery staple"
@@ -305,11 +305,7 @@ def test_two_processes_summarising_at_once_write_each_game_once(
     other = create_app(Settings(database_url=database_url))
     try:
         runtimes = [runtime_of(client), other.extensions["cantstop"]]
-        threads = [threading.Thread(target=rt.fair_play.catch_up) for rt in runtimes]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        race_cleanly([rt.fair_play.catch_up for rt in runtimes])
         rows = runtimes[0].fair_play.table.execute(
             "SELECT count(*) AS n FROM cantstop_fair_play", fetch="one"
         )

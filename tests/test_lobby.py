@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from service.config import Settings
 from service.http.app import create_app
 from tests.support.games import history
 from tests.support.polling import poll
+from tests.support.racing import race_cleanly
 from tests.support.servers import run_scheduler
 
 Json = dict[str, Any]
@@ -387,18 +389,11 @@ def test_a_rematch_is_one_game_however_many_ask_at_once(app: Flask) -> None:
         clock={"turn_seconds": 60},
     )
     old_version = client.get(f"/v1/games/{old}").get_json()["version"]
-    answers: list[Any] = []
 
-    def ask(token: str) -> None:
-        answers.append(app.test_client().post(f"/v1/games/{old}/rematch", headers=bearer(token)))
+    def ask(token: str) -> Any:
+        return app.test_client().post(f"/v1/games/{old}/rematch", headers=bearer(token))
 
-    threads = [
-        threading.Thread(target=ask, args=(s["token"],)) for s in seats[:2] for _ in range(3)
-    ]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    answers = race_cleanly([partial(ask, s["token"]) for s in seats[:2] for _ in range(3)])
     ok = [a for a in answers if a.status_code == 201]
     assert len(ok) == 2  # each person's seat once; the repeats are refused
     assert {a.status_code for a in answers} <= {201, 409}

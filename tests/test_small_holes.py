@@ -9,9 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import uuid
-from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -35,6 +33,7 @@ from service.http.app import create_app
 from service.runtime import Runtime
 from tests.support.http import bearer
 from tests.support.polling import poll
+from tests.support.racing import race
 from tests.support.servers import run_scheduler
 
 Json = dict[str, Any]
@@ -279,26 +278,6 @@ def two_hosts(database_url: str) -> Any:
 
 def principal(rt: Runtime, token: str) -> Principal:
     return rt.accounts.authenticate(token)
-
-
-def race(calls: Sequence[Callable[[], Any]]) -> list[Any]:
-    """Run every call at once, each in its thread: what each returned, or the error raised."""
-    barrier = threading.Barrier(len(calls))
-    results: list[Any] = [None] * len(calls)
-
-    def run(index: int) -> None:
-        barrier.wait()
-        try:
-            results[index] = calls[index]()
-        except Exception as exc:  # the refusals are what is counted
-            results[index] = exc
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    return results
 
 
 def notices_of(rt: Runtime, handle: str, kind: str) -> list[Json]:

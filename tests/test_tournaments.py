@@ -16,7 +16,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -35,6 +34,7 @@ from service.http.app import create_app
 from tests.conftest import CheckedClient
 from tests.support.http import bearer
 from tests.support.polling import wait_until
+from tests.support.racing import race_cleanly
 from tests.support.servers import run_scheduler
 from tests.support.spec import load_spec, validator
 
@@ -365,19 +365,13 @@ def test_registering_twice_even_racing_is_one_registration(app: Flask) -> None:
     creator = sign_up(client, "host1", bot=False)
     ann = sign_up(client, "ann")
     tid = create(client, creator, kind="swiss", players_per_table=2, rounds=1)["id"]
-    answers: list[int] = []
-    lock = threading.Lock()
 
-    def go() -> None:
-        reply = client_of(app).post(f"/v1/tournaments/{tid}/players", headers=bearer(ann))
-        with lock:
-            answers.append(reply.status_code)
+    def go() -> int:
+        return (
+            client_of(app).post(f"/v1/tournaments/{tid}/players", headers=bearer(ann)).status_code
+        )
 
-    threads = [threading.Thread(target=go) for _ in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    answers = race_cleanly([go] * 6)
     assert sorted(answers) == [201] + [409] * 5
     again = client.post(f"/v1/tournaments/{tid}/players", headers=bearer(ann))
     assert again.status_code == 409 and again.get_json()["code"] == "already_registered"

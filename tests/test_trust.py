@@ -9,7 +9,6 @@ import json
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from service.application.aggregates import vault_id
 from service.application.store import Store
 from service.config import Settings
 from service.http.app import create_app
+from tests.support.racing import race_cleanly
 from tests.support.stored import json_fields
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -146,16 +146,11 @@ def test_unknown_and_expired_commitments_are_refused(app: Flask, client: FlaskCl
 def test_racing_games_on_one_commitment_give_exactly_one_game(app: Flask) -> None:
     commitment = commit(app.test_client())
     body = {"players": ["Ann", "Bob"], "seed_commitment": commitment, "client_seed": "c"}
-    statuses: list[int] = []
 
-    def create() -> None:
-        statuses.append(app.test_client().post("/v1/games", json=body).status_code)
+    def create() -> int:
+        return app.test_client().post("/v1/games", json=body).status_code
 
-    threads = [threading.Thread(target=create) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    statuses = race_cleanly([create] * 8)
     assert sorted(statuses) == [201] + [422] * 7
 
 

@@ -9,9 +9,9 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from service.persistence.errors import StoreUnavailable
 from service.persistence.log import LogReader
 from service.persistence.views import Sql, Tracking, View, Views
 from service.runtime import Runtime
+from tests.support.racing import race_cleanly
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -125,13 +126,7 @@ def test_racing_workers_apply_each_event_exactly_once(database_url: str) -> None
         workers = [another_worker(database_url) for _ in range(3)]
         view = Counter()
         rt.views.setup([view])
-        threads = [
-            threading.Thread(target=worker.views.catch_up, args=(view,)) for worker in workers
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        race_cleanly([partial(worker.views.catch_up, view) for worker in workers])
         for worker in workers:
             worker.close()
         counts = Counter.counts(rt.views, view)
