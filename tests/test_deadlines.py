@@ -22,6 +22,7 @@ from domain.game import Game, chain_hash, event_records, format_at, parse_at
 from tests.support.clocks import clocked_game, roll
 from tests.support.games import history
 from tests.support.polling import wait_until
+from tests.support.racing import arrivals
 
 Json = dict[str, Any]
 SEED = "5" * 64
@@ -157,13 +158,14 @@ def test_an_action_written_after_the_deadline_is_refused_and_records_only_the_ti
     rt = client.application.extensions["cantstop"]
     game, token, deadline = clocked_game(client)
     answers: list[TestResponse] = []
-    with rt.games.store.owned(uuid.UUID(game["id"])):
-        sent = datetime.now(UTC)
+    with rt.games.store.owned(uuid.UUID(game["id"])), arrivals(rt.games.store) as arrived:
         request = threading.Thread(target=lambda: answers.append(roll(client, game["id"], token)))
         request.start()
+        wait_until(arrived.is_set, 10, "the roll to wait for the game's lock")
+        in_hand = datetime.now(UTC)  # its arrival time was taken before this
         wait_until(lambda: datetime.now(UTC) > deadline, 10, "the turn's deadline to pass")
     request.join(30)
-    assert sent < deadline - timedelta(seconds=1)  # it arrived well within the turn
+    assert in_hand < deadline - timedelta(seconds=1)  # it arrived well within the turn
     [answer] = answers
     assert answer.status_code == 409, answer.get_json()
     assert answer.get_json()["code"] == "turn_timed_out"

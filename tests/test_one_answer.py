@@ -27,6 +27,7 @@ from service.http.app import create_app
 from tests.support.games import history
 from tests.support.http import bearer
 from tests.support.polling import wait_until
+from tests.support.racing import arrivals
 
 Json = dict[str, Any]
 ROLL = {"type": "roll", "dice": [1, 2, 3, 4]}
@@ -91,8 +92,9 @@ def test_a_frozen_hosts_keyed_roll_answers_as_its_retry_was_answered(
     rt_a = a.extensions["cantstop"]
     a.test_client().get(f"/v1/games/{game_id}")  # host A has the game in its cache
     request, answers = frozen_request(a, game_id, ROLL, token, key)
-    with rt_a.store.owned(uuid.UUID(game_id)):  # host A stalls with the request in hand
-        request.start()
+    with rt_a.store.owned(uuid.UUID(game_id)), arrivals(rt_a.store) as arrived:
+        request.start()  # host A stalls with the request in hand
+        wait_until(arrived.is_set, 10, "host A to have the roll in hand")
         wait_until(lambda: datetime.now(UTC) > deadline, 10, "the turn's deadline to pass")
         retry = act(client_b, game_id, token, ROLL, key)  # the client's retry, on host B
         assert retry.status_code == 409 and retry.get_json()["code"] == "turn_timed_out"
@@ -125,8 +127,9 @@ def test_a_frozen_hosts_unkeyed_roll_never_lands_in_a_later_turn(
     rt_a = a.extensions["cantstop"]
     a.test_client().get(f"/v1/games/{game_id}")
     request, answers = frozen_request(a, game_id, ROLL, token, None)
-    with rt_a.store.owned(uuid.UUID(game_id)):
+    with rt_a.store.owned(uuid.UUID(game_id)), arrivals(rt_a.store) as arrived:
         request.start()
+        wait_until(arrived.is_set, 10, "host A to have the roll in hand")
         wait_until(lambda: datetime.now(UTC) > deadline, 10, "the turn's deadline to pass")
         late_elsewhere = act(client_b, game_id, token, {"type": "stop"})  # records the timeout
         assert late_elsewhere.get_json()["code"] == "turn_timed_out"
@@ -172,8 +175,9 @@ def test_a_resignation_is_not_held_to_its_turn(hosts: tuple[Flask, Flask]) -> No
     game_id = game["id"]
     rt_a = a.extensions["cantstop"]
     request, answers = frozen_request(a, game_id, {"type": "resign"}, other_token, None)
-    with rt_a.store.owned(uuid.UUID(game_id)):
+    with rt_a.store.owned(uuid.UUID(game_id)), arrivals(rt_a.store) as arrived:
         request.start()
+        wait_until(arrived.is_set, 10, "host A to have the resignation in hand")
         play_a_turn(client_b, game_id, token)  # a new turn begins after the resignation arrived
     request.join(30)
     assert answers[0].status_code == 200, answers[0].get_json()

@@ -191,6 +191,7 @@ def test_clients_that_stop_sending_mid_request_lose_their_connection_not_the_ser
     env = {"CANTSTOP_THREADS": "4", "CANTSTOP_READ_TIMEOUT": "1", "CANTSTOP_ACCESS_LOG": ""}
     with serving(tmp_path, *args, env=env, ready_port=port) as server:
         answers: dict[int, bytes] = {}
+        stalling = threading.Semaphore(0)  # released once a connection has sent its part
 
         def stall(i: int) -> None:  # then read until the server closes the connection
             with socket.create_connection((HOST, port), timeout=30) as raw:
@@ -207,11 +208,14 @@ def test_clients_that_stop_sending_mid_request_lose_their_connection_not_the_ser
                         b"POST /v1/games HTTP/1.1\r\nHost: x\r\n"
                         b'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"pl'
                     )
+                stalling.release()
                 answers[i] = raw.makefile("rb").read()
 
         stalled = [threading.Thread(target=stall, args=(i,)) for i in range(12)]  # 3x threads
         for thread in stalled:
             thread.start()
+        for _ in stalled:  # every connection stalls mid-request before the server is asked
+            assert stalling.acquire(timeout=20)
         assert send(port, "GET", "/healthz", timeout=20).status == 200
         for thread in stalled:
             thread.join(timeout=30)

@@ -6,8 +6,9 @@ first, so they start together."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 
@@ -41,3 +42,22 @@ def race_cleanly(calls: Sequence[Callable[[], Any]], *, timeout: float = 120.0) 
     errors = [r for r in results if isinstance(r, Exception)]
     assert not errors, errors
     return results
+
+
+@contextlib.contextmanager
+def arrivals(store: Any) -> Iterator[threading.Event]:
+    """An event set once a request asks for a game under its lock (``Store.owned``), which an
+    action does after taking its arrival time: a test holding the lock knows the request is in
+    hand, not merely that its thread was started."""
+    arrived = threading.Event()
+    owned = store.owned
+
+    def asked(*args: Any, **kwargs: Any) -> Any:
+        arrived.set()
+        return owned(*args, **kwargs)
+
+    store.owned = asked
+    try:
+        yield arrived
+    finally:
+        del store.owned  # the class's method again
