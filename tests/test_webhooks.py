@@ -790,9 +790,21 @@ def test_dispatchers_on_two_hosts_deliver_each_once(
         if backend == "postgres"
         else f"sqlite:///{tmp_path / 'shared.sqlite'}"
     )
-    receiver = receivers()
+    runtimes: list[Runtime] = []
+    ok = answer(200)
+
+    def both_at_work(handler: http.server.BaseHTTPRequestHandler, receiver: Receiver) -> None:
+        # Each delivery is held (within its deadline) until both dispatchers hold one: a
+        # dispatcher that claimed first cannot take them all, so both take part, every run.
+        held_until = time.monotonic() + TIMEOUT / 2
+        while not all(rt.dispatcher().busy for rt in runtimes) and time.monotonic() < held_until:
+            time.sleep(0.005)  # (no more than the bound: the last deliveries find one idle)
+        ok(handler, receiver)
+
+    receiver = receivers(both_at_work)
     first = Runtime(Settings(database_url=url, extra_env=PRIVATE), create_tables=True)
     second = Runtime(Settings(database_url=url, extra_env=PRIVATE), create_tables=False)
+    runtimes += [first, second]
     try:
         created = first.webhooks.create("ann", receiver.url(), list(EVENT_TYPES))
         count = 60
@@ -820,7 +832,7 @@ def test_dispatchers_on_two_hosts_deliver_each_once(
             for r in receiver.received
         )
         assert seqs == list(range(1, count + 1))
-        # Both took part (claims are race-free, not exclusive).
+        # Both took part (claims are race-free, not exclusive; the receiver saw to it).
         assert first.dispatcher().attempted > 0 and second.dispatcher().attempted > 0
         found = first.webhooks.tables.deliveries(created.webhook.id, 100)
         outcomes = [(row["status"], [a.error for a in log]) for row, log in found]
