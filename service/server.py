@@ -21,7 +21,6 @@ import concurrent.futures
 import contextlib
 import json
 import logging
-import math
 import os
 import selectors
 import socket
@@ -139,7 +138,7 @@ class Connection:
 
     __slots__ = ("addr", "deadline", "h11", "local", "pending", "retire", "sock", "waiting")
 
-    def __init__(self, sock: socket.socket, addr: Any, retire: float = math.inf) -> None:
+    def __init__(self, sock: socket.socket, addr: Any, retire: float) -> None:
         self.sock = sock
         self.addr = addr
         self.retire = retire  # monotonic time after which its next answer closes it

@@ -65,8 +65,8 @@ def notification(
     """The library's ``Notification`` of a row, its fields set at once: a rebuild reads millions,
     and the frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``, four
     times the time (2.4 against 0.6 µs a row, timeit on a slow VM; docs/performance.md,
-    levers). The same object
-    (tests/test_log_reader.py checks it against the class's own fields)."""
+    levers). The same object (tests/test_log_reader.py checks it against the class's own
+    fields)."""
     made = _new(Notification)
     _set(
         made,
