@@ -13,9 +13,9 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -40,6 +40,7 @@ from tests.support.analysis import cooled, run_jobs
 from tests.support.games import create_game, history, play_to_the_end
 from tests.support.http import bearer, ok
 from tests.support.polling import poll, wait_until
+from tests.support.racing import race_cleanly
 from tests.support.rated import finished_rated_game, sign_up
 
 Json = dict[str, Any]
@@ -138,20 +139,14 @@ def test_a_client_holds_at_most_a_few_unfinished_jobs_even_racing(
     client: FlaskClient, app: Flask
 ) -> None:
     games = [in_progress(client) for _ in range(PER_CLIENT + 4)]
-    barrier = threading.Barrier(len(games))
-    answers: dict[str, Any] = {}
 
-    def ask(game_id: str) -> None:
+    def asker(game_id: str) -> Callable[[], Any]:
         mine = app.test_client()
         mine.spec = client.spec  # type: ignore[attr-defined]
-        barrier.wait(10)
-        answers[game_id] = mine.get(f"/v1/games/{game_id}/analysis", **from_("10.0.0.1"))
+        return partial(mine.get, f"/v1/games/{game_id}/analysis", **from_("10.0.0.1"))
 
-    threads = [threading.Thread(target=ask, args=(g,)) for g, _ in games]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    replies = race_cleanly([asker(g) for g, _ in games], timeout=30)
+    answers: dict[str, Any] = dict(zip((g for g, _ in games), replies, strict=True))
     statuses = sorted(r.status_code for r in answers.values())
     assert statuses == [202] * PER_CLIENT + [429] * 4
     for response in answers.values():
@@ -229,18 +224,12 @@ def test_two_workers_racing_run_each_job_once(client: FlaskClient, app: Flask) -
         jobs_of(app).enqueue(uuid.UUID(game_id), FINAL, SYSTEM, capped=False)
     store = app.extensions["cantstop"].games
     workers = [Worker(store, jobs_of(app), JobConfig(), f"tests:{n}") for n in "ab"]
-    barrier = threading.Barrier(2)
 
     def work(worker: Worker) -> None:
-        barrier.wait(10)
         while worker.step():
             pass
 
-    threads = [threading.Thread(target=work, args=(w,)) for w in workers]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
+    race_cleanly([partial(work, w) for w in workers], timeout=120)
     assert sum(w.done for w in workers) == len(games)
     for game_id in games:
         assert job(app, game_id).status == "done" and job(app, game_id).attempts == 1

@@ -9,6 +9,7 @@ import itertools
 import json
 import threading
 import uuid
+from functools import partial
 from typing import Any
 
 import pytest
@@ -23,6 +24,7 @@ from service.config import Settings
 from service.http.app import create_app
 from service.http.core import dumps
 from tests.support.games import UNKNOWN
+from tests.support.racing import race_cleanly
 
 Json = dict[str, Any]
 
@@ -786,18 +788,11 @@ def test_two_racing_actions_give_exactly_one_success(settings: Settings) -> None
     barrier = threading.Barrier(2)
     for flask_app in apps:
         flask_app.extensions["cantstop"].store.barrier = barrier
-    results: list[Any] = [None, None]
 
-    def roll(i: int) -> None:
-        results[i] = act(
-            apps[i].test_client(), game["id"], tokens[0], type="roll", dice=[i + 1, 2, 3, 4]
-        )
+    def roll(i: int) -> Any:
+        return act(apps[i].test_client(), game["id"], tokens[0], type="roll", dice=[i + 1, 2, 3, 4])
 
-    threads = [threading.Thread(target=roll, args=(i,)) for i in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
+    results = race_cleanly([partial(roll, i) for i in range(2)], timeout=30)
     statuses = sorted(r.status_code for r in results)
     assert statuses == [200, 409]
     # The loser's insert is refused by the store; judged again on the version the winner

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from flask.testing import FlaskClient
 from service.config import Settings
 from service.http.app import create_app
 from tests.support.http import bearer
+from tests.support.racing import race_cleanly
 from tests.support.rated import CLOCK, PASSWORD, sign_up
 
 Json = dict[str, Any]
@@ -182,27 +184,14 @@ def two_hosts(postgres_url: str) -> Iterator[tuple[Flask, Flask]]:
 
 @pytest.mark.postgres
 def test_two_hosts_racing_with_one_key_create_one_game(two_hosts: tuple[Flask, Flask]) -> None:
+    def create(client: FlaskClient, k: str) -> tuple[int, Any]:
+        reply = client.post("/v1/games", json={"players": ["A", "B"]}, headers=keyed(k))
+        return reply.status_code, reply.get_json()
+
     for _ in range(5):
         k = key()
-        barrier = threading.Barrier(4)
-        answers: list[Any] = []
-
-        def create(
-            host: Flask,
-            k: str = k,
-            barrier: threading.Barrier = barrier,
-            answers: list[Any] = answers,
-        ) -> None:
-            client = host.test_client()
-            barrier.wait()
-            reply = client.post("/v1/games", json={"players": ["A", "B"]}, headers=keyed(k))
-            answers.append((reply.status_code, reply.get_json()))
-
-        threads = [threading.Thread(target=create, args=(h,)) for h in (*two_hosts, *two_hosts)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=60)
+        clients = [h.test_client() for h in (*two_hosts, *two_hosts)]
+        answers = race_cleanly([partial(create, c, k) for c in clients], timeout=60)
         made = [body for status, body in answers if status == 201]
         busy = [body for status, body in answers if status == 409]
         assert len(made) + len(busy) == 4 and made

@@ -303,18 +303,11 @@ def test_people_joining_a_lobby_at_once_fill_it(app: Flask) -> None:
     (the vault read before the game's lock, no second judgement): two seated, ten refused."""
     client = app.test_client()
     game_id = lobby(client, seats=8)
-    barrier = threading.Barrier(12)
-    answers: list[Any] = []
 
-    def join_now(name: str) -> None:
-        barrier.wait()
-        answers.append(app.test_client().post(f"/v1/games/{game_id}/players", json={"name": name}))
+    def join_now(name: str) -> Any:
+        return app.test_client().post(f"/v1/games/{game_id}/players", json={"name": name})
 
-    threads = [threading.Thread(target=join_now, args=(f"P{i}",)) for i in range(12)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    answers = race_cleanly([partial(join_now, f"P{i}") for i in range(12)])
     codes = sorted(a.status_code for a in answers)
     assert codes == [201] * 8 + [409] * 4, [a.get_json() for a in answers]
     assert {a.get_json()["code"] for a in answers if a.status_code == 409} == {"illegal_action"}

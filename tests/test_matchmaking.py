@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from service.application.matchmaking.seeks import Seek, SeekPool, Seeks
 from service.application.notify.notices import NOTICE_TYPES, NoticesView
 from tests.support.http import HOST, bearer, call
 from tests.support.polling import wait_until
+from tests.support.racing import race_cleanly
 from tests.support.servers import free_port, run_scheduler, serving
 from tests.support.spec import load_spec, validator
 
@@ -180,32 +182,18 @@ def test_two_acceptances_at_once_make_one_game(app: Flask) -> None:
     client = app.test_client()
     ann, bob = sign_up(client, "ann"), sign_up(client, "bob")
     accepted = 0
+
+    def answer(own: FlaskClient, challenge_id: str, action: str, token: str) -> int:
+        reply = own.post(f"/v1/challenges/{challenge_id}/{action}", headers=bearer(token))
+        return reply.status_code
+
     for _ in range(5):
         made = client.post("/v1/challenges", json={"to": "bob"}, headers=bearer(ann))
         challenge_id = made.get_json()["id"]
-        barrier = threading.Barrier(3)
-        statuses: list[int] = []
-
-        def answer(
-            action: str,
-            token: str,
-            challenge_id: str = challenge_id,
-            barrier: threading.Barrier = barrier,
-            statuses: list[int] = statuses,
-        ) -> None:
-            own = app.test_client()
-            barrier.wait()
-            reply = own.post(f"/v1/challenges/{challenge_id}/{action}", headers=bearer(token))
-            statuses.append(reply.status_code)
-
-        threads = [
-            threading.Thread(target=answer, args=args)
-            for args in (("accept", bob), ("accept", bob), ("cancel", ann))
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=30)
+        callers = [("accept", bob), ("accept", bob), ("cancel", ann)]
+        statuses: list[int] = race_cleanly(
+            [partial(answer, app.test_client(), challenge_id, *c) for c in callers], timeout=30
+        )
         assert sorted(statuses) in ([200, 409, 409], [201, 409, 409]), statuses
         accepted += statuses.count(201)
         final = client.get(f"/v1/challenges/{challenge_id}", headers=bearer(bob)).get_json()
@@ -250,23 +238,17 @@ def test_seeks_placed_at_once_on_several_threads_are_each_paired_once(app: Flask
     two different accounts."""
     client = app.test_client()
     tokens = [sign_up(client, f"p{i:02d}", address=f"10.0.1.{i + 1}") for i in range(16)]
+
+    def place(own: FlaskClient, token: str) -> str:
+        reply = own.post("/v1/seeks", json={"players": 2}, headers=bearer(token))
+        assert reply.status_code == 201, reply.get_json()
+        seek: str = reply.get_json()["id"]
+        return seek
+
     halt = run_scheduler(app)
     try:
-        barrier = threading.Barrier(len(tokens))
-        placed: dict[str, str] = {}
-
-        def place(token: str) -> None:
-            own = app.test_client()
-            barrier.wait()
-            reply = own.post("/v1/seeks", json={"players": 2}, headers=bearer(token))
-            assert reply.status_code == 201, reply.get_json()
-            placed[token] = reply.get_json()["id"]
-
-        threads = [threading.Thread(target=place, args=(t,)) for t in tokens]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=60)
+        ids = race_cleanly([partial(place, app.test_client(), t) for t in tokens], timeout=60)
+        placed: dict[str, str] = dict(zip(tokens, ids, strict=True))
         started = time.monotonic()
 
         def states() -> list[Json]:

@@ -19,6 +19,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ import psycopg
 import pytest
 from eventsourcing.persistence import OperationalError
 from flask import Flask
+from flask.testing import FlaskClient
 
 from bench.http import processes, tree
 from service.application.games.use_cases import Games
@@ -35,6 +37,7 @@ from service.persistence.errors import NoAnswer
 from service.persistence.guard import COOLDOWN
 from tests.support.http import HOST, Reply, problem, send
 from tests.support.polling import wait_until
+from tests.support.racing import race_cleanly
 from tests.support.servers import free_port, serving
 
 Json = dict[str, Any]
@@ -602,16 +605,13 @@ def test_32_threads_sending_one_action_with_one_key_all_get_the_first_answer(
             assert app.test_client().get(f"/v1/games/{game_id}").status_code == 200
         headers = {"Authorization": f"Bearer {ann}", "Idempotency-Key": "same-for-all"}
         roll = {"type": "roll", "dice": [2, 3, 4, 5]}
-        start = threading.Barrier(32, timeout=30)
 
-        def send_roll(i: int) -> tuple[int, Json, str | None]:
-            client = apps[i % 2].test_client()
-            start.wait()
+        def send_roll(client: FlaskClient) -> tuple[int, Json, str | None]:
             reply = client.post(f"/v1/games/{game_id}/actions", json=roll, headers=headers)
             return reply.status_code, reply.get_json(), reply.headers.get("Idempotent-Replayed")
 
-        with ThreadPoolExecutor(max_workers=32) as pool:
-            results = list(pool.map(send_roll, range(32), timeout=120))
+        clients = [apps[i % 2].test_client() for i in range(32)]
+        results = race_cleanly([partial(send_roll, c) for c in clients], timeout=120)
 
         statuses = [status for status, _, _ in results]
         assert statuses == [200] * 32, [body for status, body, _ in results if status != 200]

@@ -8,9 +8,9 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from service.application.games.scheduler import Scheduler
 from service.config import Settings
 from service.http.app import create_app
 from tests.support.http import bearer
+from tests.support.racing import race_cleanly
 
 Json = dict[str, Any]
 PASSWORD = "correct horse battery"
@@ -406,42 +407,36 @@ def test_an_exclusion_racing_games_that_finish_leaves_the_ratings_the_ledgers_fo
     runtimes = [app.extensions["cantstop"] for app in two_hosts]
     tokens = {handle: sign_up(clients[0], handle) for handle in HANDLES}
 
-    def race(round_: int) -> None:
+    def play_round(round_: int) -> None:
         games = [
             to_last_resignation(clients[0], tokens, ["ann", "bob"]),
             to_last_resignation(clients[1], tokens, ["cy", "dee", "bob"]),
         ]
-        start = threading.Barrier(5)
 
         def finish(i: int) -> None:
-            start.wait()
             game_id, last = games[i]
             act(clients[i], game_id, tokens[last], {"type": "resign"})
 
         def moderate_bob() -> None:
-            start.wait()
             exclude = round_ % 2 == 0
             runtimes[1].accounts.moderate("bob", exclude=exclude, reason=f"round {round_}")
 
         def catch_up(i: int) -> None:
-            start.wait()
             runtimes[i].views.catch_up(runtimes[i].ratings)
 
-        threads = [
-            threading.Thread(target=finish, args=(0,)),
-            threading.Thread(target=finish, args=(1,)),
-            threading.Thread(target=moderate_bob),
-            threading.Thread(target=catch_up, args=(0,)),
-            threading.Thread(target=catch_up, args=(1,)),
-        ]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=60)
-        assert not any(thread.is_alive() for thread in threads)
+        race_cleanly(
+            [
+                partial(finish, 0),
+                partial(finish, 1),
+                moderate_bob,
+                partial(catch_up, 0),
+                partial(catch_up, 1),
+            ],
+            timeout=60,
+        )
 
     for round_ in range(3):
-        race(round_)
+        play_round(round_)
     lines = ledger(clients[1])
     assert [line["seq"] for line in lines] == list(range(1, 10))
     assert [line["type"] for line in lines].count("result") == 6
