@@ -150,11 +150,16 @@ def test_a_follower_reads_past_events_of_no_concern_without_storing_its_position
     starts: list[Any] = []
     readers: list[LogReader] = []
 
-    class Reader(LogReader):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
+    class Reader(LogReader):  # where each read starts (a reader may serve several reads)
+        def read(self, limit: int) -> list[Any]:
             starts.append(self.position)
             readers.append(self)
+            return super().read(limit)
+
+        def heads(self, limit: int) -> list[Any]:
+            starts.append(self.position)
+            readers.append(self)
+            return super().heads(limit)
 
     monkeypatch.setattr(views_module, "LogReader", Reader)
     with Runtime(Settings(database_url=database_url), create_tables=True) as rt:

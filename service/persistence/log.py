@@ -19,17 +19,21 @@ do.
 from __future__ import annotations
 
 import functools
+import heapq
 import json
 import queue
 import threading
 import uuid
 from collections.abc import Collection, Generator, Iterator
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from eventsourcing.persistence import Notification
 from psycopg.rows import tuple_row
 
+from service.persistence.archive import ArchiveSpan, Row
 from service.persistence.guard import guarded
+
+ARCHIVES_READ_AT_ONCE = 200  # archived games read in one query as a reader meets them
 
 
 class Position(NamedTuple):
@@ -108,6 +112,13 @@ class LogReader:
         self.position = position
         self.narrow = narrow
         self.until = until
+        # Finished games' archived events (archive.py), merged into the log's order: the
+        # archives after the reader's first position, looked up at its first read (one index
+        # range: none for a reader at the log's end, as a game is archived only once every
+        # view's tracked position has passed its last event), read as the reader meets them.
+        self._spans: list[ArchiveSpan] | None = None
+        self._next_span = 0
+        self._pending: list[tuple[Position, int, uuid.UUID, Row]] = []  # a heap, by place
 
     def read(self, limit: int) -> list[Notification]:
         """The next notifications (at most ``limit``); fewer means the log is read to its end."""
@@ -227,6 +238,10 @@ class LogReader:
                 found.append(Head(row[0], originator_id, row[2], row[3]))
             else:
                 found.append(notification(row[0], originator_id, row[2], row[3], row[4]))
+        if self._archives():
+            places = [Position(0, item.id) for item in found]
+            upto = places[-1] if len(found) == limit else Position(0, end)
+            return self._merged(found, places, upto, limit, heads)
         if len(found) < limit:
             self.position = Position(0, max(end, self.position.id))
         elif found:
@@ -295,6 +310,10 @@ class LogReader:
             )
             for row in rows
         ]
+        if self._archives():
+            places = [Position(int(row["tx_text"]), row["notification_id"]) for row in rows]
+            upto = places[-1] if len(found) == limit else self._window_end(xmin)
+            return self._merged(found, places, upto, limit, heads)
         if len(found) < limit:  # read to the window's end: nothing more can appear below xmin
             self.position = max(self.position, self._window_end(xmin))
         elif rows:
@@ -312,16 +331,101 @@ class LogReader:
                 scan.execute(query, params)
                 while True:
                     rows = scan.fetchmany(page)
-                    if rows:
-                        self.position = Position(int(rows[-1][4]), rows[-1][0])
-                    if len(rows) < page:  # read to the window's end, as ``read`` says
-                        self.position = max(self.position, self._window_end(xmin))
+                    found: list[Any]
                     if heads:
-                        yield [Head(r[0], r[1], r[2], r[3]) for r in rows]
+                        found = [Head(r[0], r[1], r[2], r[3]) for r in rows]
                     else:
-                        yield [notification(r[0], r[1], r[2], r[3], bytes(r[5])) for r in rows]
+                        found = [notification(r[0], r[1], r[2], r[3], bytes(r[5])) for r in rows]
+                    if self._archives():  # a page may then hold more than ``page``
+                        places = [Position(int(r[4]), r[0]) for r in rows]
+                        upto = places[-1] if len(rows) == page else self._window_end(xmin)
+                        found = self._merged(found, places, upto, None, heads)
+                    else:
+                        if rows:
+                            self.position = Position(int(rows[-1][4]), rows[-1][0])
+                        if len(rows) < page:  # read to the window's end, as ``read`` says
+                            self.position = max(self.position, self._window_end(xmin))
+                    yield found
                     if len(rows) < page:
                         return
+
+    # --------------------------------------------------------------- archived games' events
+    def _archives(self) -> bool:
+        """Whether archived events may still come in this reader's reads (the archives after
+        its starting place are looked up at its first read)."""
+        if self._spans is None:
+            self._spans = guarded(lambda: self.recorder.archives_after(tuple(self.position)))
+        if self._next_span < len(self._spans) or self._pending:
+            return True
+        self._spans, self._next_span = [], 0  # all met: what a far reader held is let go
+        return False
+
+    def _merged(
+        self,
+        found: list[Any],
+        places: list[Position],
+        upto: Position,
+        limit: int | None,
+        heads: bool,
+    ) -> list[Any]:
+        """The rows read (``found``, at ``places``: everything of the log up to ``upto`` not
+        archived) with the archived events after the position up to ``upto``, in the log's
+        order; at most ``limit`` of them, the position moved past the last handed out."""
+        spans, pending = cast("list[ArchiveSpan]", self._spans), self._pending
+        while self._next_span < len(spans) and spans[self._next_span].first <= upto:
+            batch: list[uuid.UUID] = []
+            while (
+                self._next_span < len(spans)
+                and spans[self._next_span].first <= upto
+                and len(batch) < ARCHIVES_READ_AT_ONCE
+            ):
+                batch.append(spans[self._next_span].originator_id)
+                self._next_span += 1
+            games = guarded(functools.partial(self.recorder.archived_rows, batch))
+            for game_id, rows in games.items():
+                for row in rows:
+                    if self._wanted(game_id, row):
+                        heapq.heappush(pending, (Position(row.tx, row.id), row.id, game_id, row))
+        merged: list[tuple[Position, Any, Any]] = [
+            (place, item, None) for place, item in zip(places, found, strict=True)
+        ]
+        taken = 0
+        while pending and pending[0][0] <= upto:
+            waiting = heapq.heappop(pending)
+            place, _, game_id, row = waiting
+            item = (
+                Head(row.id, game_id, row.version, row.topic)
+                if heads
+                else notification(row.id, game_id, row.version, row.topic, row.state)
+            )
+            merged.append((place, item, waiting))
+            taken += 1
+        if taken:
+            merged.sort(key=lambda entry: entry[0])
+        if limit is not None and len(merged) > limit:
+            # archived events not handed out wait their turn again; rows are read again
+            for _, _, waiting in merged[limit:]:
+                if waiting is not None:
+                    heapq.heappush(pending, waiting)
+            merged = merged[:limit]
+            self.position = merged[-1][0]
+        else:
+            self.position = max(self.position, upto)
+        return [item for _, item, _ in merged]
+
+    def _wanted(self, game_id: uuid.UUID, row: Row) -> bool:
+        """Whether this reader reads an archived event: after its position, no further than
+        ``until``, of its topics, and of a game ``narrow`` keeps."""
+        place = Position(row.tx, row.id)
+        if place <= self.position or (self.until is not None and place > self.until):
+            return False
+        if self.topics and row.topic not in self.topics:
+            return False
+        if self.narrow is not None:
+            topics, games = self.narrow
+            if row.topic in topics and game_id not in games:
+                return False
+        return True
 
     def newest_plan(self, *, below_xmin: bool = True) -> str:
         """PostgreSQL's plan for ``newest`` (``last`` if not ``below_xmin``): what tests check,

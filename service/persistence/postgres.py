@@ -53,6 +53,15 @@ from psycopg.rows import dict_row, tuple_row
 from psycopg.sql import Identifier
 
 from service.config import Settings
+from service.persistence.archive import (
+    ARCHIVE_LOCK,
+    ArchiveSpan,
+    Row,
+    archived_events,
+    first_archived,
+    pack,
+    readable,
+)
 from service.persistence.errors import NoAnswer
 from service.persistence.guard import (
     BREAKER,
@@ -547,7 +556,28 @@ class GuardedPostgresAggregateRecorder(AggregateRecorder):
         desc: bool = False,
         limit: int | None = None,
     ) -> Sequence[StoredEvent]:
-        statement = f"SELECT * FROM {self.table} WHERE originator_id = %s"
+        statement, params = self._events_query(originator_id, gt, lte, desc, limit)
+
+        def select() -> list[StoredEvent]:
+            with self.datastore.get_connection() as conn, conn.cursor() as curs:
+                curs.execute(statement, params, prepare=True)
+                return _stored(curs.fetchall())
+
+        return guarded(select, breaker=self.breaker)
+
+    def _events_query(
+        self,
+        originator_id: uuid.UUID | str,
+        gt: int | None,
+        lte: int | None,
+        desc: bool,
+        limit: int | None,
+    ) -> tuple[str, list[Any]]:
+        """``select_events``' query of the table's rows, and its parameters."""
+        statement = (
+            "SELECT originator_id, originator_version, topic, state "
+            f"FROM {self.table} WHERE originator_id = %s"
+        )
         params: list[Any] = [originator_id]
         if gt is not None:
             params.append(gt)
@@ -559,13 +589,7 @@ class GuardedPostgresAggregateRecorder(AggregateRecorder):
         if limit is not None:
             params.append(limit)
             statement += " LIMIT %s"
-
-        def select() -> list[StoredEvent]:
-            with self.datastore.get_connection() as conn, conn.cursor() as curs:
-                curs.execute(statement, params, prepare=True)
-                return _stored(curs.fetchall())
-
-        return guarded(select, breaker=self.breaker)
+        return statement, params
 
     def stored_among(self, originator_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
         """Those of ``originator_ids`` with any event stored (one query)."""
@@ -607,6 +631,10 @@ class GuardedPostgresApplicationRecorder(GuardedPostgresAggregateRecorder, Appli
 
     def __init__(self, datastore: PostgresDatastore, events_table_name: str) -> None:
         super().__init__(datastore, events_table_name)
+        # finished games' events, archived (archive.py): a game archived has no rows left
+        self.archive_table = Identifier(
+            datastore.schema, events_table_name + "_archive"
+        ).as_string()
         self._statements: dict[tuple[int, str, int, bool], tuple[bytes, bytes]] = {}
         # The statements each pooled connection's session has prepared, by connection.
         self._prepared: weakref.WeakKeyDictionary[Any, set[bytes]] = weakref.WeakKeyDictionary()
@@ -621,7 +649,195 @@ class GuardedPostgresApplicationRecorder(GuardedPostgresAggregateRecorder, Appli
             "CREATE UNIQUE INDEX IF NOT EXISTS "
             f"{Identifier(self.events_table_name + '_notification_id_idx').as_string()} "
             f"ON {self.table} (notification_id ASC)",
+            f"CREATE TABLE IF NOT EXISTS {self.archive_table} (originator_id uuid PRIMARY KEY, "
+            "last_version bigint NOT NULL, first_tx xid8 NOT NULL, first_id bigint NOT NULL, "
+            "last_tx xid8 NOT NULL, last_id bigint NOT NULL, "
+            "data bytea NOT NULL)",
+            "CREATE INDEX IF NOT EXISTS "
+            f"{Identifier(self.events_table_name + '_archive_last').as_string()} "
+            f"ON {self.archive_table} (last_tx, last_id)",
         ]
+
+    def select_events(
+        self,
+        originator_id: uuid.UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        """As the library's, of rows or of an archive, in one statement (one snapshot: rows are
+        deleted in the transaction that writes their archive). A game read up to its last
+        version reads no archive (``last_version``)."""
+        rows_query, params = self._events_query(originator_id, gt, lte, desc, limit)
+        statement = (
+            f"({rows_query}) UNION ALL (SELECT originator_id, -1, NULL, data "
+            f"FROM {self.archive_table} WHERE originator_id = %s"
+        )
+        params.append(originator_id)
+        if gt is not None:
+            params.append(gt)
+            statement += " AND last_version > %s"
+        statement += ")"
+
+        def select() -> list[Any]:
+            with self.datastore.get_connection() as conn, conn.cursor() as curs:
+                curs.execute(statement, params, prepare=True)
+                return list(curs.fetchall())
+
+        rows = guarded(select, breaker=self.breaker)
+        if rows and rows[-1]["originator_version"] == -1:
+            data = bytes(rows.pop()["state"])
+            if not rows:
+                key = (
+                    originator_id
+                    if isinstance(originator_id, uuid.UUID)
+                    else uuid.UUID(originator_id)
+                )
+                return archived_events(key, data, gt=gt, lte=lte, desc=desc, limit=limit)
+        return _stored(rows)
+
+    def stored_among(self, originator_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        """Those of ``originator_ids`` with any event stored, in rows or archived."""
+        statement = (
+            f"SELECT originator_id FROM {self.table} WHERE originator_id = ANY(%s) UNION "
+            f"SELECT originator_id FROM {self.archive_table} WHERE originator_id = ANY(%s)"
+        )
+
+        def select() -> set[uuid.UUID]:
+            with self.datastore.get_connection() as conn, conn.cursor() as curs:
+                curs.execute(statement, [list(originator_ids)] * 2)
+                return {row["originator_id"] for row in curs.fetchall()}
+
+        return guarded(select, breaker=self.breaker) if originator_ids else set()
+
+    def first_events(self, originator_ids: Sequence[uuid.UUID]) -> list[StoredEvent]:
+        """The first event (version 1) of each of ``originator_ids`` that has one, in rows or
+        archived (one query)."""
+        statement = (
+            "SELECT originator_id, originator_version, topic, state FROM "
+            f"{self.table} WHERE originator_id = ANY(%s) AND originator_version = 1 UNION ALL "
+            f"SELECT originator_id, -1, NULL, data FROM {self.archive_table} "
+            "WHERE originator_id = ANY(%s)"
+        )
+
+        def select() -> list[Any]:
+            with self.datastore.get_connection() as conn, conn.cursor() as curs:
+                curs.execute(statement, [list(originator_ids)] * 2)
+                return list(curs.fetchall())
+
+        if not originator_ids:
+            return []
+        rows = guarded(select, breaker=self.breaker)
+        found = _stored([row for row in rows if row["originator_version"] != -1])
+        have = {event.originator_id for event in found}
+        return found + first_archived(
+            (row["originator_id"], bytes(row["state"]))
+            for row in rows
+            if row["originator_version"] == -1 and row["originator_id"] not in have
+        )
+
+    def archive(self, originator_id: uuid.UUID, last_version: int, behind: str) -> str:
+        """Replace a finished game's rows with one archive row, in one transaction, if its rows
+        are exactly versions 1 to ``last_version``, every position in the table ``behind`` (the
+        views' tracking rows, rebuilds' included) is at or past its last row, and that row is
+        not the log's newest (/healthz's and ``LogReader.newest``'s would move back). Under
+        ``ARCHIVE_LOCK`` taken at once or not at all (``busy``): a view's tracking row made at
+        the start of the log waits for it (views.py), so a reader from the start never misses
+        a game archived while it began. What happened: ``archived``, or why not."""
+
+        def run() -> str:
+            with self.datastore.transaction(commit=True) as curs:
+                curs.execute("SELECT pg_try_advisory_xact_lock(%s) AS got", [ARCHIVE_LOCK])
+                if not curs.fetchone()["got"]:
+                    return "busy"
+                return self._archive_in(curs, originator_id, last_version, behind)
+
+        return guarded_write(run, breaker=self.breaker, writes=self.writes)
+
+    def _archive_in(
+        self, curs: Any, originator_id: uuid.UUID, last_version: int, behind: str
+    ) -> str:
+        curs.execute(
+            "SELECT originator_version, topic, state, tx::text AS tx, notification_id AS id "
+            f"FROM {self.table} WHERE originator_id = %s ORDER BY originator_version",
+            [originator_id],
+        )
+        rows = [
+            Row(r["originator_version"], r["topic"], bytes(r["state"]), int(r["tx"]), r["id"])
+            for r in curs.fetchall()
+        ]
+        if not rows:
+            return "no rows"
+        if [row.version for row in rows] != list(range(1, last_version + 1)):
+            return "not its versions"
+        places = sorted((row.tx, row.id) for row in rows)
+        curs.execute(  # by the column, not by its text (``LogReader.newest``)
+            f"SELECT tx::text AS tx_text, notification_id FROM {self.table} "
+            "ORDER BY tx DESC, notification_id DESC LIMIT 1"
+        )
+        newest = curs.fetchone()
+        if (int(newest["tx_text"]), newest["notification_id"]) == places[-1]:
+            return "the newest"
+        curs.execute(f"SELECT tx, position FROM {behind} ORDER BY tx, position LIMIT 1")
+        oldest = curs.fetchone()
+        if oldest is None or (oldest["tx"], oldest["position"]) < places[-1]:
+            return "not read"
+        curs.execute(
+            f"INSERT INTO {self.archive_table} VALUES "
+            "(%s, %s, %s::text::xid8, %s, %s::text::xid8, %s, %s)",
+            [
+                originator_id,
+                last_version,
+                str(places[0][0]),
+                places[0][1],
+                str(places[-1][0]),
+                places[-1][1],
+                pack(rows),
+            ],
+        )
+        curs.execute(f"DELETE FROM {self.table} WHERE originator_id = %s", [originator_id])
+        return "archived"
+
+    def archives_after(self, position: tuple[int, int]) -> list[ArchiveSpan]:
+        """The archives holding an event after ``position`` in the log, by their first event's
+        place: what a reader of the log from there must merge with the rows (log.py)."""
+        statement = (
+            "SELECT originator_id, first_tx::text AS ft, first_id, last_tx::text AS lt, last_id "
+            f"FROM {self.archive_table} WHERE (last_tx, last_id) > (%s::text::xid8, %s) "
+            "ORDER BY first_tx, first_id"
+        )
+
+        def select() -> list[ArchiveSpan]:
+            with self.datastore.get_connection() as conn, conn.cursor() as curs:
+                curs.execute(statement, [str(position[0]), position[1]])
+                return [
+                    ArchiveSpan(
+                        r["originator_id"],
+                        (int(r["ft"]), r["first_id"]),
+                        (int(r["lt"]), r["last_id"]),
+                    )
+                    for r in curs.fetchall()
+                ]
+
+        return guarded(select, breaker=self.breaker)
+
+    def archived_rows(self, originator_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[Row]]:
+        """The archived rows of these games (those archived), each game's in version order."""
+        statement = (
+            f"SELECT originator_id, data FROM {self.archive_table} WHERE originator_id = ANY(%s)"
+        )
+
+        def select() -> list[Any]:
+            with self.datastore.get_connection() as conn, conn.cursor() as curs:
+                curs.execute(statement, [list(originator_ids)])
+                return list(curs.fetchall())
+
+        if not originator_ids:
+            return {}
+        rows = guarded(select, breaker=self.breaker)
+        return readable((row["originator_id"], bytes(row["data"])) for row in rows)
 
     def create_table(self) -> None:
         with _unbounded():  # the ALTER below rewrites an existing table, once

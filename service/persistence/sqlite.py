@@ -42,6 +42,14 @@ from eventsourcing.persistence import (
 from eventsourcing.utils import strtobool
 
 from service.errors import ApplicationError
+from service.persistence.archive import (
+    ArchiveSpan,
+    Row,
+    archived_events,
+    first_archived,
+    pack,
+    readable,
+)
 from service.persistence.errors import WritersQueued
 from service.persistence.guard import (
     ROWS_PER_STATEMENT,
@@ -472,20 +480,22 @@ class GuardedSQLiteAggregateRecorder(AggregateRecorder):
     def stored_among(self, originator_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
         """Those of ``originator_ids`` with any event stored (a query per ``IN_LIST_MAX``)."""
         keys = [originator_id.hex for originator_id in originator_ids]
+        rows = self._among(self.events_table_name, "DISTINCT originator_id", keys)
+        return {uuid.UUID(row[0]) for row in rows}
 
-        def select() -> set[uuid.UUID]:
-            found: set[uuid.UUID] = set()
+    def _among(self, table: str, columns: str, keys: list[str]) -> list[Any]:
+        """``columns`` of the rows of ``table`` whose originator is among ``keys`` (hex), a
+        query per ``IN_LIST_MAX``."""
+
+        def select() -> list[Any]:
+            found: list[Any] = []
             with self.datastore.get_connection(commit=False) as conn, _sqlite_errors():
                 for chunk, marks in in_chunks(keys):
-                    rows = conn.execute(
-                        f"SELECT DISTINCT originator_id FROM {self.events_table_name} "
-                        f"WHERE originator_id IN ({marks})",
-                        chunk,
-                    ).fetchall()
-                    found.update(uuid.UUID(row[0]) for row in rows)
+                    statement = f"SELECT {columns} FROM {table} WHERE originator_id IN ({marks})"
+                    found += conn.execute(statement, chunk).fetchall()
             return found
 
-        return guarded(select, breaker=self.breaker) if keys else set()
+        return guarded(select, breaker=self.breaker) if keys else []
 
     def first_events(self, originator_ids: Sequence[uuid.UUID]) -> list[StoredEvent]:
         """The first event (version 1) of each of ``originator_ids`` that has one (a query per
@@ -517,14 +527,145 @@ class GuardedSQLiteAggregateRecorder(AggregateRecorder):
 
 
 class GuardedSQLiteApplicationRecorder(GuardedSQLiteAggregateRecorder, ApplicationRecorder):
-    """The game events' table, whose rowid is the notification id (the log, ``log.py``)."""
+    """The game events' table, whose rowid is the notification id (the log, ``log.py``), and
+    the archive of finished games' events (``archive.py``): a game archived has no rows left,
+    and every read of its events reads its archive instead."""
+
+    def __init__(self, datastore: SQLiteDatastore, events_table_name: str) -> None:
+        super().__init__(datastore, events_table_name)
+        self.archive_table = events_table_name + "_archive"
 
     def create_table_statements(self) -> list[str]:
         return [
             f"CREATE TABLE IF NOT EXISTS {self.events_table_name} (originator_id TEXT, "
             "originator_version INTEGER, topic TEXT, state BLOB, "
-            "PRIMARY KEY (originator_id, originator_version))"
+            "PRIMARY KEY (originator_id, originator_version))",
+            # A rowid table: a value of a few KB in a ``WITHOUT ROWID`` table's leaves would
+            # spill into mostly empty overflow pages (compact.py).
+            f"CREATE TABLE IF NOT EXISTS {self.archive_table} (originator_id TEXT PRIMARY KEY, "
+            "last_version INTEGER NOT NULL, first_tx INTEGER NOT NULL, "
+            "first_id INTEGER NOT NULL, last_tx INTEGER NOT NULL, last_id INTEGER NOT NULL, "
+            "data BLOB NOT NULL)",
+            f"CREATE INDEX IF NOT EXISTS {self.archive_table}_last "
+            f"ON {self.archive_table} (last_tx, last_id)",
         ]
+
+    def select_events(
+        self,
+        originator_id: uuid.UUID | str,
+        *,
+        gt: int | None = None,
+        lte: int | None = None,
+        desc: bool = False,
+        limit: int | None = None,
+    ) -> Sequence[StoredEvent]:
+        """As the library's, of rows or of an archive. The rows first, then, if none matched,
+        the archive (one more statement, only then): rows are deleted in the transaction that
+        writes their archive, and an archive is never deleted, so a read that finds no rows
+        finds the archive if there is one, whichever of the two it met."""
+        found = super().select_events(originator_id, gt=gt, lte=lte, desc=desc, limit=limit)
+        if found:
+            return found
+        key = originator_id.hex if isinstance(originator_id, uuid.UUID) else originator_id
+        statement = f"SELECT data FROM {self.archive_table} WHERE originator_id=?"
+        params: list[Any] = [key]
+        if gt is not None:  # a game read up to its last version finds nothing newer
+            statement += " AND last_version>?"
+            params.append(gt)
+
+        def select() -> bytes | None:
+            with self.datastore.get_connection(commit=False) as conn, _sqlite_errors():
+                row = conn.execute(statement, params).fetchone()
+            return None if row is None else bytes(row[0])
+
+        data = guarded(select, breaker=self.breaker)
+        if data is None:
+            return found
+        return archived_events(uuid.UUID(key), data, gt=gt, lte=lte, desc=desc, limit=limit)
+
+    def stored_among(self, originator_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+        found = super().stored_among(originator_ids)
+        keys = [i.hex for i in originator_ids if i not in found]
+        rows = self._among(self.archive_table, "originator_id", keys)
+        return found | {uuid.UUID(row[0]) for row in rows}
+
+    def first_events(self, originator_ids: Sequence[uuid.UUID]) -> list[StoredEvent]:
+        found = super().first_events(originator_ids)
+        have = {event.originator_id for event in found}
+        keys = [i.hex for i in originator_ids if i not in have]
+        rows = self._among(self.archive_table, "originator_id, data", keys)
+        return found + first_archived((uuid.UUID(key), bytes(data)) for key, data in rows)
+
+    def archive(self, originator_id: uuid.UUID, last_version: int, behind: str) -> str:
+        """Replace a finished game's rows with one archive row, in one write transaction, if
+        its rows are exactly versions 1 to ``last_version``, every position in the table
+        ``behind`` (the views' tracking rows, rebuilds' included) is at or past its last row,
+        and that row is not the log's newest (SQLite would give its rowid to the next row).
+        What happened: ``archived``, or why not (``ARCHIVE_OUTCOMES``)."""
+        key = originator_id.hex
+        pool = self.datastore.pool
+
+        def run() -> str:
+            with pool.writing(), _sqlite_errors():
+                db = pool.writer()
+                db.execute("BEGIN IMMEDIATE")
+                try:
+                    outcome = self._archive_in(db, key, last_version, behind)
+                    db.execute("COMMIT" if outcome == "archived" else "ROLLBACK")
+                    return outcome
+                finally:
+                    if db.in_transaction:
+                        db.execute("ROLLBACK")
+
+        return guarded_write(run, breaker=self.breaker, writes=self.writes)
+
+    def _archive_in(self, db: sqlite3.Connection, key: str, last_version: int, behind: str) -> str:
+        table = self.events_table_name
+        rows = db.execute(
+            f"SELECT rowid, originator_version, topic, state FROM {table} "
+            "WHERE originator_id=? ORDER BY originator_version",
+            [key],
+        ).fetchall()
+        if not rows:
+            return "no rows"
+        if [r[1] for r in rows] != list(range(1, last_version + 1)):
+            return "not its versions"
+        last = max(r[0] for r in rows)
+        if db.execute(f"SELECT max(rowid) FROM {table}").fetchone()[0] == last:
+            return "the newest"
+        oldest = db.execute(f"SELECT min(position) FROM {behind}").fetchone()[0]
+        if oldest is None or oldest < last:
+            return "not read"
+        data = pack([Row(r[1], r[2], bytes(r[3]), 0, r[0]) for r in rows])
+        first = min(r[0] for r in rows)
+        db.execute(
+            f"INSERT INTO {self.archive_table} VALUES (?,?,?,?,?,?,?)",
+            [key, last_version, 0, first, 0, last, data],
+        )
+        db.execute(f"DELETE FROM {table} WHERE originator_id=?", [key])
+        return "archived"
+
+    def archives_after(self, position: tuple[int, int]) -> list[ArchiveSpan]:
+        """The archives holding an event after ``position`` in the log, by their first event's
+        place: what a reader of the log from there must merge with the rows (log.py)."""
+
+        def select() -> list[ArchiveSpan]:
+            with self.datastore.get_connection(commit=False) as conn, _sqlite_errors():
+                rows = conn.execute(
+                    f"SELECT originator_id, first_tx, first_id, last_tx, last_id "
+                    f"FROM {self.archive_table} WHERE (last_tx, last_id) > (?, ?) "
+                    "ORDER BY first_tx, first_id",
+                    list(position),
+                ).fetchall()
+            return [ArchiveSpan(uuid.UUID(r[0]), (r[1], r[2]), (r[3], r[4])) for r in rows]
+
+        return guarded(select, breaker=self.breaker)
+
+    def archived_rows(self, originator_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[Row]]:
+        """The archived rows of these games (those archived), each game's in version order."""
+        keys = [i.hex for i in originator_ids]
+        rows = self._among(self.archive_table, "originator_id, data", keys)
+        return readable((uuid.UUID(key), bytes(data)) for key, data in rows)
 
     def _insert(self, pool: SQLitePool, stored_events: Any) -> Any:
         return self._insert_rows(pool, stored_events)

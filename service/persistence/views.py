@@ -53,6 +53,7 @@ from eventsourcing.persistence import Notification, OperationalError
 
 from service import collector
 from service.errors import describe
+from service.persistence.archive import ARCHIVE_LOCK
 from service.persistence.errors import StoreUnavailable
 from service.persistence.guard import caused_by, guarded
 from service.persistence.log import START, Head, LogReader, Position, ahead
@@ -205,6 +206,7 @@ class Views:
         # Per live view: its tracking row as stored, how far this process read past it finding
         # nothing for the view, and since when (``catch_up(lazy=True)``).
         self._passed: dict[str, tuple[Tracking, Position, float]] = {}
+        self._readers: dict[str, LogReader] = {}  # per tracking row: its last batch's reader
         self._ready: set[str] = set()
         # Each live view's generation as this process last read its tracking row: what a read
         # that need not catch up (``read(fresh=False)``) reads, without reading the row again.
@@ -310,6 +312,16 @@ class Views:
         row = sql.one(statement + (" FOR UPDATE" if lock and self.postgres else ""), [name])
         return None if row is None else Tracking.of(name, row)
 
+    def _hold_archiving(self, cursor: Any) -> None:
+        """Before a tracking row at the start of the log: no game is archived meanwhile. An
+        archiver moves a game's rows only once every tracking row has passed them, and its
+        reading of the rows and its move are one transaction under ``ARCHIVE_LOCK``; this row
+        waits for it, so the reader that follows from the start finds every archive made
+        before (log.py reads archives only from the start). SQLite's writers take turns
+        already."""
+        if self.postgres:
+            Sql(cursor, {}, True).execute("SELECT pg_advisory_xact_lock_shared(?)", [ARCHIVE_LOCK])
+
     def _put(self, cursor: Any, track: Tracking) -> None:
         Sql(cursor, {}, self.postgres).execute(
             f"INSERT INTO {TRACKING} (name, version, generation, tx, position) "
@@ -331,6 +343,7 @@ class Views:
                 )
                 for view in views:
                     if self._row(cursor, view.name, lock=True) is None:
+                        self._hold_archiving(cursor)
                         self._create_tables(cursor, view, 1)
                         self._put(cursor, Tracking(view.name, view.version, 1, START))
 
@@ -460,11 +473,17 @@ class Views:
         as ``catch_up`` says."""
         start = self._read_to(track) if lazy else track.position
         passed = self._passed.get(track.name) if lazy else None
-        reader = LogReader(self.recorder, view.topics, start)
+        # The reader of the last batch, if it stands where this one starts: what it knows of
+        # the archives ahead (log.py) is read once, not at every batch.
+        reader = self._readers.pop(track.name, None)
+        if reader is None or reader.position != start or reader.topics != list(view.topics):
+            reader = LogReader(self.recorder, view.topics, start)
         items: list[Any] = reader.heads(BATCH) if view.heads_only else reader.read(BATCH)
         if reader.position == start:
+            self._readers[track.name] = reader
             return None
         if lazy and not items:
+            self._readers[track.name] = reader
             now = time.monotonic()
             since = passed[2] if passed is not None and passed[0] == track else now
             if now - since < PASSED_KEPT:
@@ -500,6 +519,7 @@ class Views:
 
         if self._run(write):
             self._passed.pop(track.name, None)
+            self._readers[track.name] = reader
             if live:
                 try:
                     view.committed(written[0])
@@ -623,6 +643,7 @@ class Views:
                     return found  # resumed where it stopped
                 if found is not None:
                     self._drop_tables(cursor, view, found.generation)
+                self._hold_archiving(cursor)
                 generation = max(live.generation, found.generation if found else 0) + 1
                 self._drop_tables(cursor, view, generation)
                 # the indexes once the rows are in (below): one sort each, not a B-tree written
