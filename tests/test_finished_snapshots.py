@@ -89,10 +89,13 @@ def test_a_long_finished_game_keeps_a_snapshot_every_kept_interval(
     version of a finished game replays fewer events than that, however long the game; none is
     taken after the game finished."""
     monkeypatch.setattr(Store, "KEPT_WHEN_FINISHED", 40)
-    game_id, tokens = create_game(client, players=["Ann", "Bob"])
-    state = play_to_the_end(client, game_id, tokens)
-    last = state["version"]
-    assert last >= 80
+    for _ in range(20):  # the dice are the server's: a game may end before version 80
+        game_id, tokens = create_game(client, players=["Ann", "Bob"])
+        state = play_to_the_end(client, game_id, tokens)
+        last = state["version"]
+        if last >= 80:
+            break
+    assert last >= 80, "no game of 80 versions in 20"
     kept = snapshot_versions(app, game_id)
     assert kept == list(range(40, last + 1, 40))
     with served(database_url) as fresh:
