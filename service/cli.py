@@ -464,6 +464,36 @@ def cmd_snapshots(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_archive(args: argparse.Namespace) -> int:
+    """Archive the finished games queued at least ``--after`` seconds ago (the setting's delay
+    by default; 0: every one queued), now, as the scheduler does a few at a time (service/
+    application/games/archiving.py): the views are caught up first, as a game is archived only
+    once every view has read it. Safe while the service runs."""
+    settings = Settings.from_env()
+    runtime = Runtime(settings, create_tables=True)
+    after = settings.archive_after if args.after is None else args.after
+    if after is None:
+        print("cantstop: archiving is off (CANTSTOP_ARCHIVE_AFTER=off)", file=sys.stderr)
+        runtime.close()
+        return 2
+    try:
+        for view in runtime.all_views():
+            runtime.views.catch_up(view)
+        runtime.archiver.after = after
+        totals: dict[str, int] = {}
+        while True:
+            outcomes = runtime.archiver.step(limit=500)
+            for outcome, count in outcomes.items():
+                totals[outcome] = totals.get(outcome, 0) + count
+            if not outcomes.get("archived") and not outcomes.get("no rows"):
+                break
+    finally:
+        runtime.close()
+    said = ", ".join(f"{count} {outcome}" for outcome, count in sorted(totals.items()))
+    print(f"finished games: {said or 'none queued'}", file=sys.stderr)
+    return 0
+
+
 def cmd_projections(args: argparse.Namespace) -> int:
     """``status``: each view's place in the log and whether its code changed. ``rebuild
     [NAME]``: fill a new generation of the view(s) from the log while the service keeps answering
@@ -734,6 +764,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     snaps.add_argument("action", choices=("thin",))
     snaps.set_defaults(func=cmd_snapshots)
+
+    arch = sub.add_parser(
+        "archive", help="keep finished games' events as one archived value each, now"
+    )
+    arch.add_argument(
+        "--after", type=float, metavar="SECONDS", help="queued at least this long ago"
+    )
+    arch.set_defaults(func=cmd_archive)
 
     arena_cli.add_parser(sub)
 

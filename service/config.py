@@ -184,6 +184,9 @@ class Settings:
     the service's connections (5 s apart, 3 of them: a dead peer is found within ~25 s)."""
     cors_origins: tuple[str, ...] = ()
     abandon_after: float = 7 * 24 * 3600
+    archive_after: float | None = 24 * 3600
+    """``CANTSTOP_ARCHIVE_AFTER``: seconds after a game finished before its events are kept as
+    one archived value (service/application/games/archiving.py); ``off``: never."""
     bot_pause: float = 0.5
     scheduler: bool = True
     metrics: bool = False
@@ -232,11 +235,19 @@ class Settings:
             abandon_after=env_int(
                 env, "CANTSTOP_ABANDON_AFTER", 7 * 24 * 3600, low=1, high=10 * 365 * 86400
             ),
+            archive_after=archive_after(env),
             bot_pause=env_number(env, "CANTSTOP_BOT_PAUSE", 0.5, low=0, high=60),
             scheduler=env_choice(env, "CANTSTOP_SCHEDULER", "on", ("on", "off")) == "on",
             metrics=env_choice(env, "CANTSTOP_METRICS", "off", ("off", "on")) == "on",
             metrics_token=metrics_token(env.get("CANTSTOP_METRICS_TOKEN")),
         )
+
+
+def archive_after(env: Mapping[str, str]) -> float | None:
+    """``CANTSTOP_ARCHIVE_AFTER``: ``off``, or seconds (a day by default)."""
+    if (env.get("CANTSTOP_ARCHIVE_AFTER") or "").strip().lower() == "off":
+        return None
+    return env_number(env, "CANTSTOP_ARCHIVE_AFTER", 24 * 3600, low=0, high=10 * 365 * 86400)
 
 
 def metrics_token(value: str | None) -> str | None:

@@ -16,6 +16,7 @@ from service.application.analysis.analyst import Analyst
 from service.application.analysis.fairplay import FairPlay
 from service.application.analysis.jobs import AnalysisFeed, JobConfig
 from service.application.closing import Closing
+from service.application.games.archiving import ArchiveQueue, Archiver
 from service.application.games.lobby import Lobby
 from service.application.games.projections import GameList, SolitaireBest
 from service.application.games.receipts import Receipts
@@ -85,6 +86,8 @@ class Runtime:
         # The views across games, in tables of the store (service/persistence/views.py).
         self.views = Views(self.store.recorder, self.store.mapper, create=create_tables)
         self.game_list = GameList()
+        self.archive_queue = ArchiveQueue()  # finished games, archived a while after
+        self.archiver = Archiver(self.store, self.views, self.archive_queue, settings.archive_after)
         self.leaderboard = SolitaireBest()
         self.account_games = AccountGames()
         self.ratings = RatingsView(self.games)
@@ -128,6 +131,7 @@ class Runtime:
             self.seeks.pool,
             self.tournaments.view,
             AnalysisFeed(self.games),  # finished rated games' analyses queued
+            self.archive_queue,
         )
         if create_tables:
             self.views.setup(self.all_views())
@@ -156,6 +160,7 @@ class Runtime:
                 self.notices.prune_now_and_then,
                 self.dispatcher().step,
                 self.fair_play.poll,  # finished rated games' analyses summed up
+                self.archiver.step,  # finished games' events archived, a while after
             ),
         )
 

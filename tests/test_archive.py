@@ -20,6 +20,8 @@ from flask.testing import FlaskClient
 
 from domain.commands import NewGame
 from domain.game import Game
+from service import cli
+from service.config import ConfigError, Settings
 from service.persistence import archive as archive_module
 from service.persistence import postgres as postgres_module
 from service.persistence import views as views_module
@@ -362,3 +364,52 @@ def test_a_host_frozen_while_archiving_holds_back_no_other_host_and_loses_nothin
         monkeypatch.setattr(postgres_module, "pack", packing)
         assert runtime(two.application).games.store.archive(uuid.UUID(dying)) == "archived"
         assert answers(one, dying) == whole
+
+
+def test_the_scheduler_archives_finished_games_a_while_after_they_end(database_url: str) -> None:
+    with served(database_url) as client:
+        rt = runtime(client.application)
+        games = finished_games(client, 3)
+        caught_up(rt)
+        assert rt.archiver.after == 24 * 3600  # the default: a day
+        assert rt.archiver.step() == {"too recent": 1}  # the oldest ended just now
+        assert all(row_count(rt, uuid.UUID(g)) > 0 for g in games)
+        rt.archiver.after = None  # off
+        assert rt.archiver.step() == {}
+        rt.archiver.after = 0
+        assert rt.archiver.step() == {"archived": 3}
+        assert all(row_count(rt, uuid.UUID(g)) == 0 for g in games)
+        assert rt.archiver.step() == {}  # none left queued
+        state = client.get(f"/v1/games/{games[0]}").get_json()
+        assert state["status"] == "finished"
+
+
+def test_cantstop_archive_archives_the_finished_games_now(
+    database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with served(database_url) as client:
+        games = finished_games(client, 2)
+    monkeypatch.setenv("CANTSTOP_DATABASE_URL", database_url)
+    assert cli.main(["archive"]) == 0  # a day after: none yet
+    assert "1 too recent" in capsys.readouterr().err
+    assert cli.main(["archive", "--after", "0"]) == 0
+    assert "2 archived" in capsys.readouterr().err
+    monkeypatch.setenv("CANTSTOP_ARCHIVE_AFTER", "off")
+    assert cli.main(["archive"]) == 2
+    assert "archiving is off" in capsys.readouterr().err
+    with served(database_url) as client:
+        assert all(client.get(f"/v1/games/{g}").status_code == 200 for g in games)
+        assert all(row_count(runtime(client.application), uuid.UUID(g)) == 0 for g in games)
+
+
+@pytest.mark.parametrize(
+    ("raw", "after"), [("", 86400.0), ("off", None), ("OFF", None), ("0", 0.0), ("90.5", 90.5)]
+)
+def test_the_archive_delay_is_a_number_of_seconds_or_off(raw: str, after: float | None) -> None:
+    assert Settings.from_env({"CANTSTOP_ARCHIVE_AFTER": raw}).archive_after == after
+
+
+@pytest.mark.parametrize("raw", ["-1", "soon", "nan"])
+def test_a_bad_archive_delay_is_refused_naming_it(raw: str) -> None:
+    with pytest.raises(ConfigError, match="CANTSTOP_ARCHIVE_AFTER"):
+        Settings.from_env({"CANTSTOP_ARCHIVE_AFTER": raw})
