@@ -8,11 +8,16 @@ app called directly, two moves a turn, then stop), on a fresh SQLite file or, wi
   ``dbstat`` after a checkpoint; PostgreSQL's relation sizes after VACUUM), grouped into parts:
   events, the events' indexes, snapshots, secrets, views, the rest; the empty store's size is
   subtracted first;
-- and the events' own bytes, by what they hold (each stored event's payload: its hash chain, its
-  timestamps and topics, the rest), which is what an encoding can save.
+- the events' own bytes, by what they hold (each stored event's payload: its hash chain, its
+  timestamps and topics, the rest), which is what an encoding can save;
+- then (``archived``; ``--no-archive`` skips it) the same once every finished game is archived
+  as the scheduler archives them (service/application/games/archiving.py, its delay set to 0;
+  one more game begun first, as the log's newest row is never archived), measured after the
+  space of the deleted rows is given back (SQLite's ``VACUUM``, PostgreSQL's ``VACUUM FULL``:
+  on a store that goes on, new rows refill it).
 
     python -m bench.bytes [--games 200] [--postgres postgresql://postgres@127.0.0.1/postgres]
-        [--seed N]
+        [--seed N] [--no-archive]
 
 With ``--seed``, ``os.urandom`` draws from that seed while the games are played (as in
 bench/instructions.py): the server's seeds, and so the dice and the games, are the same in
@@ -29,18 +34,18 @@ import re
 import sys
 import tempfile
 import uuid
-import zlib
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from service.persistence.compact import COMPACT, HEAD
+from service.persistence.compact import COMPACT
 
 # The events' and snapshots' tables: stored_events and stored_snapshots in SQLite,
 # cantstop_events and cantstop_snapshots in PostgreSQL (and their indexes).
 EVENTS = ("stored_events", "cantstop_events")
 SNAPSHOTS = ("stored_snapshots", "cantstop_snapshots")
 PARTS: tuple[tuple[str, Callable[[str], bool]], ...] = (
+    ("archived games", lambda n: any(t + "_archive" in n for t in EVENTS)),
     ("events", lambda n: n in EVENTS),
     ("events' indexes", lambda n: any(n.startswith(t) or n.endswith(t + "_1") for t in EVENTS)),
     ("snapshots", lambda n: any(t in n for t in SNAPSHOTS)),
@@ -89,6 +94,32 @@ def play(url: str, games: int, seed: int | None = None) -> None:
     runtime.close()
 
 
+def archive_all(url: str) -> dict[str, int]:
+    """Every finished game archived, as the scheduler archives them a while after they end
+    (service/application/games/archiving.py, the delay set to 0), after one more game is
+    begun (the log's newest row is never archived). The outcomes, counted."""
+    os.environ["CANTSTOP_DATABASE_URL"] = url
+    from domain.commands import NewGame
+    from service.config import Settings
+    from service.runtime import Runtime
+
+    runtime = Runtime(Settings.from_env(), create_tables=True)
+    try:
+        runtime.games.create(NewGame(players=["Last", "Game"]))
+        for view in runtime.all_views():
+            runtime.views.catch_up(view)
+        runtime.archiver.after = 0
+        totals: dict[str, int] = {}
+        while True:
+            outcomes = runtime.archiver.step(limit=1000)
+            for outcome, count in outcomes.items():
+                totals[outcome] = totals.get(outcome, 0) + count
+            if not outcomes.get("archived"):
+                return totals
+    finally:
+        runtime.close()
+
+
 def created(url: str) -> None:
     os.environ["CANTSTOP_DATABASE_URL"] = url
     from service.http.app import create_app
@@ -97,11 +128,13 @@ def created(url: str) -> None:
 
 
 # ------------------------------------------------------------------------------- SQLite
-def sqlite_sizes(path: str) -> dict[str, int]:
+def sqlite_sizes(path: str, *, compact: bool = False) -> dict[str, int]:
     import sqlite3
 
     with sqlite3.connect(path) as db:
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        if compact:  # the pages rows were deleted from, rewritten full, as new rows refill them
+            db.execute("VACUUM")
         return dict(db.execute("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name").fetchall())
 
 
@@ -115,11 +148,12 @@ def sqlite_rows(path: str) -> list[tuple[Any, int, str, bytes]]:
 
 
 # ---------------------------------------------------------------------------- PostgreSQL
-def pg_sizes(url: str) -> dict[str, int]:
+def pg_sizes(url: str, *, compact: bool = False) -> dict[str, int]:
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("VACUUM")
+        # FULL: the space of rows deleted (archived games') given back, as new rows reuse it
+        conn.execute("VACUUM FULL" if compact else "VACUUM")
         rows = conn.execute(
             "SELECT c.relname, pg_relation_size(c.oid) FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace "
@@ -189,32 +223,19 @@ def payload_parts(rows: list[tuple[Any, int, str, bytes]]) -> Counter[str]:
     return parts
 
 
-def archived(rows: list[tuple[Any, int, str, bytes]]) -> int | None:
-    """What a finished game's events would take as one row of their own, on average (issue 44:
-    the one way below ~20 KB a game found, not built; docs/scaling.md): each event's compact
-    state without its ``prev_hash`` (the event before's hash), a byte for its topic, its
-    version implied by its place, the lot deflated (zlib level 6). The row's own overhead and
-    whatever index would find it are not in it. None if no game finished in the compact form."""
-    games: dict[str, list[tuple[int, str, bytes]]] = {}
-    for originator_id, version, topic, state in rows:
-        if topic.startswith("domain.game:"):
-            games.setdefault(str(originator_id), []).append((version, topic, bytes(state)))
-    codes: dict[str, int] = {}
-    sizes = []
-    for events in games.values():
-        events.sort()
-        if not any(topic.endswith(".GameFinished") for _, topic, _ in events) or any(
-            state[:1] != bytes((COMPACT,)) for _, _, state in events
-        ):
-            continue
-        packed = bytearray()
-        for _, topic, state in events:
-            _, _, _, _, digest = HEAD.unpack_from(state)
-            body = state[HEAD.size :]
-            packed.append(codes.setdefault(topic, len(codes)))
-            packed += state[: HEAD.size - 64] + digest + len(body).to_bytes(2, "big") + body
-        sizes.append(len(zlib.compress(bytes(packed), 6)))
-    return round(sum(sizes) / len(sizes)) if sizes else None
+def archived_report(
+    before: dict[str, int], outcomes: dict[str, int], after: dict[str, int], games: int
+) -> dict[str, Any]:
+    """What the store holds per game once its finished games are archived and the space of
+    their rows given back."""
+    by_part: Counter[str] = Counter()
+    for name in set(before) | set(after):
+        by_part[part_of(name)] += after.get(name, 0) - before.get(name, 0)
+    return {
+        "outcomes": outcomes,
+        "bytes_per_game": round(sum(by_part.values()) / games),
+        "parts": {p: round(by_part[p] / games) for p, _ in PARTS if by_part[p]},
+    }
 
 
 def report(
@@ -235,7 +256,6 @@ def report(
         "parts": {p: round(by_part[p] / games) for p, _ in PARTS if by_part[p]},
         "largest": {n: round(b / games) for n, b in grown.most_common(8)},
         "events_per_game": round(payload["game: count"] / games, 1),
-        "finished_game_as_one_row": archived(rows),
         "event_payload_per_game": {
             k: round(v / games) for k, v in sorted(payload.items()) if not k.endswith("count")
         },
@@ -247,6 +267,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--games", type=int, default=200)
     parser.add_argument("--postgres", metavar="URL", help="a server to make a database on")
     parser.add_argument("--seed", type=int, help="the same games in every tree")
+    parser.add_argument(
+        "--archive",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="then archive every finished game and measure again (default: on)",
+    )
     args = parser.parse_args(argv)
     if args.postgres:
         url, drop = pg_database(args.postgres)
@@ -255,6 +281,10 @@ def main(argv: list[str] | None = None) -> int:
             before = pg_sizes(url)
             play(url, args.games, args.seed)
             result = report(before, pg_sizes(url), pg_rows(url), args.games)
+            if args.archive:
+                result["archived"] = archived_report(
+                    before, archive_all(url), pg_sizes(url, compact=True), args.games
+                )
         finally:
             drop()
         result["store"] = "postgresql"
@@ -265,6 +295,10 @@ def main(argv: list[str] | None = None) -> int:
         before = sqlite_sizes(path)
         play(url, args.games, args.seed)
         result = report(before, sqlite_sizes(path), sqlite_rows(path), args.games)
+        if args.archive:
+            result["archived"] = archived_report(
+                before, archive_all(url), sqlite_sizes(path, compact=True), args.games
+            )
         result["store"] = "sqlite"
     json.dump(result, sys.stdout, indent=2)
     print()
