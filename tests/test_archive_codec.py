@@ -116,3 +116,11 @@ def test_a_value_that_inflates_beyond_any_game_is_damaged_without_inflating_it_a
         archive.unpack(bomb)
     with pytest.raises(ArchiveDamaged, match="beyond"):
         archive.first(bomb)
+
+
+@given(games(), st.sets(TOPICS))
+def test_the_rows_of_some_topics_are_those_rows_exactly(rows: list[Row], topics: set[str]) -> None:
+    """A reader of a few topics (a view rebuilt over archived games) makes only their rows,
+    each as whole as unpacking everything gives it."""
+    data = archive.pack(rows)
+    assert archive.unpack(data, topics) == [row for row in rows if row.topic in topics]

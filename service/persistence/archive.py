@@ -42,7 +42,7 @@ import logging
 import struct
 import uuid
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import NamedTuple
 
 from eventsourcing.persistence import StoredEvent
@@ -161,7 +161,15 @@ def _layout(buffer: bytes) -> _Layout:
     return _Layout(topics, version, count, at + _HEAD.size)
 
 
-def _rows(buffer: bytes, layout: _Layout, limit: int | None = None) -> list[Row]:
+def _rows(
+    buffer: bytes,
+    layout: _Layout,
+    limit: int | None = None,
+    wanted: Collection[str] | None = None,
+) -> list[Row]:
+    """The rows (the first ``limit``; only those of the ``wanted`` topics): the arrays taken in
+    a few C calls, and only the rows handed out made (a view of a few topics, rebuilt over
+    archived games, makes a few rows a game, not ~150)."""
     topics, version, count, at = layout
     indexes = struct.unpack_from(f"<{count}H", buffer, at)
     at += 2 * count
@@ -169,43 +177,57 @@ def _rows(buffer: bytes, layout: _Layout, limit: int | None = None) -> list[Row]
     at += count
     lengths = struct.unpack_from(f"<{count}I", buffer, at)
     at += 4 * count
-    tx_steps = struct.unpack_from(f"<{count}q", buffer, at)
+    txs = list(itertools.accumulate(struct.unpack_from(f"<{count}q", buffer, at)))
     at += 8 * count
-    id_steps = struct.unpack_from(f"<{count}q", buffer, at)
+    ids = list(itertools.accumulate(struct.unpack_from(f"<{count}q", buffer, at)))
     at += 8 * count
+    starts = list(itertools.accumulate(lengths, initial=at))  # each state's, then the end
+    if limit is None and starts[-1] != len(buffer):
+        raise ArchiveDamaged("the archive's states do not fill it")
+    chosen: Iterable[int] = range(count if limit is None else min(limit, count))
+    if wanted is not None:
+        keep = {i for i, topic in enumerate(topics) if topic in wanted}
+        chosen = [i for i in chosen if indexes[i] in keep]
     rows = []
-    previous: bytes | None = None
-    tx = id_ = 0
     split = _PREV.start
-    for i in range(count if limit is None else min(limit, count)):
-        end = at + lengths[i]
+    for i in chosen:
+        start, end = starts[i], starts[i + 1]
         if end > len(buffer):
             raise ArchiveDamaged("the archive ends inside a row")
-        body = buffer[at:end]
-        at = end
         kind = kinds[i]
         if kind == _CHAINED:
-            if previous is None:
-                raise ArchiveDamaged("a chained state without the hash before it")
-            state = body[:split] + previous + body[split:]
+            state = buffer[start : start + split] + _hash_of(buffer, kinds, starts, i - 1)
+            state += buffer[start + split : end]
         elif kind == _AS_STORED:
-            state = body
+            state = buffer[start:end]
         else:
             raise ArchiveDamaged(f"an unknown kind of state: {kind}")
-        previous = state[_HASH] if len(state) >= HEAD.size and state[0] == COMPACT else None
-        tx += tx_steps[i]
-        id_ += id_steps[i]
-        rows.append(Row(version + i, topics[indexes[i]], state, tx, id_))
-    if limit is None and at != len(buffer):
-        raise ArchiveDamaged("the archive holds more than its rows")
+        rows.append(Row(version + i, topics[indexes[i]], state, txs[i], ids[i]))
     return rows
 
 
-def unpack(data: bytes) -> list[Row]:
-    """``pack``'s rows, exactly; ArchiveDamaged for a value that is not whole."""
+def _hash_of(buffer: bytes, kinds: bytes, starts: list[int], i: int) -> bytes:
+    """The hash of event ``i`` (the one a chained state leaves out as its ``prev_hash``)."""
+    if i < 0:
+        raise ArchiveDamaged("a chained state without the hash before it")
+    start, end = starts[i], starts[i + 1]
+    if kinds[i] == _CHAINED:  # its state less its prev_hash: the hash follows the time
+        at = start + _PREV.start
+    elif end - start >= HEAD.size and buffer[start] == COMPACT:
+        at = start + _HASH.start
+    else:
+        raise ArchiveDamaged("a chained state after one that is not compact")
+    if at + 32 > end:
+        raise ArchiveDamaged("a state too short for its hash")
+    return buffer[at : at + 32]
+
+
+def unpack(data: bytes, topics: Collection[str] | None = None) -> list[Row]:
+    """``pack``'s rows, exactly (only those of ``topics``, if given); ArchiveDamaged for a value
+    that is not whole."""
     try:
         buffer = _inflated(data)
-        return _rows(buffer, _layout(buffer))
+        return _rows(buffer, _layout(buffer), wanted=topics)
     except ArchiveDamaged:
         raise
     except (zlib.error, struct.error, IndexError, UnicodeDecodeError, ValueError) as exc:
@@ -246,10 +268,12 @@ class ArchiveSpan(NamedTuple):
     last: tuple[int, int]
 
 
-def unpack_game(originator_id: uuid.UUID, data: bytes) -> list[Row]:
+def unpack_game(
+    originator_id: uuid.UUID, data: bytes, topics: Collection[str] | None = None
+) -> list[Row]:
     """``unpack``, its error naming the game."""
     try:
-        return unpack(data)
+        return unpack(data, topics)
     except ArchiveDamaged as exc:
         raise ArchiveDamaged(f"game {originator_id}: {exc}") from None
 
@@ -275,13 +299,16 @@ def archived_events(
     return chosen if limit is None else chosen[:limit]
 
 
-def readable(found: Iterable[tuple[uuid.UUID, bytes]]) -> dict[uuid.UUID, list[Row]]:
-    """Archived games' rows, by game; a damaged archive is left out and logged: a reader of the
-    whole log (a view's rebuild) goes on without that game, whose own reads report it."""
+def readable(
+    found: Iterable[tuple[uuid.UUID, bytes]], topics: Collection[str] | None = None
+) -> dict[uuid.UUID, list[Row]]:
+    """Archived games' rows (of ``topics``, if given), by game; a damaged archive is left out
+    and logged: a reader of the whole log (a view's rebuild) goes on without that game, whose
+    own reads report it."""
     games = {}
     for originator_id, data in found:
         try:
-            games[originator_id] = unpack_game(originator_id, data)
+            games[originator_id] = unpack_game(originator_id, data, topics)
         except ArchiveDamaged as exc:
             log.error("an archive is left out of the log read: %s", exc)
     return games

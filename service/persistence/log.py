@@ -381,7 +381,8 @@ class LogReader:
             ):
                 batch.append(spans[self._next_span].originator_id)
                 self._next_span += 1
-            games = guarded(functools.partial(self.recorder.archived_rows, batch))
+            topics = self.topics or None
+            games = guarded(functools.partial(self.recorder.archived_rows, batch, topics))
             for game_id, rows in games.items():
                 for row in rows:
                     if self._wanted(game_id, row):

@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -823,8 +823,11 @@ class GuardedPostgresApplicationRecorder(GuardedPostgresAggregateRecorder, Appli
 
         return guarded(select, breaker=self.breaker)
 
-    def archived_rows(self, originator_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[Row]]:
-        """The archived rows of these games (those archived), each game's in version order."""
+    def archived_rows(
+        self, originator_ids: Sequence[uuid.UUID], topics: Collection[str] | None = None
+    ) -> dict[uuid.UUID, list[Row]]:
+        """The archived rows of these games (those archived; of ``topics``, if given), each
+        game's in version order."""
         statement = (
             f"SELECT originator_id, data FROM {self.archive_table} WHERE originator_id = ANY(%s)"
         )
@@ -837,7 +840,7 @@ class GuardedPostgresApplicationRecorder(GuardedPostgresAggregateRecorder, Appli
         if not originator_ids:
             return {}
         rows = guarded(select, breaker=self.breaker)
-        return readable((row["originator_id"], bytes(row["data"])) for row in rows)
+        return readable(((row["originator_id"], bytes(row["data"])) for row in rows), topics)
 
     def create_table(self) -> None:
         with _unbounded():  # the ALTER below rewrites an existing table, once

@@ -15,7 +15,7 @@ import os
 import sqlite3
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -661,11 +661,14 @@ class GuardedSQLiteApplicationRecorder(GuardedSQLiteAggregateRecorder, Applicati
 
         return guarded(select, breaker=self.breaker)
 
-    def archived_rows(self, originator_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, list[Row]]:
-        """The archived rows of these games (those archived), each game's in version order."""
+    def archived_rows(
+        self, originator_ids: Sequence[uuid.UUID], topics: Collection[str] | None = None
+    ) -> dict[uuid.UUID, list[Row]]:
+        """The archived rows of these games (those archived; of ``topics``, if given), each
+        game's in version order."""
         keys = [i.hex for i in originator_ids]
         rows = self._among(self.archive_table, "originator_id, data", keys)
-        return readable((uuid.UUID(key), bytes(data)) for key, data in rows)
+        return readable(((uuid.UUID(key), bytes(data)) for key, data in rows), topics)
 
     def _insert(self, pool: SQLitePool, stored_events: Any) -> Any:
         return self._insert_rows(pool, stored_events)
