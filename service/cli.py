@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -471,6 +472,8 @@ def cmd_archive(args: argparse.Namespace) -> int:
     once every view has read it. Safe while the service runs."""
     settings = Settings.from_env()
     runtime = Runtime(settings, create_tables=True)
+    if args.restore:
+        return _restore_archived(runtime)
     after = settings.archive_after if args.after is None else args.after
     if after is None:
         print("cantstop: archiving is off (CANTSTOP_ARCHIVE_AFTER=off)", file=sys.stderr)
@@ -492,6 +495,30 @@ def cmd_archive(args: argparse.Namespace) -> int:
     said = ", ".join(f"{count} {outcome}" for outcome, count in sorted(totals.items()))
     print(f"finished games: {said or 'none queued'}", file=sys.stderr)
     return 0
+
+
+def _restore_archived(runtime: Runtime) -> int:
+    """``cantstop archive --restore``: every archived game's rows put back where they were in
+    the log (before going back to a release that does not read archives; set
+    CANTSTOP_ARCHIVE_AFTER=off first, or the worker archives them again as they come due)."""
+    final: dict[uuid.UUID, str] = {}  # each game's last outcome
+    try:
+        for view in runtime.all_views():
+            runtime.views.catch_up(view)
+        while True:
+            store = runtime.games.store
+            outcomes = {game_id: store.restore(game_id) for game_id in store.archived(500)}
+            final.update(outcomes)
+            if "restored" not in outcomes.values():
+                break
+    finally:
+        runtime.close()
+    totals: dict[str, int] = {}
+    for outcome in final.values():
+        totals[outcome] = totals.get(outcome, 0) + 1
+    said = ", ".join(f"{count} {outcome}" for outcome, count in sorted(totals.items()))
+    print(f"archived games: {said or 'none'}", file=sys.stderr)
+    return 0 if set(totals) <= {"restored"} else 1
 
 
 def cmd_projections(args: argparse.Namespace) -> int:
@@ -770,6 +797,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     arch.add_argument(
         "--after", type=float, metavar="SECONDS", help="queued at least this long ago"
+    )
+    arch.add_argument(
+        "--restore",
+        action="store_true",
+        help="put every archived game back into rows (before going back to a release before)",
     )
     arch.set_defaults(func=cmd_archive)
 

@@ -413,3 +413,51 @@ def test_the_archive_delay_is_a_number_of_seconds_or_off(raw: str, after: float 
 def test_a_bad_archive_delay_is_refused_naming_it(raw: str) -> None:
     with pytest.raises(ConfigError, match="CANTSTOP_ARCHIVE_AFTER"):
         Settings.from_env({"CANTSTOP_ARCHIVE_AFTER": raw})
+
+
+def raw_rows(rt: Runtime) -> list[tuple[Any, ...]]:
+    """Every row of the events table as stored, with its place in the log."""
+    recorder: Any = rt.games.store.recorder
+    if recorder.dialect == "postgres":
+        with recorder.datastore.reading() as curs:
+            curs.execute(
+                "SELECT originator_id, originator_version, topic, state, notification_id, "
+                f"tx::text AS tx FROM {recorder.table} ORDER BY notification_id"
+            )
+            return [(*row.values(),) for row in curs.fetchall()]
+    with recorder.datastore.transaction(commit=False) as cursor:
+        cursor.execute(f"SELECT rowid, * FROM {recorder.events_table_name} ORDER BY rowid")
+        return [tuple(row) for row in cursor.fetchall()]
+
+
+def test_archived_games_restored_are_the_rows_they_were_where_they_were(
+    database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``cantstop archive --restore`` (before going back to a release that does not read
+    archives) puts every row back as it was, at its place in the log: what a release before
+    reads; not while a view has not read past a game (a rebuild begun)."""
+    with served(database_url) as client:
+        rt = runtime(client.application)
+        games = finished_games(client, 3)
+        caught_up(rt)
+        rows = raw_rows(rt)
+        log = log_as_read(rt.games.store.recorder, 50)
+        assert [rt.games.store.archive(uuid.UUID(g)) for g in games] == ["archived"] * 3
+        assert raw_rows(rt) != rows
+        view = rt.all_views()[0]
+        with rt.views._writing() as cursor:  # a rebuild begun: no game restored under it
+            rt.views._put(cursor, views_module.Tracking(view.name + "~", view.version, 9, START))
+        assert rt.games.store.restore(uuid.UUID(games[0])) == "not read"
+        with rt.views._writing() as cursor:
+            views_module.Sql(cursor, {}, rt.views.postgres).execute(
+                f"DELETE FROM {TRACKING} WHERE name = ?", [view.name + "~"]
+            )
+    monkeypatch.setenv("CANTSTOP_DATABASE_URL", database_url)
+    assert cli.main(["archive", "--restore"]) == 0
+    assert "3 restored" in capsys.readouterr().err
+    with served(database_url) as fresh:
+        rt = runtime(fresh.application)
+        assert raw_rows(rt) == rows
+        assert log_as_read(rt.games.store.recorder, 50) == log
+        assert rt.games.store.archived(10) == []
+        assert rt.games.store.restore(uuid.UUID(games[0])) == "not archived"

@@ -460,6 +460,18 @@ class Store(Application[uuid.UUID]):
         recorder: Any = self.recorder  # the service's own, on either store
         return cast(str, recorder.archive(game_id, last[0].originator_version, TRACKING))
 
+    def restore(self, game_id: uuid.UUID) -> str:
+        """An archived game's rows put back where they were in the log, its archive dropped
+        (what a release before archives reads: ``cantstop archive --restore``), once every view
+        has read past it. ``restored``, or why not (``not archived``, ``not read``, ``busy``)."""
+        recorder: Any = self.recorder
+        return cast(str, recorder.restore(game_id, TRACKING))
+
+    def archived(self, limit: int) -> list[uuid.UUID]:
+        """Some archived games (up to ``limit``)."""
+        recorder: Any = self.recorder
+        return cast(list[uuid.UUID], recorder.archived_ids(limit))
+
     def _thin_out_finished_in(self, events: list[Any]) -> None:
         """Thin out the snapshots of the games that these newly stored events finish."""
         for event in events:

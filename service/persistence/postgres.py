@@ -24,7 +24,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -61,6 +61,7 @@ from service.persistence.archive import (
     first_archived,
     pack,
     readable,
+    unpack_game,
 )
 from service.persistence.errors import NoAnswer
 from service.persistence.guard import (
@@ -747,14 +748,67 @@ class GuardedPostgresApplicationRecorder(GuardedPostgresAggregateRecorder, Appli
         the start of the log waits for it (views.py), so a reader from the start never misses
         a game archived while it began. What happened: ``archived``, or why not."""
 
+        return self._locked(
+            lambda curs: self._archive_in(curs, originator_id, last_version, behind)
+        )
+
+    def restore(self, originator_id: uuid.UUID, behind: str) -> str:
+        """Put an archived game's rows back, each at its place in the log (its transaction and
+        notification id), and drop its archive, in one transaction under ``ARCHIVE_LOCK``, if
+        every position in ``behind`` is at or past its last row (no reader of the log is then
+        between its rows): what a release before archives reads. ``restored``, or why not
+        (``not archived``, ``not read``, ``busy``)."""
+        return self._locked(lambda curs: self._restore_in(curs, originator_id, behind))
+
+    def _locked(self, work: Callable[[Any], str]) -> str:
+        """``work`` in one transaction under ``ARCHIVE_LOCK``, taken at once or not at all."""
+
         def run() -> str:
             with self.datastore.transaction(commit=True) as curs:
                 curs.execute("SELECT pg_try_advisory_xact_lock(%s) AS got", [ARCHIVE_LOCK])
                 if not curs.fetchone()["got"]:
                     return "busy"
-                return self._archive_in(curs, originator_id, last_version, behind)
+                return work(curs)
 
         return guarded_write(run, breaker=self.breaker, writes=self.writes)
+
+    def _restore_in(self, curs: Any, originator_id: uuid.UUID, behind: str) -> str:
+        curs.execute(
+            f"SELECT data, last_tx::text AS lt, last_id FROM {self.archive_table} "
+            "WHERE originator_id = %s",
+            [originator_id],
+        )
+        found = curs.fetchone()
+        if found is None:
+            return "not archived"
+        curs.execute(f"SELECT tx, position FROM {behind} ORDER BY tx, position LIMIT 1")
+        oldest = curs.fetchone()
+        if oldest is None or (oldest["tx"], oldest["position"]) < (
+            int(found["lt"]),
+            found["last_id"],
+        ):
+            return "not read"
+        rows = unpack_game(originator_id, bytes(found["data"]))
+        curs.executemany(
+            f"INSERT INTO {self.table} (originator_id, originator_version, topic, state, "
+            "notification_id, tx) VALUES (%s, %s, %s, %s, %s, %s::text::xid8)",
+            [
+                (originator_id, row.version, row.topic, row.state, row.id, str(row.tx))
+                for row in rows
+            ],
+        )
+        curs.execute(f"DELETE FROM {self.archive_table} WHERE originator_id = %s", [originator_id])
+        return "restored"
+
+    def archived_ids(self, limit: int) -> list[uuid.UUID]:
+        """Some archived games (up to ``limit``)."""
+
+        def select() -> list[uuid.UUID]:
+            with self.datastore.get_connection() as conn, conn.cursor() as curs:
+                curs.execute(f"SELECT originator_id FROM {self.archive_table} LIMIT %s", [limit])
+                return [row["originator_id"] for row in curs.fetchall()]
+
+        return guarded(select, breaker=self.breaker)
 
     def _archive_in(
         self, curs: Any, originator_id: uuid.UUID, last_version: int, behind: str

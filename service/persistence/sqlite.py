@@ -15,7 +15,7 @@ import os
 import sqlite3
 import threading
 import uuid
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,7 @@ from service.persistence.archive import (
     first_archived,
     pack,
     readable,
+    unpack_game,
 )
 from service.persistence.errors import WritersQueued
 from service.persistence.guard import (
@@ -601,8 +602,21 @@ class GuardedSQLiteApplicationRecorder(GuardedSQLiteAggregateRecorder, Applicati
         its rows are exactly versions 1 to ``last_version``, every position in the table
         ``behind`` (the views' tracking rows, rebuilds' included) is at or past its last row,
         and that row is not the log's newest (SQLite would give its rowid to the next row).
-        What happened: ``archived``, or why not (``ARCHIVE_OUTCOMES``)."""
+        What happened: ``archived``, or why not (``no rows``, ``not its versions``, ``the
+        newest``, ``not read``)."""
         key = originator_id.hex
+        return self._writing_one(lambda db: self._archive_in(db, key, last_version, behind))
+
+    def restore(self, originator_id: uuid.UUID, behind: str) -> str:
+        """Put an archived game's rows back, each at its place in the log (its rowid), and drop
+        its archive, in one write transaction, if every position in ``behind`` is at or past
+        its last row (no reader of the log is then between its rows): what a release before
+        archives reads. ``restored``, or why not (``not archived``, ``not read``)."""
+        key = originator_id.hex
+        return self._writing_one(lambda db: self._restore_in(db, originator_id, key, behind))
+
+    def _writing_one(self, work: Callable[[sqlite3.Connection], str]) -> str:
+        """``work`` in one write transaction, committed if it says it did what it was for."""
         pool = self.datastore.pool
 
         def run() -> str:
@@ -610,14 +624,44 @@ class GuardedSQLiteApplicationRecorder(GuardedSQLiteAggregateRecorder, Applicati
                 db = pool.writer()
                 db.execute("BEGIN IMMEDIATE")
                 try:
-                    outcome = self._archive_in(db, key, last_version, behind)
-                    db.execute("COMMIT" if outcome == "archived" else "ROLLBACK")
+                    outcome = work(db)
+                    db.execute("COMMIT" if outcome in ("archived", "restored") else "ROLLBACK")
                     return outcome
                 finally:
                     if db.in_transaction:
                         db.execute("ROLLBACK")
 
         return guarded_write(run, breaker=self.breaker, writes=self.writes)
+
+    def _restore_in(
+        self, db: sqlite3.Connection, originator_id: uuid.UUID, key: str, behind: str
+    ) -> str:
+        found = db.execute(
+            f"SELECT data, last_id FROM {self.archive_table} WHERE originator_id=?", [key]
+        ).fetchone()
+        if found is None:
+            return "not archived"
+        oldest = db.execute(f"SELECT min(position) FROM {behind}").fetchone()[0]
+        if oldest is None or oldest < found[1]:
+            return "not read"
+        rows = unpack_game(originator_id, bytes(found[0]))
+        db.executemany(
+            f"INSERT INTO {self.events_table_name} "
+            "(rowid, originator_id, originator_version, topic, state) VALUES (?,?,?,?,?)",
+            [(row.id, key, row.version, row.topic, row.state) for row in rows],
+        )
+        db.execute(f"DELETE FROM {self.archive_table} WHERE originator_id=?", [key])
+        return "restored"
+
+    def archived_ids(self, limit: int) -> list[uuid.UUID]:
+        """Some archived games (up to ``limit``)."""
+        statement = f"SELECT originator_id FROM {self.archive_table} LIMIT ?"
+
+        def select() -> list[uuid.UUID]:
+            with self.datastore.get_connection(commit=False) as conn, _sqlite_errors():
+                return [uuid.UUID(row[0]) for row in conn.execute(statement, [limit])]
+
+        return guarded(select, breaker=self.breaker)
 
     def _archive_in(self, db: sqlite3.Connection, key: str, last_version: int, behind: str) -> str:
         table = self.events_table_name
