@@ -24,9 +24,10 @@ Before deflating (zlib's level 6; packing runs once a game, off any request), li
     | the states (or bodies), one after another
 
 ``kind`` 0 for a state as stored, 1 for a compact state without its ``prev_hash``. The
-per-event fields are arrays of fixed width, so a reader takes each in one ``struct`` call
-(~0.1 ms for a game of ~150 events) rather than a varint at a time; deflate makes their zeros
-cost next to nothing.
+per-event fields are arrays of fixed width, so a reader takes each in one ``struct`` call rather
+than a varint at a time, and makes only the rows it wants (a game of ~150 events read whole in
+~0.16 ms, inflating included; the rows of three topics in ~0.05 ms); deflate makes the arrays'
+zeros cost next to nothing.
 
 The arrays and the first event (the game's creation) come first in the stream, so ``first``
 inflates only as much as it needs (~4 KB, not the game). A value that does not inflate, or
