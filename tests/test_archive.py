@@ -195,7 +195,7 @@ def test_the_log_reads_archived_events_in_their_place_whatever_the_page_and_filt
         if state["status"] == "finished":
             finished.append(uuid.UUID(state["id"]))
     play(rt, rt.games.create(NewGame(players=["Cy", "Di"]))[0], rng, 5)
-    recorder = rt.games.store.recorder
+    recorder: Any = rt.games.store.recorder
     rolls = get_topic(Game.DiceRolled)
     kinds: list[dict[str, Any]] = [
         {},
@@ -210,6 +210,9 @@ def test_the_log_reads_archived_events_in_their_place_whatever_the_page_and_filt
     end = LogReader(recorder)
     end.skip_to_end()
     assert end.read(100) == []  # nothing archived after the end, and none looked for
+    # a reader of topics no archive holds (the challenges') reads no archive
+    assert len(recorder.archives_after((0, 0), [rolls])) == 5
+    assert recorder.archives_after((0, 0), ["service.application.aggregates:Challenge"]) == []
 
 
 def test_a_damaged_archive_is_its_games_corrupt_game_and_spares_the_others(

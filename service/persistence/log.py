@@ -354,7 +354,9 @@ class LogReader:
         """Whether archived events may still come in this reader's reads (the archives after
         its starting place are looked up at its first read)."""
         if self._spans is None:
-            self._spans = guarded(lambda: self.recorder.archives_after(tuple(self.position)))
+            self._spans = guarded(
+                lambda: self.recorder.archives_after(tuple(self.position), self.topics)
+            )
         if self._next_span < len(self._spans) or self._pending:
             return True
         self._spans, self._next_span = [], 0  # all met: what a far reader held is let go
@@ -381,8 +383,7 @@ class LogReader:
             ):
                 batch.append(spans[self._next_span].originator_id)
                 self._next_span += 1
-            topics = self.topics or None
-            games = guarded(functools.partial(self.recorder.archived_rows, batch, topics))
+            games = self._archived(batch)
             for game_id, rows in games.items():
                 for row in rows:
                     if self._wanted(game_id, row):
@@ -413,6 +414,22 @@ class LogReader:
         else:
             self.position = max(self.position, upto)
         return [item for _, item, _ in merged]
+
+    def _archived(self, games: list[uuid.UUID]) -> dict[uuid.UUID, list[Row]]:
+        """These archived games' rows of the reader's topics (all, if it names none); of a game
+        ``narrow`` leaves out, only those of the topics it does not narrow."""
+        read = self.recorder.archived_rows
+        if self.narrow is None:
+            return guarded(functools.partial(read, games, self.topics or None))
+        narrowed, followed = self.narrow
+        kept = [game for game in games if game in followed]
+        others = [game for game in games if game not in followed]
+        found = guarded(functools.partial(read, kept, self.topics or None)) if kept else {}
+        left = [topic for topic in self.topics if topic not in narrowed]
+        if others and (left or not self.topics):
+            # no topics named: every topic, the narrowed ones left out by ``_wanted``
+            found.update(guarded(functools.partial(read, others, left or None)))
+        return found
 
     def _wanted(self, game_id: uuid.UUID, row: Row) -> bool:
         """Whether this reader reads an archived event: after its position, no further than

@@ -636,6 +636,9 @@ class GuardedPostgresApplicationRecorder(GuardedPostgresAggregateRecorder, Appli
         self.archive_table = Identifier(
             datastore.schema, events_table_name + "_archive"
         ).as_string()
+        self.archive_topics = Identifier(
+            datastore.schema, events_table_name + "_archive_topics"
+        ).as_string()
         self._statements: dict[tuple[int, str, int, bool], tuple[bytes, bytes]] = {}
         # The statements each pooled connection's session has prepared, by connection.
         self._prepared: weakref.WeakKeyDictionary[Any, set[bytes]] = weakref.WeakKeyDictionary()
@@ -657,6 +660,8 @@ class GuardedPostgresApplicationRecorder(GuardedPostgresAggregateRecorder, Appli
             "CREATE INDEX IF NOT EXISTS "
             f"{Identifier(self.events_table_name + '_archive_last').as_string()} "
             f"ON {self.archive_table} (last_tx, last_id)",
+            # every topic any archive holds: a reader of none of them reads no archive
+            f"CREATE TABLE IF NOT EXISTS {self.archive_topics} (topic text PRIMARY KEY)",
         ]
 
     def select_events(
@@ -851,21 +856,31 @@ class GuardedPostgresApplicationRecorder(GuardedPostgresAggregateRecorder, Appli
                 pack(rows),
             ],
         )
+        curs.execute(
+            f"INSERT INTO {self.archive_topics} SELECT unnest(%s::text[]) ON CONFLICT DO NOTHING",
+            [sorted({row.topic for row in rows})],
+        )
         curs.execute(f"DELETE FROM {self.table} WHERE originator_id = %s", [originator_id])
         return "archived"
 
-    def archives_after(self, position: tuple[int, int]) -> list[ArchiveSpan]:
+    def archives_after(
+        self, position: tuple[int, int], topics: Sequence[str] = ()
+    ) -> list[ArchiveSpan]:
         """The archives holding an event after ``position`` in the log, by their first event's
-        place: what a reader of the log from there must merge with the rows (log.py)."""
+        place: what a reader of the log from there must merge with the rows (log.py). None for
+        a reader of ``topics`` of which no archive holds any."""
         statement = (
             "SELECT originator_id, first_tx::text AS ft, first_id, last_tx::text AS lt, last_id "
-            f"FROM {self.archive_table} WHERE (last_tx, last_id) > (%s::text::xid8, %s) "
-            "ORDER BY first_tx, first_id"
+            f"FROM {self.archive_table} WHERE (last_tx, last_id) > (%s::text::xid8, %s)"
         )
+        params: list[Any] = [str(position[0]), position[1]]
+        if topics:
+            statement += f" AND EXISTS (SELECT 1 FROM {self.archive_topics} WHERE topic = ANY(%s))"
+            params.append(list(topics))
 
         def select() -> list[ArchiveSpan]:
             with self.datastore.get_connection() as conn, conn.cursor() as curs:
-                curs.execute(statement, [str(position[0]), position[1]])
+                curs.execute(statement + " ORDER BY first_tx, first_id", params)
                 return [
                     ArchiveSpan(
                         r["originator_id"],

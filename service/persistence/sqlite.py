@@ -549,6 +549,8 @@ class GuardedSQLiteApplicationRecorder(GuardedSQLiteAggregateRecorder, Applicati
             "data BLOB NOT NULL)",
             f"CREATE INDEX IF NOT EXISTS {self.archive_table}_last "
             f"ON {self.archive_table} (last_tx, last_id)",
+            # every topic any archive holds: a reader of none of them reads no archive
+            f"CREATE TABLE IF NOT EXISTS {self.archive_table}_topics (topic TEXT PRIMARY KEY)",
         ]
 
     def select_events(
@@ -686,21 +688,34 @@ class GuardedSQLiteApplicationRecorder(GuardedSQLiteAggregateRecorder, Applicati
             f"INSERT INTO {self.archive_table} VALUES (?,?,?,?,?,?,?)",
             [key, last_version, 0, first, 0, last, data],
         )
+        db.executemany(
+            f"INSERT OR IGNORE INTO {self.archive_table}_topics VALUES (?)",
+            [(topic,) for topic in {r[2] for r in rows}],
+        )
         db.execute(f"DELETE FROM {table} WHERE originator_id=?", [key])
         return "archived"
 
-    def archives_after(self, position: tuple[int, int]) -> list[ArchiveSpan]:
+    def archives_after(
+        self, position: tuple[int, int], topics: Sequence[str] = ()
+    ) -> list[ArchiveSpan]:
         """The archives holding an event after ``position`` in the log, by their first event's
-        place: what a reader of the log from there must merge with the rows (log.py)."""
+        place: what a reader of the log from there must merge with the rows (log.py). None for
+        a reader of ``topics`` of which no archive holds any."""
+        statement = (
+            f"SELECT originator_id, first_tx, first_id, last_tx, last_id "
+            f"FROM {self.archive_table} WHERE (last_tx, last_id) > (?, ?)"
+        )
+        params: list[Any] = list(position)
+        if topics:
+            statement += (
+                f" AND EXISTS (SELECT 1 FROM {self.archive_table}_topics "
+                f"WHERE topic IN ({','.join('?' * len(topics))}))"
+            )
+            params += topics
 
         def select() -> list[ArchiveSpan]:
             with self.datastore.get_connection(commit=False) as conn, _sqlite_errors():
-                rows = conn.execute(
-                    f"SELECT originator_id, first_tx, first_id, last_tx, last_id "
-                    f"FROM {self.archive_table} WHERE (last_tx, last_id) > (?, ?) "
-                    "ORDER BY first_tx, first_id",
-                    list(position),
-                ).fetchall()
+                rows = conn.execute(statement + " ORDER BY first_tx, first_id", params).fetchall()
             return [ArchiveSpan(uuid.UUID(r[0]), (r[1], r[2]), (r[3], r[4])) for r in rows]
 
         return guarded(select, breaker=self.breaker)
