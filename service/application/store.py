@@ -445,20 +445,20 @@ class Store(Application[uuid.UUID]):
         happened: ``archived``, or why not (``not finished``, ``too recent``: it ended after
         ``ended_before``; the recorder's: not read by every view yet, the log's newest row,
         another archiver at work)."""
-        last = self.recorder.select_events(game_id, desc=True, limit=1)
-        if not last:
+        recorder: Any = self.recorder  # the service's own, on either store
+        last = recorder.last_row(game_id)  # an archived game's archive is not read
+        if last is None:
             return "no rows"  # unknown, or archived already
-        if last[0].topic not in FINAL_TOPICS:
+        if last.topic not in FINAL_TOPICS:
             return "not finished"
         if ended_before is not None:
             try:
-                ended = cast(Game.Event, self.mapper.to_domain_event(last[0])).timestamp
+                ended = cast(Game.Event, self.mapper.to_domain_event(last)).timestamp
             except Exception:  # a damaged row: left as it is, for the game's reads to report
                 return "damaged"
             if ended > ended_before:
                 return "too recent"
-        recorder: Any = self.recorder  # the service's own, on either store
-        return cast(str, recorder.archive(game_id, last[0].originator_version, TRACKING))
+        return cast(str, recorder.archive(game_id, last.originator_version, TRACKING))
 
     def restore(self, game_id: uuid.UUID) -> str:
         """An archived game's rows put back where they were in the log, its archive dropped

@@ -704,6 +704,12 @@ class GuardedPostgresApplicationRecorder(GuardedPostgresAggregateRecorder, Appli
                 return archived_events(key, data, gt=gt, lte=lte, desc=desc, limit=limit)
         return _stored(rows)
 
+    def last_row(self, originator_id: uuid.UUID) -> StoredEvent | None:
+        """The originator's last event in rows (None: it has none, unknown or archived),
+        without reading an archive."""
+        found = super().select_events(originator_id, desc=True, limit=1)
+        return found[0] if found else None
+
     def stored_among(self, originator_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
         """Those of ``originator_ids`` with any event stored, in rows or archived."""
         statement = (

@@ -586,6 +586,12 @@ class GuardedSQLiteApplicationRecorder(GuardedSQLiteAggregateRecorder, Applicati
             return found
         return archived_events(uuid.UUID(key), data, gt=gt, lte=lte, desc=desc, limit=limit)
 
+    def last_row(self, originator_id: uuid.UUID) -> StoredEvent | None:
+        """The originator's last event in rows (None: it has none, unknown or archived),
+        without reading an archive."""
+        found = super().select_events(originator_id, desc=True, limit=1)
+        return found[0] if found else None
+
     def stored_among(self, originator_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
         found = super().stored_among(originator_ids)
         keys = [i.hex for i in originator_ids if i not in found]
