@@ -109,13 +109,7 @@ def archive_all(url: str) -> dict[str, int]:
         for view in runtime.all_views():
             runtime.views.catch_up(view)
         runtime.archiver.after = 0
-        totals: dict[str, int] = {}
-        while True:
-            outcomes = runtime.archiver.step(limit=1000)
-            for outcome, count in outcomes.items():
-                totals[outcome] = totals.get(outcome, 0) + count
-            if not outcomes.get("archived"):
-                return totals
+        return runtime.archiver.drain()
     finally:
         runtime.close()
 

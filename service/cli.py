@@ -483,18 +483,16 @@ def cmd_archive(args: argparse.Namespace) -> int:
         for view in runtime.all_views():
             runtime.views.catch_up(view)
         runtime.archiver.after = after
-        totals: dict[str, int] = {}
-        while True:
-            outcomes = runtime.archiver.step(limit=500)
-            for outcome, count in outcomes.items():
-                totals[outcome] = totals.get(outcome, 0) + count
-            if not outcomes.get("archived") and not outcomes.get("no rows"):
-                break
+        totals = runtime.archiver.drain()
     finally:
         runtime.close()
-    said = ", ".join(f"{count} {outcome}" for outcome, count in sorted(totals.items()))
-    print(f"finished games: {said or 'none queued'}", file=sys.stderr)
+    print(f"finished games: {_counted(totals) or 'none queued'}", file=sys.stderr)
     return 0
+
+
+def _counted(totals: dict[str, int]) -> str:
+    """``3 archived, 1 the newest``: each outcome and how many games ended with it."""
+    return ", ".join(f"{count} {outcome}" for outcome, count in sorted(totals.items()))
 
 
 def _restore_archived(runtime: Runtime) -> int:
@@ -516,8 +514,7 @@ def _restore_archived(runtime: Runtime) -> int:
     totals: dict[str, int] = {}
     for outcome in final.values():
         totals[outcome] = totals.get(outcome, 0) + 1
-    said = ", ".join(f"{count} {outcome}" for outcome, count in sorted(totals.items()))
-    print(f"archived games: {said or 'none'}", file=sys.stderr)
+    print(f"archived games: {_counted(totals) or 'none'}", file=sys.stderr)
     return 0 if set(totals) <= {"restored"} else 1
 
 

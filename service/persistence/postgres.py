@@ -792,12 +792,7 @@ class GuardedPostgresApplicationRecorder(GuardedPostgresAggregateRecorder, Appli
         found = curs.fetchone()
         if found is None:
             return "not archived"
-        curs.execute(f"SELECT tx, position FROM {behind} ORDER BY tx, position LIMIT 1")
-        oldest = curs.fetchone()
-        if oldest is None or (oldest["tx"], oldest["position"]) < (
-            int(found["lt"]),
-            found["last_id"],
-        ):
+        if not self._read_past(curs, behind, (int(found["lt"]), found["last_id"])):
             return "not read"
         rows = unpack_game(originator_id, bytes(found["data"]))
         curs.executemany(
@@ -810,6 +805,14 @@ class GuardedPostgresApplicationRecorder(GuardedPostgresAggregateRecorder, Appli
         )
         curs.execute(f"DELETE FROM {self.archive_table} WHERE originator_id = %s", [originator_id])
         return "restored"
+
+    @staticmethod
+    def _read_past(curs: Any, behind: str, last: tuple[int, int]) -> bool:
+        """Every position in ``behind`` (the views' tracking rows) is at or past ``last`` (tx,
+        notification id): no reader of the log is between a game's rows that end there."""
+        curs.execute(f"SELECT tx, position FROM {behind} ORDER BY tx, position LIMIT 1")
+        oldest = curs.fetchone()
+        return oldest is not None and (oldest["tx"], oldest["position"]) >= last
 
     def archived_ids(self, limit: int) -> list[uuid.UUID]:
         """Some archived games (up to ``limit``)."""
@@ -845,9 +848,7 @@ class GuardedPostgresApplicationRecorder(GuardedPostgresAggregateRecorder, Appli
         newest = curs.fetchone()
         if (int(newest["tx_text"]), newest["notification_id"]) == places[-1]:
             return "the newest"
-        curs.execute(f"SELECT tx, position FROM {behind} ORDER BY tx, position LIMIT 1")
-        oldest = curs.fetchone()
-        if oldest is None or (oldest["tx"], oldest["position"]) < places[-1]:
+        if not self._read_past(curs, behind, places[-1]):
             return "not read"
         curs.execute(
             f"INSERT INTO {self.archive_table} VALUES "

@@ -649,8 +649,7 @@ class GuardedSQLiteApplicationRecorder(GuardedSQLiteAggregateRecorder, Applicati
         ).fetchone()
         if found is None:
             return "not archived"
-        oldest = db.execute(f"SELECT min(position) FROM {behind}").fetchone()[0]
-        if oldest is None or oldest < found[1]:
+        if not self._read_past(db, behind, found[1]):
             return "not read"
         rows = unpack_game(originator_id, bytes(found[0]))
         db.executemany(
@@ -660,6 +659,13 @@ class GuardedSQLiteApplicationRecorder(GuardedSQLiteAggregateRecorder, Applicati
         )
         db.execute(f"DELETE FROM {self.archive_table} WHERE originator_id=?", [key])
         return "restored"
+
+    @staticmethod
+    def _read_past(db: sqlite3.Connection, behind: str, last: int) -> bool:
+        """Every position in ``behind`` (the views' tracking rows) is at or past ``last``: no
+        reader of the log is between a game's rows that end there."""
+        oldest = db.execute(f"SELECT min(position) FROM {behind}").fetchone()[0]
+        return oldest is not None and oldest >= last
 
     def archived_ids(self, limit: int) -> list[uuid.UUID]:
         """Some archived games (up to ``limit``)."""
@@ -685,8 +691,7 @@ class GuardedSQLiteApplicationRecorder(GuardedSQLiteAggregateRecorder, Applicati
         last = max(r[0] for r in rows)
         if db.execute(f"SELECT max(rowid) FROM {table}").fetchone()[0] == last:
             return "the newest"
-        oldest = db.execute(f"SELECT min(position) FROM {behind}").fetchone()[0]
-        if oldest is None or oldest < last:
+        if not self._read_past(db, behind, last):
             return "not read"
         data = pack([Row(r[1], r[2], bytes(r[3]), 0, r[0]) for r in rows])
         first = min(r[0] for r in rows)

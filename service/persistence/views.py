@@ -317,8 +317,8 @@ class Views:
         archiver moves a game's rows only once every tracking row has passed them, and its
         reading of the rows and its move are one transaction under ``ARCHIVE_LOCK``; this row
         waits for it, so the reader that follows from the start finds every archive made
-        before (log.py reads archives only from the start). SQLite's writers take turns
-        already."""
+        before (log.py looks up the archives ahead once, at a reader's first read). SQLite's
+        writers take turns already."""
         if self.postgres:
             Sql(cursor, {}, True).execute("SELECT pg_advisory_xact_lock_shared(?)", [ARCHIVE_LOCK])
 

@@ -107,3 +107,14 @@ class Archiver:
         if outcomes.get("archived"):
             log.info("archived %s finished games", outcomes["archived"])
         return outcomes
+
+    def drain(self, limit: int = 500) -> dict[str, int]:
+        """Passes one after another until one archives nothing and finds nothing archived
+        already (``cantstop archive``, bench.bytes): how many games ended with each outcome."""
+        totals: dict[str, int] = {}
+        while True:
+            outcomes = self.step(limit)
+            for outcome, count in outcomes.items():
+                totals[outcome] = totals.get(outcome, 0) + count
+            if not outcomes.get("archived") and not outcomes.get("no rows"):
+                return totals
