@@ -32,17 +32,22 @@ from domain.commands import NewGame
 from domain.errors import DomainError, GameOver, IllegalAction, InvalidDice, NotYourTurn
 from domain.game import (
     AT_FORMAT,
+    ZERO_HASH,
     Game,
+    canonical_bytes,
+    chain_hash,
     event_record,
+    event_records,
     format_at,
     format_time,
+    own_events_encoder,
     parse_at,
     position_map,
 )
 from domain.moves import UNCLAIMED
 from domain.view import game_state, legal_actions
 from service.application.aggregates import Vault
-from service.application.store import GameEventMapper, ServiceTranscoder
+from service.application.store import GameEventMapper, ServiceTranscoder, canonical_json
 from service.persistence.compact import COMPACT, DEFLATE_FROM, deflate
 
 PROPERTY = settings(
@@ -572,3 +577,58 @@ def test_a_time_is_served_in_utc_whatever_its_zone(when: datetime, offset_minute
     assert parse_at(text) == utc
     on_the_second = utc.replace(microsecond=0)
     assert format_time(on_the_second) == on_the_second.strftime(AT_FORMAT)
+
+
+# Any text (lone surrogates too), integers of any size, keys of either kind: what an event holds
+# and what it never should.
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(st.characters(exclude_categories=())),
+    lambda inner: (
+        st.lists(inner, max_size=5)
+        | st.dictionaries(st.text(max_size=4), inner, max_size=5)
+        | st.dictionaries(st.integers(-3, 3) | st.text(max_size=2), inner, max_size=3)
+    ),
+    max_leaves=30,
+)
+
+
+def encoded(encode: Callable[[Any], bytes], value: Any) -> bytes | type:
+    try:
+        return encode(value)
+    except (TypeError, ValueError) as refused:  # UnicodeEncodeError is a ValueError
+        return type(refused)
+
+
+@given(JSON_VALUES)
+def test_orjson_writes_the_contracts_canonical_json_of_every_value_an_event_holds(
+    value: Any,
+) -> None:
+    """The service's encoder of a game's new events (orjson) writes the bytes of the contract's
+    definition (the standard library's, sorted keys), or refuses as it does: a lone surrogate,
+    keys of two kinds; an integer beyond 64 bits and keys that are integers go its way."""
+    assert encoded(canonical_json, value) == encoded(canonical_bytes, value)
+
+
+@PROPERTY
+@given(setup=setups(), data=st.data(), names=st.lists(NAMES, min_size=2, max_size=2))
+def test_a_game_hashed_by_the_services_encoder_hashes_as_the_contract_says(
+    setup: Setup, data: st.DataObject, names: list[str]
+) -> None:
+    """Games played with the service's encoder of their own events: every event's hash is the
+    contract's, as an audit computes it."""
+    before = own_events_encoder(canonical_json)
+    try:
+        games = [
+            play(data, setup).game,
+            Game.start(uuid.uuid4(), NewGame(players=names, dice="manual")),
+        ]
+    finally:
+        own_events_encoder(before)
+    for game in games:
+        previous = ZERO_HASH
+        for record in event_records(game.pending_events):
+            digest = chain_hash(
+                previous, record["version"], record["type"], record["at"], record["data"]
+            )
+            assert record["prev_hash"] == previous and record["hash"] == digest
+            previous = digest
