@@ -254,19 +254,29 @@ class LogReader:
 
     def _window(self, curs: Any, *, heads: bool) -> tuple[str, list[Any], int]:
         """The query of what follows the position in the log, up to the snapshot's xmin (what
-        no transaction still open can write below), in the log's order; its parameters; xmin.
-        The row comparison on (tx, notification_id), bounded by xmin, is one range of their
-        index, read in its order."""
+        no transaction still open can write below), in the log's order; its parameters; xmin,
+        read by a statement of its own first (a scan's transaction reads on with snapshots of
+        its own: every transaction below that xmin had ended before they were taken)."""
+        curs.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS x")
+        xmin = int(curs.fetchone()["x"])
+        query, params = self._window_query(heads=heads, below="%s::text::xid8")
+        params.insert(2, str(xmin))
+        return query, params, xmin
+
+    def _window_query(self, *, heads: bool, below: str) -> tuple[str, list[Any]]:
+        """The query of what follows the position in the log below ``below`` (SQL for the
+        snapshot's xmin: a parameter's place, or a column of the statement), in the log's
+        order, and its parameters (``below``'s own, if any, to be put third). The row
+        comparison on (tx, notification_id), bounded by xmin, is one range of their index,
+        read in its order."""
         columns = "notification_id, originator_id, originator_version, topic, tx::text AS tx_text"
         if not heads:
             columns += ", state"
         query = (
             f"SELECT {columns} FROM {self._table()} "
-            "WHERE (tx, notification_id) > (%s::text::xid8, %s) AND tx < %s::text::xid8"
+            f"WHERE (tx, notification_id) > (%s::text::xid8, %s) AND tx < {below}"
         )
-        curs.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS x")
-        xmin = int(curs.fetchone()["x"])
-        params: list[Any] = [str(self.position.tx), self.position.id, str(xmin)]
+        params: list[Any] = [str(self.position.tx), self.position.id]
         if self.topics:
             query += " AND topic = ANY(%s)"
             params.append(self.topics)
@@ -278,7 +288,7 @@ class LogReader:
         if self.until is not None:
             query += " AND (tx, notification_id) <= (%s::text::xid8, %s)"
             params += [str(self.until.tx), self.until.id]
-        return query + " ORDER BY tx, notification_id", params, xmin
+        return query + " ORDER BY tx, notification_id", params
 
     def _window_end(self, xmin: int) -> Position:
         """Where a reader stands once it has read its window to the end."""
@@ -286,13 +296,23 @@ class LogReader:
         return end if self.until is None else min(end, self.until)
 
     def _read_postgres(self, limit: int, *, heads: bool) -> list[Any]:
-        # Two statements, each its own snapshot (as in a READ COMMITTED transaction): every
-        # transaction below the first's xmin had ended before the second began, so the second
-        # reads all of their rows.
+        # One statement: its snapshot's xmin, and the page below it. Every transaction below
+        # a snapshot's xmin had ended when the snapshot was taken, so the statement reads all
+        # of their rows. (The xmin read by a statement of its own first was a round trip more
+        # for every view at every pass of the worker: docs/performance.md, levers.) The page
+        # joined to the xmin's one row, so that an empty page still gives the xmin.
+        query, params = self._window_query(heads=heads, below="w.x")
         with self.recorder.datastore.reading() as curs:
-            query, params, xmin = self._window(curs, heads=heads)
-            curs.execute(query + " LIMIT %s", [*params, limit])  # no sort; the LIMIT stops it
+            curs.execute(  # no sort; the LIMIT stops the index's range
+                "SELECT w.x::text AS xmin_text, page.* FROM "
+                "(SELECT pg_snapshot_xmin(pg_current_snapshot()) AS x) AS w "
+                f"LEFT JOIN LATERAL ({query} LIMIT %s) AS page ON true",
+                [*params, limit],
+            )
             rows = curs.fetchall()
+        xmin = int(rows[0]["xmin_text"])
+        if rows[0]["notification_id"] is None:  # the xmin's row alone: an empty page
+            rows = []
         found: list[Any] = [
             Head(
                 row["notification_id"],
