@@ -290,6 +290,16 @@ class LogReader:
             params += [str(self.until.tx), self.until.id]
         return query + " ORDER BY tx, notification_id", params
 
+    def _page_query(self, *, heads: bool) -> tuple[str, list[Any]]:
+        """``_read_postgres``'s statement (its page's size the last parameter, to add) and its
+        parameters: the page below the statement's own xmin, joined to the xmin's one row."""
+        query, params = self._window_query(heads=heads, below="w.x")
+        return (
+            "SELECT w.x::text AS xmin_text, page.* FROM "
+            "(SELECT pg_snapshot_xmin(pg_current_snapshot()) AS x) AS w "
+            f"LEFT JOIN LATERAL ({query} LIMIT %s) AS page ON true"
+        ), params
+
     def _window_end(self, xmin: int) -> Position:
         """Where a reader stands once it has read its window to the end."""
         end = Position(xmin, 0)
@@ -301,14 +311,9 @@ class LogReader:
         # of their rows. (The xmin read by a statement of its own first was a round trip more
         # for every view at every pass of the worker: docs/performance.md, levers.) The page
         # joined to the xmin's one row, so that an empty page still gives the xmin.
-        query, params = self._window_query(heads=heads, below="w.x")
+        query, params = self._page_query(heads=heads)
         with self.recorder.datastore.reading() as curs:
-            curs.execute(  # no sort; the LIMIT stops the index's range
-                "SELECT w.x::text AS xmin_text, page.* FROM "
-                "(SELECT pg_snapshot_xmin(pg_current_snapshot()) AS x) AS w "
-                f"LEFT JOIN LATERAL ({query} LIMIT %s) AS page ON true",
-                [*params, limit],
-            )
+            curs.execute(query, [*params, limit])  # no sort; the LIMIT stops the index's range
             rows = curs.fetchall()
         xmin = int(rows[0]["xmin_text"])
         if rows[0]["notification_id"] is None:  # the xmin's row alone: an empty page
@@ -473,16 +478,11 @@ class LogReader:
             return "\n".join(next(iter(row.values())) for row in curs.fetchall())
 
     def plan(self, limit: int = 500) -> str:
-        """PostgreSQL's plan for a page from the current position (what tests check)."""
-        query = (
-            f"EXPLAIN SELECT notification_id FROM {self._table()} "
-            "WHERE (tx, notification_id) > (%s::text::xid8, %s) AND tx < %s::text::xid8 "
-            "AND topic = ANY(%s) ORDER BY tx, notification_id LIMIT %s"
-        )
-        with self.recorder.datastore.transaction(commit=False) as curs:
-            curs.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS x")
-            xmin = curs.fetchone()["x"]
-            curs.execute(query, [str(self.position.tx), self.position.id, xmin, self.topics, limit])
+        """PostgreSQL's plan for a page from the current position, the statement a read runs
+        (what tests check)."""
+        query, params = self._page_query(heads=False)
+        with self.recorder.datastore.reading() as curs:
+            curs.execute("EXPLAIN " + query, [*params, limit])
             return "\n".join(next(iter(row.values())) for row in curs.fetchall())
 
     def _end(self) -> Position:
