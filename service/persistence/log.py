@@ -259,24 +259,25 @@ class LogReader:
         its own: every transaction below that xmin had ended before they were taken)."""
         curs.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS x")
         xmin = int(curs.fetchone()["x"])
-        query, params = self._window_query(heads=heads, below="%s::text::xid8")
-        params.insert(2, str(xmin))
+        query, params = self._window_query(heads=heads, xmin=xmin)
         return query, params, xmin
 
-    def _window_query(self, *, heads: bool, below: str) -> tuple[str, list[Any]]:
-        """The query of what follows the position in the log below ``below`` (SQL for the
-        snapshot's xmin: a parameter's place, or a column of the statement), in the log's
-        order, and its parameters (``below``'s own, if any, to be put third). The row
-        comparison on (tx, notification_id), bounded by xmin, is one range of their index,
-        read in its order."""
+    def _window_query(self, *, heads: bool, xmin: int | None) -> tuple[str, list[Any]]:
+        """The query of what follows the position in the log below ``xmin`` (None: below the
+        column ``w.x`` of the statement it is part of, its own snapshot's xmin), in the log's
+        order, and its parameters. The row comparison on (tx, notification_id), bounded by
+        xmin, is one range of their index, read in its order."""
         columns = "notification_id, originator_id, originator_version, topic, tx::text AS tx_text"
         if not heads:
             columns += ", state"
+        below = "w.x" if xmin is None else "%s::text::xid8"
         query = (
             f"SELECT {columns} FROM {self._table()} "
             f"WHERE (tx, notification_id) > (%s::text::xid8, %s) AND tx < {below}"
         )
         params: list[Any] = [str(self.position.tx), self.position.id]
+        if xmin is not None:
+            params.append(str(xmin))
         if self.topics:
             query += " AND topic = ANY(%s)"
             params.append(self.topics)
@@ -293,7 +294,7 @@ class LogReader:
     def _page_query(self, *, heads: bool) -> tuple[str, list[Any]]:
         """``_read_postgres``'s statement (its page's size the last parameter, to add) and its
         parameters: the page below the statement's own xmin, joined to the xmin's one row."""
-        query, params = self._window_query(heads=heads, below="w.x")
+        query, params = self._window_query(heads=heads, xmin=None)
         return (
             "SELECT w.x::text AS xmin_text, page.* FROM "
             "(SELECT pg_snapshot_xmin(pg_current_snapshot()) AS x) AS w "

@@ -327,8 +327,9 @@ class Views:
         still is ``track``: False if another process moved it meanwhile (and nothing changed).
         One conditional ``UPDATE``, which takes the row's lock as a read ``FOR UPDATE`` does (on
         PostgreSQL a writer that waited for another's commit judges the row as committed), in
-        the place of that read and an upsert after the batch's writes, in the same transaction:
-        a statement less for each view at each pass of the worker (docs/performance.md)."""
+        the place of that read and an upsert after the batch's writes (or a rebuild's copy), in
+        the same transaction: a statement less for each view at each pass of the worker
+        (docs/performance.md)."""
         Sql(cursor, {}, self.postgres).execute(
             f"UPDATE {TRACKING} SET tx = ?, position = ? WHERE name = ? AND version = ? "
             "AND generation = ? AND tx = ? AND position = ?",
@@ -738,11 +739,10 @@ class Views:
                     # SQLite: the store reads the scratch file itself (``INSERT … SELECT``), no
                     # row through Python; PostgreSQL: ``COPY`` from the scratch's rows
                     with self._writing(None if self.postgres else path) as cur:
-                        if self._row(cur, track.name, lock=True) != track:
+                        if not self._advance(cur, track, position):
                             return False  # another rebuild moved it: catching up goes on from there
                         for short, name in tables.items():
                             self._copy(cur, name, columns[short], scratch)
-                        self._put(cur, track._replace(position=position))
                         return True
 
                 return applied if self._run(copy) else 0
