@@ -525,6 +525,48 @@ def test_a_link_with_the_token_alone_finds_its_seat_at_once(
     assert bob not in server.log()
 
 
+def test_dice_typed_while_the_seat_is_looked_up_are_kept_and_rolled(
+    server: Server, browser: Browser
+) -> None:
+    """A bare ``#token=`` link: the page draws the controls at once (the seat unknown, the turn
+    may be this token's) and asks which seat it holds. The dice Ann types before that answer
+    comes are still there after it (the controls are drawn again for the seat found), and Roll
+    sends them. The answer is held back here until they are typed; on a loaded machine it
+    came late by itself, and the Roll that followed asked for the dice again."""
+    created = server.api("POST", "/v1/games", ANN_AND_BOB)
+    game_id, ann = created["game"]["id"], created["seats"][0]["token"]
+    held: list[Route] = []
+    with context(browser, server) as (ctx, watch):
+        page = ctx.new_page()
+
+        def hold(route: Route) -> None:
+            held.append(route)
+
+        page.route(f"**/v1/games/{game_id}/seat", hold)
+        page.goto(f"/games/{game_id}#token={ann}")
+        for i, die in enumerate([1, 2, 3, 4], start=1):
+            page.get_by_label(f"Die {i}").fill(str(die))
+        page.get_by_label("Die 4").focus()
+        deadline = time.monotonic() + 15
+        while not held and time.monotonic() < deadline:
+            page.wait_for_timeout(50)
+        assert held, "the page never asked which seat its token holds"
+        held[0].continue_()
+        page.wait_for_function(
+            "key => (JSON.parse(localStorage.getItem(key) || '{}')).seat === 0",
+            arg=f"cantstop:seat:{game_id}",
+        )
+        expect(page.get_by_text("You play Ann (seat 0), blue.")).to_be_visible()
+        for i, die in enumerate([1, 2, 3, 4], start=1):
+            expect(page.get_by_label(f"Die {i}")).to_have_value(str(die))
+        expect(page.get_by_label("Die 4")).to_be_focused()
+        page.get_by_role("button", name="Roll").click()
+        expect(page.get_by_role("button", name=re.compile(r"^Move "))).not_to_have_count(0)
+        assert not watch.errors
+    events = server.api("GET", f"/v1/games/{game_id}/events")["events"]
+    assert [e["data"]["dice"] for e in events if e["type"] == "DiceRolled"] == [[1, 2, 3, 4]]
+
+
 def test_an_imported_game_in_progress_offers_its_replay_not_play(
     server: Server, browser: Browser
 ) -> None:

@@ -45,6 +45,7 @@ let highlight = [];
 let adviceOpen = false;
 let stream = null;
 let controlsKey = "";
+let controlsVersion = null; // the version the controls were last drawn for
 let seatKey = "";
 let bots = null;
 
@@ -284,6 +285,15 @@ function renderControls() {
   controlsKey = key;
   const active = document.activeElement;
   const hadFocus = !active || active === document.body || box.contains(active);
+  // Dice typed in for this very roll outlive the re-render: the seat lookup of a bare #token=
+  // link (findSeat) answers while they are typed, and emptying them made a Roll that asks for
+  // the dice again (or, to a quick hand, one that seemed to do nothing).
+  const typed =
+    controlsVersion === state.version
+      ? Array.from(box.querySelectorAll("[data-die]"), (el) => el.value)
+      : [];
+  const typing = box.contains(active) && active.dataset.die ? active.dataset.die : null;
+  controlsVersion = state.version;
   const nodes = [];
   if (state.imported) {
     nodes.push(
@@ -355,7 +365,12 @@ function renderControls() {
   if (state.status === "finished") nodes.push(finishedBlock());
   fill(box, nodes);
   for (const el of box.querySelectorAll("button, input")) el.disabled = busy;
-  if (hadFocus && isMyTurn() && confirming === null) {
+  box.querySelectorAll("[data-die]").forEach((el, i) => {
+    if (typed[i]) el.value = typed[i];
+  });
+  if (typing) {
+    box.querySelector(`[data-die="${typing}"]`)?.focus();
+  } else if (hadFocus && isMyTurn() && confirming === null) {
     box.querySelector("input, .actions button")?.focus();
   }
 }
