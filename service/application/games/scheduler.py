@@ -295,24 +295,29 @@ class Scheduler:
         """Follow the log and do what is due, until ``stop`` is set."""
         log.info("scheduler: following the log")
         while not stop.is_set():
+            stop.wait(self.step())
+
+    def step(self) -> float:
+        """One pass: the views moved on, what is due done, then the chores (seeks paired, …);
+        how long to wait before the next (``poll``, or less when something falls due sooner)."""
+        try:
+            # The due-index first: what is due is done with every game planned anew.
+            self.views.move_on((self.index, *self.others))
+            self.run_due()
+        except ApplicationError as exc:  # e.g. the store is unavailable: try again soon
+            log.warning("scheduler: %s", exc.detail)
+        for chore in self.chores:
             try:
-                # The due-index first: what is due is done with every game planned anew.
-                self.views.move_on((self.index, *self.others))
-                self.run_due()
-            except ApplicationError as exc:  # e.g. the store is unavailable: try again soon
+                chore()
+            except ApplicationError as exc:
                 log.warning("scheduler: %s", exc.detail)
-            for chore in self.chores:
-                try:
-                    chore()
-                except ApplicationError as exc:
-                    log.warning("scheduler: %s", exc.detail)
-                except Exception as exc:  # one chore's trouble never stops the loop
-                    log.exception("scheduler: a chore failed: %s", describe(exc))
-            wait = self.poll
-            try:
-                due = self.next_due
-            except ApplicationError:
-                due = None
-            if due is not None:
-                wait = min(wait, max(0.0, (due - self.clock()).total_seconds()))
-            stop.wait(wait)
+            except Exception as exc:  # one chore's trouble never stops the loop
+                log.exception("scheduler: a chore failed: %s", describe(exc))
+        wait = self.poll
+        try:
+            due = self.next_due
+        except ApplicationError:
+            due = None
+        if due is not None:
+            wait = min(wait, max(0.0, (due - self.clock()).total_seconds()))
+        return wait
