@@ -116,6 +116,9 @@ class Server:
 
     bots: BotGames | None = None
     """Bot games that play on this server: they play only while it is measured (``measured``)."""
+    database_pid: int | None = None
+    """The PostgreSQL server this service stores in, its postmaster's process (``database_pid``),
+    when it runs on this machine: its CPU per action is measured too."""
 
     def stop(self) -> None:
         if self.process is not None:
@@ -252,6 +255,34 @@ def tree_cpus(root: int) -> dict[int, float]:
     return {pid: times.get(pid, 0.0) for pid in tree(root, parents)}
 
 
+def database_pid(url: str) -> int | None:
+    """The postmaster of the PostgreSQL server at ``url``, if it runs on this machine (a
+    backend's parent, read from /proc): its process tree is the whole database server, its
+    backends, WAL writer and checkpointer. None for a server elsewhere."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        backend = conn.info.backend_pid
+        stat = Path(f"/proc/{backend}/stat")
+        try:
+            text = stat.read_text()
+        except OSError:
+            return None  # not a process of this machine
+    return int(text[text.rindex(")") + 2 :].split()[1])
+
+
+def machine_times() -> tuple[float, float]:
+    """Seconds of every CPU of this machine so far, busy and idle (I/O waits counted idle),
+    from /proc/stat (Linux); zeros elsewhere."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return 0.0, 0.0
+    user, nice, system, idle, iowait, irq, softirq = (int(f) for f in fields[:7])
+    tick = os.sysconf("SC_CLK_TCK")  # guest time is in user's already; steal is nobody's here
+    return (user + nice + system + irq + softirq) / tick, (idle + iowait) / tick
+
+
 def busier_share(used: dict[int, float]) -> float:
     """Of the two processes that used the most CPU (a server's two gunicorn workers), the
     busier one's share of the two: 0.5 when the kernel gave both workers as many connections."""
@@ -269,6 +300,12 @@ class Window:
     cpu: float
     busier: float = 0.5
     """The busier gunicorn worker's share of the two workers' CPU (``busier_share``)."""
+    database: float = 0.0
+    """CPU seconds the database server's processes used meanwhile (a local PostgreSQL)."""
+    busy: float = 0.0
+    """CPU seconds the whole machine used meanwhile: server, clients, database, the rest."""
+    idle: float = 0.0
+    """CPU seconds the machine's CPUs stood idle meanwhile."""
 
 
 @dataclass
@@ -285,6 +322,14 @@ class Figures:
     are new). The service spends more CPU per action in a worker that holds more of them."""
     windows: tuple[float, ...] = ()
     """Each window's actions/s, in the order measured."""
+    database_cpu: float = 0.0
+    """ms of CPU per action of the database server's processes (a PostgreSQL on this machine;
+    0 for SQLite, whose work is in the server's own CPU)."""
+    machine_cpu: float = 0.0
+    """ms of CPU per action of the whole machine (the clients' threads included)."""
+    idle: float = 0.0
+    """The share of the machine's CPU time that stood idle: above a few per cent, the server
+    is waiting (on its database's commits, on a lock), not short of CPU."""
 
     @classmethod
     def of(cls, windows: list[Window]) -> Figures:
@@ -292,19 +337,27 @@ class Figures:
         latencies = sorted(t for window in windows for t in window.latencies)
         elapsed = sum(window.elapsed for window in windows)
         cpu = sum(window.cpu for window in windows)
+        actions = max(1, len(latencies))
+        busy = sum(window.busy for window in windows)
+        idle = sum(window.idle for window in windows)
         return cls(
             len(latencies) / elapsed,
             statistics.median(latencies) * 1000,
             latencies[max(0, int(len(latencies) * 0.99) - 1)] * 1000,
-            cpu / max(1, len(latencies)) * 1000,
+            cpu / actions * 1000,
             statistics.mean(window.busier for window in windows),
             tuple(len(window.latencies) / window.elapsed for window in windows),
+            sum(window.database for window in windows) / actions * 1000,
+            busy / actions * 1000,
+            idle / (busy + idle) if busy + idle > 0 else 0.0,
         )
 
     def __str__(self) -> str:
+        database = f"  database CPU {self.database_cpu:5.2f} ms" if self.database_cpu else ""
         return (
             f"{self.rate:7,.0f} actions/s  p50 {self.p50:6.2f} ms  p99 {self.p99:6.2f} ms  "
             f"server CPU {self.server_cpu:5.2f} ms/action  busier worker {self.busier:4.0%}"
+            f"{database}  machine {self.machine_cpu:5.2f} ms/action, {self.idle:4.0%} idle"
         )
 
 
@@ -323,6 +376,8 @@ def load(server: Server, clients: int, seconds: float, warm: float = 1.0) -> Win
     latencies: list[float] = []
     assert server.process is not None
     cpu_before = tree_cpus(server.process.pid)
+    database_before = server_cpu(server.database_pid)
+    busy_before, idle_before = machine_times()
     deadline = time.perf_counter() + seconds
     threads = [
         threading.Thread(target=worker, args=(server.port, deadline, latencies))
@@ -335,8 +390,23 @@ def load(server: Server, clients: int, seconds: float, warm: float = 1.0) -> Win
         thread.join()
     elapsed = time.perf_counter() - started
     after = tree_cpus(server.process.pid)
+    busy_after, idle_after = machine_times()
+    database = server_cpu(server.database_pid) - database_before
     used = {pid: cpu - cpu_before.get(pid, 0.0) for pid, cpu in after.items()}
-    return Window(latencies, elapsed, sum(used.values()), busier_share(used))
+    return Window(
+        latencies,
+        elapsed,
+        sum(used.values()),
+        busier_share(used),
+        database,
+        busy_after - busy_before,
+        idle_after - idle_before,
+    )
+
+
+def server_cpu(root: int | None) -> float:
+    """CPU seconds used so far by process ``root`` and its descendants (0 without one)."""
+    return 0.0 if root is None else sum(tree_cpus(root).values())
 
 
 def taking_turns(
@@ -512,6 +582,7 @@ def main() -> None:
             )
         if pg:
             servers.append(service("postgres", pg))
+            servers[-1].database_pid = database_pid(pg)
         if "sqlite-bots" in wanted:
             servers.append(service("sqlite-bots", f"sqlite:///{folder}/bots.sqlite"))
         for server in servers:
@@ -583,7 +654,7 @@ def report(results: dict[tuple[str, int], list[Figures]], clients: int) -> None:
     shown = ", ".join(f"{h.rate:,.0f}" for h in hello_many)
     print(f"hello-world at {clients} clients, per round: {shown} actions/s")
     print("ratios to the hello-world of the same round; the server CPU does not count the")
-    print("PostgreSQL server's own processes:")
+    print("PostgreSQL server's own processes (its database CPU, when it runs here, does):")
     notes = {"sqlite-full": " (durable against power cuts)", "sqlite-bots": " (bots playing)"}
     for name, target in (
         ("sqlite", 0.6),
@@ -610,6 +681,16 @@ def report(results: dict[tuple[str, int], list[Figures]], clients: int) -> None:
         cpu = [r.server_cpu / h.server_cpu for r, h in zip(runs, hello_many, strict=True)]
         shown = ", ".join(f"{c:.2f}x" for c in cpu)
         print(f"  {'':12} {clients} clients, server CPU per action: {shown}")
+        if any(r.database_cpu for r in runs):
+            shown = ", ".join(
+                f"{r.database_cpu:.2f} ms (the service's {r.server_cpu:.2f})" for r in runs
+            )
+            print(f"  {'':12} {clients} clients, the database server's CPU per action: {shown}")
+        machine = [r.machine_cpu / h.machine_cpu for r, h in zip(runs, hello_many, strict=True)]
+        shown = ", ".join(
+            f"{m:.2f}x ({r.idle:.0%} idle)" for m, r in zip(machine, runs, strict=True)
+        )
+        print(f"  {'':12} {clients} clients, the machine's CPU per action: {shown}")
     one = results.get(("sqlite", 1))
     if one:
         ratios = [s.p50 / h.p50 for s, h in zip(one, results[("hello", 1)], strict=True)]

@@ -38,6 +38,54 @@ def test_each_window_is_compared_with_the_hello_worlds_window_of_its_turn() -> N
     assert window_ratios(service, hello) == [0.6, 0.5, 0.5, 0.8]
 
 
+def test_a_servers_figures_count_its_database_and_the_whole_machine_per_action() -> None:
+    """The windows' database and machine CPU become ms per action over all their actions; the
+    idle share is of the machine's time, busy and idle together."""
+    from bench.http import Figures, Window
+
+    windows = [
+        Window([0.001] * 300, 1.0, 0.3, 0.5, database=0.09, busy=0.6, idle=0.2),
+        Window([0.002] * 100, 0.5, 0.1, 0.5, database=0.03, busy=0.2, idle=0.0),
+    ]
+    figures = Figures.of(windows)
+    assert figures.server_cpu == pytest.approx(1.0)  # 0.4 s over 400 actions
+    assert figures.database_cpu == pytest.approx(0.3)
+    assert figures.machine_cpu == pytest.approx(2.0)
+    assert figures.idle == pytest.approx(0.2)
+    assert "database CPU  0.30 ms" in str(figures) and "20% idle" in str(figures)
+    assert "database" not in str(Figures.of([Window([0.001], 1.0, 0.1)]))  # SQLite's
+
+
+@pytest.mark.postgres
+def test_the_database_server_measured_is_the_postmaster_of_the_services_connections(
+    postgres_url: str,
+) -> None:
+    """``database_pid`` finds the PostgreSQL server the URL names, when it runs on this machine:
+    a new connection's backend is one of its processes, whose CPU the bench sums."""
+    import psycopg
+
+    from bench.http import database_pid, processes, tree
+
+    postmaster = database_pid(postgres_url)
+    assert postmaster is not None
+    with psycopg.connect(postgres_url) as conn:
+        parents, _ = processes()
+        assert conn.info.backend_pid in tree(postmaster, parents)
+
+
+def test_the_machine_times_grow_with_the_cpu_used() -> None:
+    import time
+
+    from bench.http import machine_times
+
+    busy, idle = machine_times()
+    end = time.process_time() + 0.2
+    while time.process_time() < end:
+        pass
+    later_busy, later_idle = machine_times()
+    assert later_busy - busy >= 0.15 and later_idle >= idle
+
+
 def test_past_positions_alternate_and_read_each_version_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
