@@ -57,6 +57,10 @@ class Head(NamedTuple):
     originator_id: uuid.UUID
     originator_version: int
     topic: str
+    archived: bool = False
+    """Read from its game's archive (archive.py), not from a row: the game is archived. Set on
+    the heads a reader hands out (``heads``, ``scan(heads=True)``); a view's ``by_head`` makes
+    its heads from notifications, and they say False."""
 
 
 _new = object.__new__
@@ -422,7 +426,7 @@ class LogReader:
             waiting = heapq.heappop(pending)
             place, _, game_id, row = waiting
             item = (
-                Head(row.id, game_id, row.version, row.topic)
+                Head(row.id, game_id, row.version, row.topic, True)
                 if heads
                 else notification(row.id, game_id, row.version, row.topic, row.state)
             )

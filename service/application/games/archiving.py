@@ -43,7 +43,7 @@ class ArchiveQueue(View):
     version = 1
     topics = (FINISHED,)
     heads_only = True
-    summary_topics = (FINISHED,)  # a rebuild queues every finished game from their heads
+    summary_topics = (FINISHED,)  # a rebuild queues the finished games from their heads
     tables: ClassVar[dict[str, list[str]]] = {
         "queue": [
             # seq: the end's place in the log, so the oldest ends come first
@@ -56,7 +56,10 @@ class ArchiveQueue(View):
         return self.summary(items)
 
     def summary(self, heads: list[Head]) -> list[tuple[str, int]]:
-        return [(str(head.originator_id), head.id) for head in heads]
+        """The finished games of ``heads`` to queue: not those whose end was read from their
+        archive (a rebuild, or a view caught up from the log's start, over games archived
+        already: queued, each would only leave the queue again at the archiver's look)."""
+        return [(str(head.originator_id), head.id) for head in heads if not head.archived]
 
     def apply(self, sql: Sql, prepared: list[tuple[str, int]]) -> None:
         sql.many(
