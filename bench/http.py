@@ -262,12 +262,14 @@ def database_pid(url: str) -> int | None:
     import psycopg
 
     with psycopg.connect(url, autocommit=True) as conn:
-        backend = conn.info.backend_pid
-        stat = Path(f"/proc/{backend}/stat")
+        backend = Path(f"/proc/{conn.info.backend_pid}")
         try:
-            text = stat.read_text()
+            text = (backend / "stat").read_text()
+            program = (backend / "comm").read_text().strip()
         except OSError:
             return None  # not a process of this machine
+    if program != "postgres":
+        return None  # a process of this machine that only has the remote backend's number
     return int(text[text.rindex(")") + 2 :].split()[1])
 
 
