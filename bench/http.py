@@ -248,10 +248,13 @@ def tree(root: int, parents: dict[int, int]) -> list[int]:
     return pids
 
 
-def tree_cpus(root: int) -> dict[int, float]:
+def tree_cpus(
+    root: int, found: tuple[dict[int, int], dict[int, float]] | None = None
+) -> dict[int, float]:
     """CPU seconds (user + system) used so far by process ``root`` and by each of its
-    descendants, from /proc (Linux); nothing elsewhere."""
-    parents, times = processes()
+    descendants, from /proc (Linux), or from ``found`` (``processes``, read once for several
+    trees); nothing elsewhere."""
+    parents, times = found or processes()
     return {pid: times.get(pid, 0.0) for pid in tree(root, parents)}
 
 
@@ -377,8 +380,9 @@ def load(server: Server, clients: int, seconds: float, warm: float = 1.0) -> Win
         thread.join()
     latencies: list[float] = []
     assert server.process is not None
-    cpu_before = tree_cpus(server.process.pid)
-    database_before = server_cpu(server.database_pid)
+    found = processes()  # /proc read once for the server and its database
+    cpu_before = tree_cpus(server.process.pid, found)
+    database_before = server_cpu(server.database_pid, found)
     busy_before, idle_before = machine_times()
     deadline = time.perf_counter() + seconds
     threads = [
@@ -391,9 +395,10 @@ def load(server: Server, clients: int, seconds: float, warm: float = 1.0) -> Win
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - started
-    after = tree_cpus(server.process.pid)
+    found = processes()
+    after = tree_cpus(server.process.pid, found)
     busy_after, idle_after = machine_times()
-    database = server_cpu(server.database_pid) - database_before
+    database = server_cpu(server.database_pid, found) - database_before
     used = {pid: cpu - cpu_before.get(pid, 0.0) for pid, cpu in after.items()}
     return Window(
         latencies,
@@ -406,9 +411,9 @@ def load(server: Server, clients: int, seconds: float, warm: float = 1.0) -> Win
     )
 
 
-def server_cpu(root: int | None) -> float:
+def server_cpu(root: int | None, found: tuple[dict[int, int], dict[int, float]]) -> float:
     """CPU seconds used so far by process ``root`` and its descendants (0 without one)."""
-    return 0.0 if root is None else sum(tree_cpus(root).values())
+    return 0.0 if root is None else sum(tree_cpus(root, found).values())
 
 
 def taking_turns(
