@@ -288,11 +288,9 @@ function renderControls() {
   // Dice typed in for this very roll outlive the re-render: the seat lookup of a bare #token=
   // link (findSeat) answers while they are typed, and emptying them made a Roll that asks for
   // the dice again (or, to a quick hand, one that seemed to do nothing).
-  const typed =
-    controlsVersion === state.version
-      ? Array.from(box.querySelectorAll("[data-die]"), (el) => el.value)
-      : [];
-  const typing = box.contains(active) && active.dataset.die ? active.dataset.die : null;
+  const sameRoll = controlsVersion === state.version;
+  const typed = sameRoll ? Array.from(box.querySelectorAll("[data-die]"), (el) => el.value) : [];
+  const typing = sameRoll && box.contains(active) && active.dataset.die ? active.dataset.die : null;
   controlsVersion = state.version;
   const nodes = [];
   if (state.imported) {
