@@ -560,6 +560,7 @@ def test_dice_typed_while_the_seat_is_looked_up_are_kept_and_rolled(
         for i, die in enumerate([1, 2, 3, 4], start=1):
             expect(page.get_by_label(f"Die {i}")).to_have_value(str(die))
         expect(page.get_by_label("Die 4")).to_be_focused()
+        shot(page, "game-manual-dice")
         page.get_by_role("button", name="Roll").click()
         expect(page.get_by_role("button", name=re.compile(r"^Move "))).not_to_have_count(0)
         assert not watch.errors
