@@ -4,6 +4,7 @@ or all in one: it reads its rows of the games once a batch and keeps them as it 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -147,7 +148,8 @@ def test_a_batch_writes_its_notices_in_a_few_statements_however_many_turns_it_ho
         execute(self, sql, params)
 
     def counted_many(self: Sql, sql: str, rows: Any) -> None:
-        statements.append(sql)
+        if rows:  # (none: nothing is sent)
+            statements.append(sql)
         many(self, sql, rows)
 
     monkeypatch.setattr(Sql, "execute", counted_execute)
@@ -161,3 +163,66 @@ def test_a_batch_writes_its_notices_in_a_few_statements_however_many_turns_it_ho
     assert sum(len(v) for v in want.values()) >= 10
     # the batch's number, the games' rows, a head per account, and four writes at the end
     assert len(statements) <= 10, statements
+
+
+def _games_rows(app: Flask) -> list[tuple[Any, ...]]:
+    rt = app.extensions["cantstop"]
+    rt.notices.latest("ann")  # the view caught up
+
+    def rows(sql: Sql) -> list[tuple[Any, ...]]:
+        query = "SELECT game_id, seats, rated, accounts, current FROM {games} ORDER BY game_id"
+        columns = ("game_id", "seats", "rated", "accounts", "current")
+        return [tuple(row[c] for c in columns) for row in sql.all(query)]
+
+    found: list[tuple[Any, ...]] = rt.views.read(rt.notices_view, rows)
+    return found
+
+
+@pytest.mark.parametrize("one_batch", [True, False], ids=["one-batch", "event-by-event"])
+def test_the_games_rows_are_as_the_games_stand_whether_read_in_one_batch_or_not(
+    app: Flask, client: FlaskClient, one_batch: bool
+) -> None:
+    """The view's rows of the games not finished (who sits where, whose turn it is) are
+    written at a batch's end (``Changes.write``), not an event at a time: a game created,
+    joined, left, played and finished within one batch ends as it does event by event."""
+    tokens = {h: sign_up(client, h) for h in ("ann", "bob", "cid")}
+    notices = app.extensions["cantstop"].notices
+
+    def caught_up() -> None:
+        if not one_batch:
+            notices.latest("ann")
+
+    lobby = client.post("/v1/games", json={"seats": 3}, headers=bearer(tokens["ann"]))
+    assert lobby.status_code == 201, lobby.get_json()
+    waiting = lobby.get_json()["game"]["id"]
+    caught_up()
+    joined = client.post(f"/v1/games/{waiting}/players", json={}, headers=bearer(tokens["bob"]))
+    assert joined.status_code == 201, joined.get_json()
+    caught_up()
+    left = client.delete(f"/v1/games/{waiting}/players/1", headers=bearer(tokens["bob"]))
+    assert left.status_code == 200, left.get_json()
+    caught_up()
+    playing = rated_pair(client, tokens, "ann", "cid")
+    caught_up()
+    by_seat = seat_tokens(playing, tokens)
+    for _ in range(3):
+        playing = play_a_turn(client, playing, by_seat)
+        caught_up()
+    ended = rated_pair(client, tokens, "bob", "cid")
+    caught_up()
+    ended = act(client, ended["id"], seat_tokens(ended, tokens)[0], {"type": "resign"})
+    assert ended["status"] == "finished"
+    guests = client.post("/v1/games", json={"players": ["Ann", "Bob"]})
+    assert guests.status_code == 201, guests.get_json()
+    rows = _games_rows(app)
+    assert rows == sorted(
+        [
+            (waiting, 3, 0, json.dumps(["ann", None, None]), None),
+            (playing["id"], 2, 1, json.dumps(_accounts(playing)), playing["turn"]["player"]),
+            (guests.get_json()["game"]["id"], 2, 0, json.dumps([None, None]), None),
+        ]
+    )
+
+
+def _accounts(game: Json) -> list[str | None]:
+    return [p["account"] for p in sorted(game["players"], key=lambda p: p["seat"])]
