@@ -81,6 +81,25 @@ def test_the_due_index_rebuilt_plans_only_the_games_not_finished(app: Flask) -> 
     assert sorted(row["game_id"] for row in rows) == sorted([*waiting, playing])
 
 
+def test_a_batch_of_the_due_index_drops_the_games_ended_and_plans_the_new(app: Flask) -> None:
+    """One batch of the live index (``DueIndex.apply``): a game that ends leaves it and the
+    games created join it, in the batch's two statements."""
+    rt: Runtime = app.extensions["cantstop"]
+    index = next(view for view in rt.all_views() if isinstance(view, DueIndex))
+
+    def indexed() -> list[str]:
+        rt.views.catch_up(index)
+        rows = rt.views.read(index, lambda sql: sql.all("SELECT game_id FROM {due}"))
+        return sorted(row["game_id"] for row in rows)
+
+    first = [rt.games.create(NewGame(seats=2))[0]["id"] for _ in range(2)]
+    ending = rt.games.create(NewGame(players=["Ann", "Bob"]))[0]["id"]
+    assert indexed() == sorted([*first, ending])
+    rt.games.act(uuid.UUID(ending), 0, Resign())
+    later = [rt.games.create(NewGame(seats=3))[0]["id"] for _ in range(2)]
+    assert indexed() == sorted([*first, *later])
+
+
 def test_the_games_among_many_are_as_each_says_it_is(app: Flask, client: FlaskClient) -> None:
     rt: Runtime = app.extensions["cantstop"]
     a_mixed_store(rt, client)

@@ -183,16 +183,19 @@ class DueIndex(View):
         return (None if due is None else _micros(due)), plain and due is not None
 
     def apply(self, sql: Sql, prepared: list[tuple[str, int | None, bool]]) -> None:
-        for game_id, due, plain in prepared:
-            if due is None:
-                sql.execute("DELETE FROM {due} WHERE game_id = ?", [game_id])
-            else:
-                sql.execute(
-                    "INSERT INTO {due} (game_id, due_at, plain) VALUES (?, ?, ?) "
-                    "ON CONFLICT (game_id) DO UPDATE SET due_at = excluded.due_at, "
-                    "plain = excluded.plain",
-                    [game_id, due, int(plain)],
-                )
+        """The plans, a game each (``prepare`` and ``summary`` plan each game once): the
+        rows that go in one statement, the rows planned in another (on PostgreSQL a statement
+        an event was a round trip each of the worker's)."""
+        sql.many(
+            "DELETE FROM {due} WHERE game_id = ?",
+            [(game_id,) for game_id, due, _ in prepared if due is None],
+        )
+        sql.many(
+            "INSERT INTO {due} (game_id, due_at, plain) VALUES (?, ?, ?) "
+            "ON CONFLICT (game_id) DO UPDATE SET due_at = excluded.due_at, "
+            "plain = excluded.plain",
+            [(game_id, due, int(plain)) for game_id, due, plain in prepared if due is not None],
+        )
 
 
 class Scheduler:
