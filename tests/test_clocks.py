@@ -27,6 +27,7 @@ from service.application.games.scheduler import RETRY, RETRY_BUG, Scheduler
 from service.config import Settings
 from service.http.app import create_app
 from service.persistence.errors import StoreUnavailable
+from service.persistence.tables import Sql
 from tests.support.clocks import clocked_game, roll
 from tests.support.games import history
 from tests.support.http import send
@@ -275,6 +276,46 @@ def test_a_plain_game_is_not_reread_per_event_yet_is_abandoned_on_time(
     assert state["status"] == "finished" and state["finish_reason"] == "abandoned"
     scheduler.refresh()
     assert scheduler.next_due is None  # finished: nothing more is due
+
+
+def test_a_pass_with_nothing_due_reads_the_index_once_and_waits_for_the_next_due(
+    moved_clock: tuple[Flask, Scheduler, FakeTime], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At rest a pass looks for what is due and learns from the same read when the next thing
+    falls due (``Scheduler.upcoming``): one read of the index, not a second for ``next_due``;
+    after a pass that did something, it reads the index again as it now stands."""
+    app, scheduler, time_ = moved_clock
+    client = app.test_client()
+    client.post("/v1/games", json={"players": ["Ann", "Bob"]})
+    scheduler.refresh()
+    due = scheduler.next_due
+    assert due is not None
+    reads: list[str] = []
+    original = Sql.all, Sql.one
+
+    def counted_all(self: Sql, sql: str, params: Any = ()) -> Any:
+        if "{due}" in sql:
+            reads.append(sql)
+        return original[0](self, sql, params)
+
+    def counted_one(self: Sql, sql: str, params: Any = ()) -> Any:
+        if "{due}" in sql:
+            reads.append(sql)
+        return original[1](self, sql, params)
+
+    monkeypatch.setattr(Sql, "all", counted_all)
+    monkeypatch.setattr(Sql, "one", counted_one)
+    time_.now = due - timedelta(seconds=0.05)
+    wait = scheduler.step()
+    assert len(reads) == 1, reads
+    assert 0.04 <= wait <= 0.06  # until the game falls due, sooner than the poll
+    reads.clear()
+    time_.now = due
+    wait = scheduler.step()  # what was due is done
+    assert any("min(due_at)" in sql for sql in reads), reads  # the index read as it now stands
+    after = scheduler.next_due  # planned again (its true time), or nothing more due
+    left = scheduler.poll if after is None else (after - time_.now).total_seconds()
+    assert wait == min(scheduler.poll, max(0.0, left))
 
 
 def test_a_step_that_fails_keeps_its_deadline_and_is_tried_again(

@@ -218,6 +218,8 @@ class Scheduler:
         self.chores = tuple(chores)  # run at each poll after the views moved on (seeks paired)
         self.poll = poll
         self.clock = clock
+        # (the next due time,) as ``run_due`` last read it having done nothing; None: unknown
+        self.upcoming: tuple[datetime | None] | None = None
 
     # ------------------------------------------------------------------------------ planning
     def refresh(self) -> int:
@@ -246,22 +248,27 @@ class Scheduler:
 
     # ------------------------------------------------------------------------------ running
     def run_due(self) -> int:
-        """Do everything due by now; how many steps were taken."""
+        """Do everything due by now; how many steps were taken. Each page read holds the first
+        game not due yet too: where nothing was done, its time is the next due (``upcoming``),
+        which the loop then need not read again (a statement a poll on a host at rest)."""
         steps = 0
+        self.upcoming = None
         while True:
             now = _micros(self.clock())
 
-            def run(sql: Sql, now: int = now) -> list[Any]:
+            def run(sql: Sql) -> list[Any]:
                 return sql.all(
-                    "SELECT game_id, due_at FROM {due} WHERE due_at <= ? ORDER BY due_at LIMIT ?",
-                    [now, DUE_PAGE],
+                    "SELECT game_id, due_at FROM {due} ORDER BY due_at LIMIT ?", [DUE_PAGE + 1]
                 )
 
             rows = self.views.read(self.index, run, fresh=False)
-            for row in rows:
+            due = [row for row in rows if int(row["due_at"]) <= now][:DUE_PAGE]
+            for row in due:
                 self._tick(uuid.UUID(row["game_id"]), int(row["due_at"]))
-                steps += 1
-            if len(rows) < DUE_PAGE:
+            steps += len(due)
+            if len(due) < DUE_PAGE:
+                if not steps:  # the index as read: the first row, if any, is not due yet
+                    self.upcoming = (_at(rows[0]["due_at"]) if rows else None,)
                 return steps
 
     def _tick(self, game_id: uuid.UUID, was: int) -> None:
@@ -303,6 +310,7 @@ class Scheduler:
     def step(self) -> float:
         """One pass: the views moved on, what is due done, then the chores (seeks paired, …);
         how long to wait before the next (``poll``, or less when something falls due sooner)."""
+        self.upcoming = None
         try:
             # The due-index first: what is due is done with every game planned anew.
             self.views.move_on((self.index, *self.others))
@@ -317,10 +325,14 @@ class Scheduler:
             except Exception as exc:  # one chore's trouble never stops the loop
                 log.exception("scheduler: a chore failed: %s", describe(exc))
         wait = self.poll
-        try:
-            due = self.next_due
-        except ApplicationError:
-            due = None
+        seen = self.upcoming
+        if seen is not None:
+            due = seen[0]
+        else:  # something was done, or run_due did not run to its end
+            try:
+                due = self.next_due
+            except ApplicationError:
+                due = None
         if due is not None:
             wait = min(wait, max(0.0, (due - self.clock()).total_seconds()))
         return wait
