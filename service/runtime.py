@@ -160,7 +160,7 @@ class Runtime:
                 self.notices.prune_now_and_then,
                 self.dispatcher().step,
                 self.fair_play.poll,  # finished rated games' analyses summed up
-                self.archiver.step,  # finished games' events archived, a while after
+                self.archiver.chore,  # finished games' events archived, a while after
             ),
         )
 

@@ -475,3 +475,30 @@ def test_archived_games_restored_are_the_rows_they_were_where_they_were(
         assert log_as_read(rt.games.store.recorder, 50) == log
         assert rt.games.store.archived(10) == []
         assert rt.games.store.restore(uuid.UUID(games[0])) == "not archived"
+
+
+def test_a_scheduler_pass_catches_no_view_up_again_in_its_chores(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass moves every view on to the log's end first (``Views.move_on``); its chores then
+    read the views as it left them, none caught up again: at rest that was two statements a
+    pass more for the archive queue (its tracking row and the log's newest event)."""
+    with served(database_url) as client:
+        rt = runtime(client.application)
+        games = finished_games(client, 2)
+        caught_up(rt)  # every view's position stored past the games (a lazy pass stores none)
+        scheduler = rt.scheduler()
+        caught: list[str] = []
+        fresh = Views.fresh
+
+        def counted(self: Views, view: Any, *args: Any, **kwargs: Any) -> Any:
+            caught.append(view.name)
+            return fresh(self, view, *args, **kwargs)
+
+        monkeypatch.setattr(Views, "fresh", counted)
+        rt.archiver.after = 0  # the games are archived in this pass
+        scheduler.step()
+        assert caught == []
+        assert all(row_count(rt, uuid.UUID(g)) == 0 for g in games)  # the chore did its work
+        assert rt.archiver.step() == {}  # the queue read fresh, as a command reads it: empty
+        assert caught == ["archive_queue"]
