@@ -39,6 +39,7 @@ from service.application.notify.webhooks import (
 )
 from service.config import Settings
 from service.http.app import create_app
+from service.persistence.webhooks import WebhookTables
 from service.runtime import Runtime
 from tests.support.http import bearer
 from tests.support.polling import poll, wait_until
@@ -864,6 +865,56 @@ def test_a_dead_claimers_deliveries_return_when_its_lease_ends(
     (logged,) = deliveries(client, token, hook["id"])
     assert logged["status"] == "delivered"
     assert [a["attempt"] for a in logged["attempts"]] == [2]  # the dead claimer's counted
+
+
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_a_claim_passes_over_a_hook_deleted_after_its_deliveries_were_claimed(
+    backend: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    receivers: Callable[..., Receiver],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The claim is one statement; the hooks of what it claimed are read after it. A hook
+    deleted in between took its deliveries with it: they are passed over, the others handed
+    out. With nothing due the claim is that one statement, on PostgreSQL outside any
+    transaction (the scheduler's loop asks at every pass)."""
+    url = (
+        request.getfixturevalue("postgres_url")
+        if backend == "postgres"
+        else f"sqlite:///{tmp_path / 'store.sqlite'}"
+    )
+    with Runtime(Settings(database_url=url, extra_env=PRIVATE), create_tables=True) as rt:
+        tables = rt.webhooks.tables
+        kept = rt.webhooks.create("ann", receivers().url(), ["your_turn"]).webhook.id
+        gone = rt.webhooks.create("bob", receivers().url(), ["your_turn"]).webhook.id
+        opened: list[str] = []
+        transaction = WebhookTables.transaction
+
+        def counted(self: WebhookTables, work: Any) -> Any:
+            opened.append("transaction")
+            return transaction(self, work)
+
+        monkeypatch.setattr(WebhookTables, "transaction", counted)
+        now = int(Clock()().timestamp() * 1e6)
+        assert tables.claim(now, now + 60_000_000, "idle", 10) == []
+        assert opened == ([] if backend == "postgres" else ["transaction"])
+        enqueue(rt.webhooks, notice("ann", 1), notice("bob", 1))
+        now = int(Clock()().timestamp() * 1e6)  # both due
+        execute = WebhookTables.execute
+
+        def deleting_between(self: WebhookTables, sql: str, *args: Any, **kwargs: Any) -> Any:
+            if sql.startswith("SELECT id, url, secret"):  # the claim's second statement
+                assert tables.delete("bob", gone)
+            return execute(self, sql, *args, **kwargs)
+
+        monkeypatch.setattr(WebhookTables, "execute", deleting_between)
+        claimed = tables.claim(now, now + 60_000_000, "x", 10)
+        monkeypatch.undo()
+        assert [c.webhook_id for c in claimed] == [kept]
+        assert tables.deliveries(gone, 10) == []  # went with its hook
 
 
 def test_actions_answer_while_a_receiver_hangs(
