@@ -285,6 +285,8 @@ def test_a_pass_with_nothing_due_reads_the_index_once_and_waits_for_the_next_due
     falls due (``Scheduler.upcoming``): one read of the index, not a second for ``next_due``;
     after a pass that did something, it reads the index again as it now stands."""
     app, scheduler, time_ = moved_clock
+    assert scheduler.step() == scheduler.poll  # an empty index: nothing is ever due
+    assert scheduler.upcoming == (None,)
     client = app.test_client()
     client.post("/v1/games", json={"players": ["Ann", "Bob"]})
     scheduler.refresh()

@@ -248,17 +248,23 @@ class Scheduler:
 
     # ------------------------------------------------------------------------------ running
     def run_due(self) -> int:
-        """Do everything due by now; how many steps were taken. Each page read holds the first
-        game not due yet too: where nothing was done, its time is the next due (``upcoming``),
-        which the loop then need not read again (a statement a poll on a host at rest)."""
+        """Do everything due by now; how many steps were taken. Where nothing is due, the read
+        that found so gives the first thing due (``upcoming``), which the loop then need not
+        read again (a statement a poll on a host at rest)."""
         steps = 0
         self.upcoming = None
         while True:
             now = _micros(self.clock())
 
-            def run(sql: Sql) -> list[Any]:
+            def run(sql: Sql, now: int = now) -> list[Any]:
+                # What is due by now, or else the first thing due (the ties of the index's
+                # first time): one range of the index, a row or so at rest, not a page.
+                # (SQLite's max() of NULL, an empty index, is NULL: no row, nothing due.)
+                greatest = "GREATEST" if sql.postgres else "max"
                 return sql.all(
-                    "SELECT game_id, due_at FROM {due} ORDER BY due_at LIMIT ?", [DUE_PAGE + 1]
+                    f"SELECT game_id, due_at FROM {{due}} WHERE due_at <= {greatest}(?, "
+                    "(SELECT min(due_at) FROM {due})) ORDER BY due_at LIMIT ?",
+                    [now, DUE_PAGE + 1],
                 )
 
             rows = self.views.read(self.index, run, fresh=False)
@@ -267,7 +273,7 @@ class Scheduler:
                 self._tick(uuid.UUID(row["game_id"]), int(row["due_at"]))
             steps += len(due)
             if len(due) < DUE_PAGE:
-                if not steps:  # the index as read: the first row, if any, is not due yet
+                if not steps:  # the index as read: its first row, if any, not due yet
                     self.upcoming = (_at(rows[0]["due_at"]) if rows else None,)
                 return steps
 
