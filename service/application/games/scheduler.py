@@ -252,23 +252,22 @@ class Scheduler:
         that found so gives the first thing due (``upcoming``), which the loop then need not
         read again (a statement a poll on a host at rest)."""
         steps = 0
-        self.upcoming = None
         while True:
             now = _micros(self.clock())
 
             def run(sql: Sql, now: int = now) -> list[Any]:
-                # What is due by now, or else the first thing due (the ties of the index's
-                # first time): one range of the index, a row or so at rest, not a page.
-                # (SQLite's max() of NULL, an empty index, is NULL: no row, nothing due.)
+                # What is due by now, or else (nothing is) the first thing due: the ties of the
+                # index's first time, one range of the index, a row or so at rest. (SQLite's
+                # max() of NULL, an empty index, is NULL: no row, nothing due.)
                 greatest = "GREATEST" if sql.postgres else "max"
                 return sql.all(
                     f"SELECT game_id, due_at FROM {{due}} WHERE due_at <= {greatest}(?, "
                     "(SELECT min(due_at) FROM {due})) ORDER BY due_at LIMIT ?",
-                    [now, DUE_PAGE + 1],
+                    [now, DUE_PAGE],
                 )
 
             rows = self.views.read(self.index, run, fresh=False)
-            due = [row for row in rows if int(row["due_at"]) <= now][:DUE_PAGE]
+            due = [row for row in rows if int(row["due_at"]) <= now]
             for row in due:
                 self._tick(uuid.UUID(row["game_id"]), int(row["due_at"]))
             steps += len(due)
