@@ -152,7 +152,7 @@ class Changes:
         self.before = before
         self.heads: dict[str, int] = {}  # account: its newest notice's number
         self.new_heads: set[str] = set()  # accounts without a row in {heads} yet
-        self.turns: set[str] = set()  # games whose turn passed or whose seats changed
+        self.changed: set[str] = set()  # games whose turn passed or whose seats changed
         self.created: list[tuple[str, int, int, str]] = []  # rows to add, unless there
         self.finished: list[str] = []  # games whose rows go
         self.written: list[Notice] = []
@@ -164,7 +164,7 @@ class Changes:
     def turn(self, row: dict[str, Any], key: str, seat: int | None) -> str | None:
         """The game's turn passes to ``seat`` (None: nobody's): the account to tell, if any."""
         row["current"] = seat
-        self.turns.add(key)
+        self.changed.add(key)
         return None if seat is None else row["seated"][seat]
 
     def your_turn(
@@ -227,7 +227,7 @@ class Changes:
             "UPDATE {games} SET accounts = ?, current = ? WHERE game_id = ?",
             [
                 (row["accounts"], row["current"], key)
-                for key in sorted(self.turns)
+                for key in sorted(self.changed)
                 if (row := games[key]) is not None
             ],
         )
@@ -439,7 +439,7 @@ class NoticesView(View):
         if isinstance(event, SEAT_CHANGES):
             accounts[event.seat] = event.account if isinstance(event, Game.SeatJoined) else None
             row["accounts"] = json.dumps(accounts)
-            changes.turns.add(key)  # its row written at the batch's end
+            changes.changed.add(key)  # its row written at the batch's end
             return []
         if isinstance(event, Game.GameFinished):
             changes.finished.append(key)
