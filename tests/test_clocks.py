@@ -8,7 +8,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -293,20 +293,17 @@ def test_a_pass_with_nothing_due_reads_the_index_once_and_waits_for_the_next_due
     due = scheduler.next_due
     assert due is not None
     reads: list[str] = []
-    original = Sql.all, Sql.one
 
-    def counted_all(self: Sql, sql: str, params: Any = ()) -> Any:
-        if "{due}" in sql:
-            reads.append(sql)
-        return original[0](self, sql, params)
+    def counted(read: Callable[..., Any]) -> Callable[..., Any]:
+        def counting(self: Sql, sql: str, params: Any = ()) -> Any:
+            if "{due}" in sql:
+                reads.append(sql)
+            return read(self, sql, params)
 
-    def counted_one(self: Sql, sql: str, params: Any = ()) -> Any:
-        if "{due}" in sql:
-            reads.append(sql)
-        return original[1](self, sql, params)
+        return counting
 
-    monkeypatch.setattr(Sql, "all", counted_all)
-    monkeypatch.setattr(Sql, "one", counted_one)
+    monkeypatch.setattr(Sql, "all", counted(Sql.all))
+    monkeypatch.setattr(Sql, "one", counted(Sql.one))
     time_.now = due - timedelta(seconds=0.05)
     wait = scheduler.step()
     assert len(reads) == 1, reads

@@ -867,6 +867,15 @@ def test_a_dead_claimers_deliveries_return_when_its_lease_ends(
     assert [a["attempt"] for a in logged["attempts"]] == [2]  # the dead claimer's counted
 
 
+def store_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A store of the backend a test is parametrized with: PostgreSQL's test server, or a
+    SQLite file of the test's own."""
+    if backend == "postgres":
+        url: str = request.getfixturevalue("postgres_url")
+        return url
+    return f"sqlite:///{tmp_path / 'store.sqlite'}"
+
+
 @pytest.mark.parametrize(
     "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 )
@@ -881,11 +890,7 @@ def test_a_claim_passes_over_a_hook_deleted_after_its_deliveries_were_claimed(
     deleted in between took its deliveries with it: they are passed over, the others handed
     out. With nothing due the claim is that one statement, on PostgreSQL outside any
     transaction (the scheduler's loop asks at every pass)."""
-    url = (
-        request.getfixturevalue("postgres_url")
-        if backend == "postgres"
-        else f"sqlite:///{tmp_path / 'store.sqlite'}"
-    )
+    url = store_url(backend, request, tmp_path)
     with Runtime(Settings(database_url=url, extra_env=PRIVATE), create_tables=True) as rt:
         tables = rt.webhooks.tables
         kept = rt.webhooks.create("ann", receivers().url(), ["your_turn"]).webhook.id
@@ -1000,11 +1005,7 @@ def test_the_queue_and_its_log_on_each_store(
 ) -> None:
     """Every statement of the tables on SQLite and PostgreSQL: the cap, enqueueing, claiming,
     a failure and a delivery logged, the listing, pruning and deleting."""
-    url = (
-        request.getfixturevalue("postgres_url")
-        if backend == "postgres"
-        else f"sqlite:///{tmp_path / 'store.sqlite'}"
-    )
+    url = store_url(backend, request, tmp_path)
     statuses = iter([500, 200, 200])
 
     def behave(handler: http.server.BaseHTTPRequestHandler, receiver: Receiver) -> None:
