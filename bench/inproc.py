@@ -10,6 +10,7 @@ the application or HTTP layers; confirm a large one with `bench/ab.py` and `make
 
     git worktree add /tmp/before HEAD~1
     python -m bench.inproc /tmp/before . [--pairs 10] [--actions 3000]
+    python -m bench.inproc . . --sleep 0.0004   # what a wait after each action costs B
 
 Each tree plays the bench's games (two players, server dice, always a legal action, stopping
 after two moves) on a fresh SQLite file of its own, with its own code and this interpreter.
@@ -94,8 +95,9 @@ class Games:
             self.moves = 0
 
 
-def player(actions: int) -> None:
-    """Answer each line on stdin ("go") with the CPU seconds of one batch of ``actions``."""
+def player(actions: int, sleep: float = 0.0) -> None:
+    """Answer each line on stdin ("go") with the CPU seconds of one batch of ``actions``
+    (``sleep``: seconds to sleep after each action, as a thread waiting on a database does)."""
     here = Path(__file__).resolve().parent
     sys.path[:] = [
         p for p in sys.path if Path(p or ".").resolve() != here
@@ -113,6 +115,8 @@ def player(actions: int) -> None:
         started = time.process_time()
         for _ in range(actions):
             games.act()
+            if sleep:
+                time.sleep(sleep)
         print(time.process_time() - started, flush=True)
 
 
@@ -122,18 +126,26 @@ def main() -> None:
     parser.add_argument("trees", nargs="*", type=Path)
     parser.add_argument("--pairs", type=int, default=10)
     parser.add_argument("--actions", type=int, default=3000)
+    parser.add_argument(
+        "--sleep",
+        type=float,
+        default=0.0,
+        help="B's player sleeps this many seconds after each action: what a wait costs",
+    )
     parser.add_argument("--play", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.play:
-        player(args.actions)
+        player(args.actions, args.sleep)
         return
     if len(args.trees) != 2:
         parser.error("give two source trees: A (before) and B (after)")
     procs = []
-    for tree in args.trees:
+    for i, tree in enumerate(args.trees):
         env = {**os.environ, "PYTHONPATH": str(tree.resolve())}
         # This file as a script (the tree before a change may not have it), the tree's code.
         command = [sys.executable, __file__, "--play", "--actions", str(args.actions)]
+        if i == 1 and args.sleep:
+            command += ["--sleep", str(args.sleep)]
         procs.append(
             subprocess.Popen(
                 command,
