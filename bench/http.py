@@ -288,6 +288,19 @@ def machine_times() -> tuple[float, float]:
     return (user + nice + system + irq + softirq) / tick, (idle + iowait) / tick
 
 
+def machine_switches() -> int:
+    """Context switches of every CPU of this machine so far (a thread that sleeps and wakes,
+    on a lock, a socket or the GIL), from /proc/stat (Linux); 0 elsewhere. On this VM a sleep
+    costs ~100 µs of CPU when it ends (docs/performance.md, `bench.inproc --sleep`)."""
+    try:
+        for line in Path("/proc/stat").read_text().splitlines():
+            if line.startswith("ctxt "):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def busier_share(used: dict[int, float]) -> float:
     """Of the two processes that used the most CPU (a server's two gunicorn workers), the
     busier one's share of the two: 0.5 when the kernel gave both workers as many connections."""
@@ -311,6 +324,8 @@ class Window:
     """CPU seconds the whole machine used meanwhile: server, clients, database, the rest."""
     idle: float = 0.0
     """CPU seconds the machine's CPUs stood idle meanwhile."""
+    switches: int = 0
+    """The machine's context switches meanwhile (``machine_switches``)."""
 
 
 @dataclass
@@ -335,6 +350,8 @@ class Figures:
     idle: float = 0.0
     """The share of the machine's CPU time that stood idle: above a few per cent, the server
     is waiting (on its database's commits, on a lock), not short of CPU."""
+    switches: float = 0.0
+    """The machine's context switches per action: its threads' sleeps and wakes."""
 
     @classmethod
     def of(cls, windows: list[Window]) -> Figures:
@@ -355,6 +372,7 @@ class Figures:
             sum(window.database for window in windows) / actions * 1000,
             busy / actions * 1000,
             idle / (busy + idle) if busy + idle > 0 else 0.0,
+            sum(window.switches for window in windows) / actions,
         )
 
     def __str__(self) -> str:
@@ -362,7 +380,8 @@ class Figures:
         return (
             f"{self.rate:7,.0f} actions/s  p50 {self.p50:6.2f} ms  p99 {self.p99:6.2f} ms  "
             f"server CPU {self.server_cpu:5.2f} ms/action  busier worker {self.busier:4.0%}"
-            f"{database}  machine {self.machine_cpu:5.2f} ms/action, {self.idle:4.0%} idle"
+            f"{database}  machine {self.machine_cpu:5.2f} ms/action, {self.idle:4.0%} idle, "
+            f"{self.switches:4.1f} switches/action"
         )
 
 
@@ -384,6 +403,7 @@ def load(server: Server, clients: int, seconds: float, warm: float = 1.0) -> Win
     cpu_before = tree_cpus(server.process.pid, found)
     database_before = server_cpu(server.database_pid, found)
     busy_before, idle_before = machine_times()
+    switches_before = machine_switches()
     deadline = time.perf_counter() + seconds
     threads = [
         threading.Thread(target=worker, args=(server.port, deadline, latencies))
@@ -398,6 +418,7 @@ def load(server: Server, clients: int, seconds: float, warm: float = 1.0) -> Win
     found = processes()
     after = tree_cpus(server.process.pid, found)
     busy_after, idle_after = machine_times()
+    switches = machine_switches() - switches_before
     database = server_cpu(server.database_pid, found) - database_before
     used = {pid: cpu - cpu_before.get(pid, 0.0) for pid, cpu in after.items()}
     return Window(
@@ -408,6 +429,7 @@ def load(server: Server, clients: int, seconds: float, warm: float = 1.0) -> Win
         database,
         busy_after - busy_before,
         idle_after - idle_before,
+        switches,
     )
 
 
@@ -695,7 +717,9 @@ def report(results: dict[tuple[str, int], list[Figures]], clients: int) -> None:
             print(f"  {'':12} {clients} clients, the database server's CPU per action: {shown}")
         machine = [r.machine_cpu / h.machine_cpu for r, h in zip(runs, hello_many, strict=True)]
         shown = ", ".join(
-            f"{m:.2f}x ({r.idle:.0%} idle)" for m, r in zip(machine, runs, strict=True)
+            f"{m:.2f}x ({r.idle:.0%} idle, {r.switches:.1f} context switches an action "
+            f"against the hello-world's {h.switches:.1f})"
+            for m, r, h in zip(machine, runs, hello_many, strict=True)
         )
         print(f"  {'':12} {clients} clients, the machine's CPU per action: {shown}")
     one = results.get(("sqlite", 1))

@@ -40,19 +40,22 @@ def test_each_window_is_compared_with_the_hello_worlds_window_of_its_turn() -> N
 
 def test_a_servers_figures_count_its_database_and_the_whole_machine_per_action() -> None:
     """The windows' database and machine CPU become ms per action over all their actions; the
-    idle share is of the machine's time, busy and idle together."""
+    idle share is of the machine's time, busy and idle together; its context switches are
+    per action too."""
     from bench.http import Figures, Window
 
     windows = [
-        Window([0.001] * 300, 1.0, 0.3, 0.5, database=0.09, busy=0.6, idle=0.2),
-        Window([0.002] * 100, 0.5, 0.1, 0.5, database=0.03, busy=0.2, idle=0.0),
+        Window([0.001] * 300, 1.0, 0.3, 0.5, database=0.09, busy=0.6, idle=0.2, switches=9000),
+        Window([0.002] * 100, 0.5, 0.1, 0.5, database=0.03, busy=0.2, idle=0.0, switches=1000),
     ]
     figures = Figures.of(windows)
     assert figures.server_cpu == pytest.approx(1.0)  # 0.4 s over 400 actions
     assert figures.database_cpu == pytest.approx(0.3)
     assert figures.machine_cpu == pytest.approx(2.0)
     assert figures.idle == pytest.approx(0.2)
+    assert figures.switches == pytest.approx(25.0)
     assert "database CPU  0.30 ms" in str(figures) and "20% idle" in str(figures)
+    assert "25.0 switches/action" in str(figures)
     assert "database" not in str(Figures.of([Window([0.001], 1.0, 0.1)]))  # SQLite's
 
 
