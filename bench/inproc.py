@@ -11,14 +11,18 @@ the application or HTTP layers; confirm a large one with `bench/ab.py` and `make
     git worktree add /tmp/before HEAD~1
     python -m bench.inproc /tmp/before . [--pairs 10] [--actions 3000]
     python -m bench.inproc . . --sleep 0.0004   # what a wait after each action costs B
+    python -m bench.inproc . . --stores sqlite,postgres --postgres postgresql://…/postgres
 
 Each tree plays the bench's games (two players, server dice, always a legal action, stopping
-after two moves) on a fresh SQLite file of its own, with its own code and this interpreter.
+after two moves) on a fresh SQLite file of its own (or a fresh PostgreSQL database,
+``--stores``), with its own code and this interpreter. The CPU is the player's process's alone:
+on PostgreSQL, the server's work is not in it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -95,15 +99,18 @@ class Games:
             self.moves = 0
 
 
-def player(actions: int, sleep: float = 0.0) -> None:
+def player(actions: int, sleep: float = 0.0, database: str = "") -> None:
     """Answer each line on stdin ("go") with the CPU seconds of one batch of ``actions``
-    (``sleep``: seconds to sleep after each action, as a thread waiting on a database does)."""
+    (``sleep``: seconds to sleep after each action, as a thread waiting on a database does;
+    ``database``: a fresh PostgreSQL database's URL, else a fresh SQLite file)."""
     here = Path(__file__).resolve().parent
     sys.path[:] = [
         p for p in sys.path if Path(p or ".").resolve() != here
     ]  # bench/http.py is not http
-    folder = tempfile.mkdtemp(prefix="cantstop-inproc-")
-    os.environ["CANTSTOP_DATABASE_URL"] = f"sqlite:///{folder}/bench.sqlite"
+    if not database:
+        folder = tempfile.mkdtemp(prefix="cantstop-inproc-")
+        database = f"sqlite:///{folder}/bench.sqlite"
+    os.environ["CANTSTOP_DATABASE_URL"] = database
     os.environ["CANTSTOP_RATE_LIMITS"] = "off"
     from service.http.app import create_app  # the tree's own code (PYTHONPATH)
 
@@ -132,13 +139,47 @@ def main() -> None:
         default=0.0,
         help="B's player sleeps this many seconds after each action: what a wait costs",
     )
+    parser.add_argument(
+        "--stores",
+        default="sqlite,sqlite",
+        help="A's store and B's: sqlite or postgres (a fresh database of --postgres each)",
+    )
+    parser.add_argument("--postgres", default=os.environ.get("BENCH_POSTGRES_URL", ""))
+    parser.add_argument("--database", default="", help=argparse.SUPPRESS)
     parser.add_argument("--play", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.play:
-        player(args.actions, args.sleep)
+        player(args.actions, args.sleep, args.database)
         return
     if len(args.trees) != 2:
         parser.error("give two source trees: A (before) and B (after)")
+    stores = args.stores.split(",")
+    if len(stores) != 2 or not set(stores) <= {"sqlite", "postgres"}:
+        parser.error("--stores: two of sqlite and postgres, A's then B's")
+    if "postgres" in stores and not args.postgres:
+        parser.error("--postgres (or BENCH_POSTGRES_URL): a server whose user creates databases")
+    with contextlib.ExitStack() as stack:
+        from bench.instructions import fresh_database  # the referee's own (bench/ importable)
+
+        databases = [
+            stack.enter_context(
+                fresh_database(args.postgres if store == "postgres" else None, f"_{i}")
+            )
+            or ""
+            for i, store in enumerate(stores)
+        ]
+        referee(args, databases)
+        for who, database in zip("AB", databases, strict=True):
+            if database:  # what the player wrote there, before the database is dropped
+                import psycopg  # the service's own dependency
+
+                with psycopg.connect(database) as conn:
+                    row = conn.execute("SELECT count(*) FROM cantstop_events").fetchone()
+                print(f"{who} played on PostgreSQL: {row[0] if row else 0:,} events stored")
+
+
+def referee(args: argparse.Namespace, databases: list[str]) -> None:
+    """The two trees' players taking turns, batch by batch."""
     procs = []
     for i, tree in enumerate(args.trees):
         env = {**os.environ, "PYTHONPATH": str(tree.resolve())}
@@ -146,6 +187,8 @@ def main() -> None:
         command = [sys.executable, __file__, "--play", "--actions", str(args.actions)]
         if i == 1 and args.sleep:
             command += ["--sleep", str(args.sleep)]
+        if databases[i]:
+            command += ["--database", databases[i]]
         procs.append(
             subprocess.Popen(
                 command,

@@ -68,15 +68,16 @@ def play(actions: int, around: Callable[[Any], None] | None = None) -> None:
 
 
 @contextlib.contextmanager
-def fresh_database(server_url: str | None) -> Iterator[str | None]:
+def fresh_database(server_url: str | None, tag: str = "") -> Iterator[str | None]:
     """A new, empty PostgreSQL database on ``server_url`` for one run, dropped afterwards (the
-    games' ids are seeded, so a reused database would hold them already); None for SQLite."""
+    games' ids are seeded, so a reused database would hold them already); None for SQLite.
+    ``tag`` tells apart the databases one process holds at once."""
     if server_url is None:
         yield None
         return
     import psycopg  # the service's own dependency
 
-    name = f"cantstop_instructions_{os.getpid()}"
+    name = f"cantstop_instructions_{os.getpid()}{tag}"
     with psycopg.connect(server_url, autocommit=True) as admin:
         admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
         admin.execute(f'CREATE DATABASE "{name}"')

@@ -127,3 +127,40 @@ def test_the_benchs_long_game_stays_in_progress(tmp_path: Path) -> None:
         assert version >= 300
         state = send(port, "GET", f"/v1/games/{game_id}").json()
         assert state["status"] == "in_progress" and state["version"] == version
+
+
+@pytest.mark.postgres
+def test_inproc_compares_a_tree_on_sqlite_with_one_on_postgresql_and_drops_its_databases(
+    postgres_server_url: str,
+) -> None:
+    """`bench.inproc --stores sqlite,postgres`: A plays on a SQLite file, B on a fresh
+    PostgreSQL database (sleeping after each action, ``--sleep``); both answer each batch, and
+    the databases made for the run are gone after it."""
+    import re
+    import subprocess
+    import sys
+
+    import psycopg
+
+    repo = Path(__file__).resolve().parent.parent
+    command = [sys.executable, "-m", "bench.inproc", str(repo), str(repo), "--pairs", "2"]
+    command += ["--actions", "20", "--sleep", "0.0001", "--stores", "sqlite,postgres"]
+    done = subprocess.run(
+        [*command, "--postgres", postgres_server_url],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("per action | B/A") == 2
+    assert "B/A, median of 2 pairs: CPU per action" in done.stdout
+    assert "A played on PostgreSQL" not in done.stdout
+    played = re.search(r"B played on PostgreSQL: ([\d,]+) events stored", done.stdout)
+    assert played is not None and int(played.group(1).replace(",", "")) >= 60  # 3 x 20 actions
+    with psycopg.connect(postgres_server_url, autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT datname FROM pg_database WHERE datname LIKE 'cantstop_instructions_%'"
+        ).fetchall()
+    assert left == []
