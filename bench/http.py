@@ -291,7 +291,7 @@ def machine_times() -> tuple[float, float]:
 def machine_switches() -> int:
     """Context switches of every CPU of this machine so far (a thread that sleeps and wakes,
     on a lock, a socket or the GIL), from /proc/stat (Linux); 0 elsewhere. On this VM a sleep
-    costs ~100 µs of CPU when it ends (docs/performance.md, `bench.inproc --sleep`)."""
+    costs ~90–170 µs of CPU when it ends (docs/performance.md, `bench.inproc --sleep`)."""
     try:
         for line in Path("/proc/stat").read_text().splitlines():
             if line.startswith("ctxt "):
