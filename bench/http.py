@@ -276,29 +276,20 @@ def database_pid(url: str) -> int | None:
     return int(text[text.rindex(")") + 2 :].split()[1])
 
 
-def machine_times() -> tuple[float, float]:
-    """Seconds of every CPU of this machine so far, busy and idle (I/O waits counted idle),
-    from /proc/stat (Linux); zeros elsewhere."""
+def machine_times() -> tuple[float, float, int]:
+    """Seconds of every CPU of this machine so far, busy and idle (I/O waits counted idle), and
+    its context switches so far (a thread that sleeps and wakes, on a lock, a socket or the
+    GIL: on this VM a sleep costs ~90–170 µs of CPU when it ends, docs/performance.md,
+    `bench.inproc --sleep`), from one read of /proc/stat (Linux); zeros elsewhere."""
     try:
-        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        lines = Path("/proc/stat").read_text().splitlines()
     except OSError:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0
+    fields = lines[0].split()[1:]
     user, nice, system, idle, iowait, irq, softirq = (int(f) for f in fields[:7])
     tick = os.sysconf("SC_CLK_TCK")  # guest time is in user's already; steal is nobody's here
-    return (user + nice + system + irq + softirq) / tick, (idle + iowait) / tick
-
-
-def machine_switches() -> int:
-    """Context switches of every CPU of this machine so far (a thread that sleeps and wakes,
-    on a lock, a socket or the GIL), from /proc/stat (Linux); 0 elsewhere. On this VM a sleep
-    costs ~90–170 µs of CPU when it ends (docs/performance.md, `bench.inproc --sleep`)."""
-    try:
-        for line in Path("/proc/stat").read_text().splitlines():
-            if line.startswith("ctxt "):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+    switches = next((int(line.split()[1]) for line in lines if line.startswith("ctxt ")), 0)
+    return (user + nice + system + irq + softirq) / tick, (idle + iowait) / tick, switches
 
 
 def busier_share(used: dict[int, float]) -> float:
@@ -325,7 +316,7 @@ class Window:
     idle: float = 0.0
     """CPU seconds the machine's CPUs stood idle meanwhile."""
     switches: int = 0
-    """The machine's context switches meanwhile (``machine_switches``)."""
+    """The machine's context switches meanwhile (``machine_times``)."""
 
 
 @dataclass
@@ -402,8 +393,7 @@ def load(server: Server, clients: int, seconds: float, warm: float = 1.0) -> Win
     found = processes()  # /proc read once for the server and its database
     cpu_before = tree_cpus(server.process.pid, found)
     database_before = server_cpu(server.database_pid, found)
-    busy_before, idle_before = machine_times()
-    switches_before = machine_switches()
+    busy_before, idle_before, switches_before = machine_times()
     deadline = time.perf_counter() + seconds
     threads = [
         threading.Thread(target=worker, args=(server.port, deadline, latencies))
@@ -417,8 +407,7 @@ def load(server: Server, clients: int, seconds: float, warm: float = 1.0) -> Win
     elapsed = time.perf_counter() - started
     found = processes()
     after = tree_cpus(server.process.pid, found)
-    busy_after, idle_after = machine_times()
-    switches = machine_switches() - switches_before
+    busy_after, idle_after, switches_after = machine_times()
     database = server_cpu(server.database_pid, found) - database_before
     used = {pid: cpu - cpu_before.get(pid, 0.0) for pid, cpu in after.items()}
     return Window(
@@ -429,7 +418,7 @@ def load(server: Server, clients: int, seconds: float, warm: float = 1.0) -> Win
         database,
         busy_after - busy_before,
         idle_after - idle_before,
-        switches,
+        switches_after - switches_before,
     )
 
 

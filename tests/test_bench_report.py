@@ -81,12 +81,13 @@ def test_the_machine_times_grow_with_the_cpu_used() -> None:
 
     from bench.http import machine_times
 
-    busy, idle = machine_times()
+    busy, idle, switches = machine_times()
     end = time.process_time() + 0.2
     while time.process_time() < end:
         pass
-    later_busy, later_idle = machine_times()
+    later_busy, later_idle, later_switches = machine_times()
     assert later_busy - busy >= 0.15 and later_idle >= idle
+    assert later_switches >= switches > 0
 
 
 def test_past_positions_alternate_and_read_each_version_once(
