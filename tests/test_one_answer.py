@@ -181,3 +181,52 @@ def test_a_resignation_is_not_held_to_its_turn(hosts: tuple[Flask, Flask]) -> No
         play_a_turn(client_b, game_id, token)  # a new turn begins after the resignation arrived
     request.join(30)
     assert answers[0].status_code == 200, answers[0].get_json()
+
+
+# ------------------------------------------------------------------ what keys cost a game
+def vault_of(app: Flask, game_id: str) -> Any:
+    return app.extensions["cantstop"].games.secrets.read(uuid.UUID(game_id))
+
+
+def test_a_seat_keeps_only_its_newest_keys_so_refusals_cannot_grow_the_game(client: Any) -> None:
+    """Each keyed refusal is kept in the vault as the key's answer (#43), so a seat sending
+    refused actions under fresh keys made the vault, its snapshots and every keyed action of the
+    game grow without end (a review measured 2.6 → 21 ms an action after 2,000). A seat's
+    newest ``KEYS_PER_SEAT`` keys are kept; an older key's answer is forgotten, as one past the
+    48 h TTL is."""
+    from service.application.aggregates import KEYS_PER_SEAT
+
+    app = client.application
+    game, on_turn, waiting, _ = clocked_game(client)
+    game_id = game["id"]
+    sent = KEYS_PER_SEAT + 20
+    for i in range(sent):
+        refused = act(client, game_id, waiting, {"type": "stop"}, key=f"k{i}")
+        assert refused.status_code == 403, refused.get_json()
+    waiting_seat = 1 - game["turn"]["player"]
+    kept = [k for k in vault_of(app, game_id).keys if k.startswith(f"{waiting_seat}:")]
+    assert len(kept) == KEYS_PER_SEAT
+    assert kept == [f"{waiting_seat}:k{i}" for i in range(sent - KEYS_PER_SEAT, sent)]
+    # the newest still answers as it did, on every host: one key, one answer
+    again = act(client, game_id, waiting, {"type": "stop"}, key=f"k{sent - 1}")
+    assert again.status_code == 403
+    assert again.headers.get("Idempotent-Replayed") == "true"
+    # the other seat's keys are its own, and its keyed actions go on as before
+    rolled = act(client, game_id, on_turn, ROLL, key="mine")
+    assert rolled.status_code == 200, rolled.get_json()
+    assert f"{1 - waiting_seat}:mine" in vault_of(app, game_id).keys
+
+
+def test_a_keyed_action_on_a_finished_game_records_nothing(client: Any) -> None:
+    """A game over stays over: its refusal is the same for any later copy of the request, so
+    nothing need be kept for the key (a refused action records no event)."""
+    app = client.application
+    game, on_turn, waiting, _ = clocked_game(client)
+    game_id = game["id"]
+    assert act(client, game_id, on_turn, {"type": "resign"}).status_code == 200
+    before = vault_of(app, game_id).version
+    for i in range(5):
+        refused = act(client, game_id, waiting, {"type": "stop"}, key=f"late{i}")
+        assert refused.status_code == 409
+        assert refused.get_json()["code"] == "game_over"
+    assert vault_of(app, game_id).version == before

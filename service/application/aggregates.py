@@ -20,6 +20,11 @@ from eventsourcing.utils import register_topic
 
 TOKEN_BYTES = 24  # 192 bits
 IDEMPOTENCY_TTL = timedelta(hours=48)
+KEYS_PER_SEAT = 64
+"""The Idempotency-Keys a vault keeps per seat, its newest: a retry comes within seconds of its
+first try, and a bound keeps a seat that sends refused actions under fresh keys (each refusal
+is the key's kept answer) from growing the vault, its snapshots and every keyed action's read
+without end. An older key is forgotten as one past ``IDEMPOTENCY_TTL`` is."""
 VAULT_NAMESPACE = uuid.UUID("6f1c9e0e-3a57-4d7b-9f43-2f0f3e1c7a11")
 IMPORT_NAMESPACE = uuid.UUID("0b7d2f4e-5c1a-4e8b-9a36-7c2d1e9f4a58")
 
@@ -84,13 +89,26 @@ class Vault(Aggregate):
 
     @event("KeyUsed")
     def remember(self, scoped_key: str, fingerprint: str, first: int, last: int, at: str) -> None:
-        self.keys[scoped_key] = {"fingerprint": fingerprint, "first": first, "last": last, "at": at}
+        self._keep(scoped_key, {"fingerprint": fingerprint, "first": first, "last": last, "at": at})
 
     @event("KeyRefused")
     def refuse(self, scoped_key: str, fingerprint: str, code: str, detail: str, at: str) -> None:
         """The key's action was refused, finally (#43: one key, one answer on every host)."""
-        self.keys[scoped_key] = {"fingerprint": fingerprint, "refused": code, "detail": detail}
-        self.keys[scoped_key]["at"] = at
+        record = {"fingerprint": fingerprint, "refused": code, "detail": detail, "at": at}
+        self._keep(scoped_key, record)
+
+    def _keep(self, scoped_key: str, record: dict[str, Any]) -> None:
+        """The key's answer, newest last; the seat's keys beyond ``KEYS_PER_SEAT`` forgotten,
+        oldest first (the dict keeps the order they came in; a replay of the vault's events
+        forgets the same ones)."""
+        keys = self.keys
+        keys.pop(scoped_key, None)
+        keys[scoped_key] = record
+        seat = scoped_key[: scoped_key.index(":") + 1]  # scoped as "seat:key" (idempotency.Key)
+        mine = [k for k in keys if k.startswith(seat)]
+        if len(mine) > KEYS_PER_SEAT:
+            for old in mine[: len(mine) - KEYS_PER_SEAT]:
+                del keys[old]
 
     def seat_for(self, token: str) -> int | None:
         """The seat holding ``token``."""

@@ -362,7 +362,8 @@ class Games:
                         replay = self._recalled(game_id, key, now)
                         if replay is not None:
                             return replay
-                        self._refused(game_id, key, refused, now)
+                        if game.status != "finished":  # a game over refuses every copy alike
+                            self._refused(game_id, key, refused, now)
                     raise
                 if vault is not None:
                     assert key is not None
