@@ -539,6 +539,10 @@ BAD_CREATIONS: list[Json] = [
         "rounds": 1,
         "starts_at": "2999-01-01T00:00:00Z",
     },
+    *(  # times whose conversion to UTC overflows a datetime (were 500 internal_error)
+        {"name": "x", "kind": "swiss", "players_per_table": 2, "rounds": 1, "starts_at": at}
+        for at in ("0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00")
+    ),
     {
         "name": "x",
         "kind": "swiss",

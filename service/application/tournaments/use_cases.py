@@ -154,7 +154,7 @@ class Tournaments:
                 if at.tzinfo is None:
                     raise ValueError("no time zone")
                 at = at.astimezone(UTC)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):  # year 1 or 9999 past UTC: overflow
                 raise InvalidRequest(
                     "starts_at must be an RFC 3339 time, e.g. 2026-05-01T18:00:00Z"
                 ) from None
