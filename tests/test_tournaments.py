@@ -763,3 +763,46 @@ def test_a_tournament_read_from_its_snapshot_is_the_one_its_events_build(app: Fl
     built = replayed(list(store.events.get(tournament.id)))
     assert built is not None
     assert read.as_json() == built.as_json() == tournament.as_json()
+
+
+def test_a_stream_page_replays_from_the_nearest_snapshot(
+    app: Flask, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tournament's stream reads a page after version ``after``: the tournament as it stood
+    there comes from its nearest snapshot, and only the page's events are read on, not the whole
+    tournament once a page (an arena of thousands of results, read from the start by an
+    unauthenticated stream, replayed all of it for every page of 500). Every page holds what a
+    replay from the start gives."""
+    runtime = app.extensions["cantstop"]
+    store, tournaments = runtime.games.store, runtime.tournaments
+    tournament = Tournament.create(
+        name="Big arena",
+        kind="arena",
+        rules={},
+        players_per_table=2,
+        minutes=60,
+        clock={"turn_seconds": 30},
+        creator="host",
+    )
+    for i in range(70):
+        tournament.register(f"p{i}", 25.0 + i)
+    store.save(tournament)
+    tid = tournament.id
+    whole = tournaments.records(tid, 0, 1000)
+    assert [r["version"] for r in whole] == list(range(1, 72))
+    read: list[int] = []
+    events = store.events
+    real_get = events.get
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        for event in real_get(*args, **kwargs):
+            read.append(event.originator_version)
+            yield event
+
+    monkeypatch.setattr(events, "get", counted)
+    interval = type(store).SNAPSHOT_INTERVALS[Tournament]
+    for after, limit in [(0, 5), (1, 3), (19, 4), (20, 10), (41, 30), (65, 500), (71, 10)]:
+        read.clear()
+        page = tournaments.records(tid, after, limit)
+        assert page == whole[after : after + limit]
+        assert len(read) <= interval + limit, (after, read)
