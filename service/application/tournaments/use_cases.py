@@ -23,7 +23,7 @@ import builtins
 import json
 import logging
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -350,7 +350,8 @@ class Tournaments:
         replay: Any = None
         if after > 0:  # a copy of its own, never the cache's: it is mutated below
             replay = self.store.repository.get(tournament_id, version=after)
-        for event in self.store.events.get(tournament_id, gt=max(after, 0), limit=limit):
+        page: Iterable[Any] = self.store.events.get(tournament_id, gt=max(after, 0), limit=limit)
+        for event in page:
             replay = event.mutate(replay)  # the library's public door, as domain.tournament
             record = event_line(event)
             if record["type"] in STANDINGS_CHANGE:
