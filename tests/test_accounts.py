@@ -311,7 +311,7 @@ def test_a_password_never_reaches_the_log(
     assert secret not in caplog.text
 
 
-def test_sign_in_is_limited_per_handle_and_per_client(client: FlaskClient) -> None:
+def test_sign_in_is_limited_per_client_address(client: FlaskClient) -> None:
     sign_up(client, "limited")
     answers = [
         client.post("/v1/tokens", json={"handle": "LIMITED", "password": "guess number x"})

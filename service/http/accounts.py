@@ -171,7 +171,9 @@ def account_games(handle: str) -> Response:
 
 @accounts_api.get("/v1/accounts/<handle>/games/export")
 def export_account_games(handle: str) -> Response:
-    """The exports of the account's finished games, one after another, each with its header."""
+    """The exports of the account's finished games, one after another, each with its header.
+    Work through whole histories, which anyone may ask for: counted against the ``audit`` rate
+    limit per client address, as a game's export is (service/http/limits.py, ``SCOPES``)."""
     rt = runtime()
     rt.accounts.account(handle)
     ids = rt.account_games.finished_ids(rt.views, handle)

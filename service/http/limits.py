@@ -8,12 +8,19 @@ counted by the ``limits`` library in fixed windows, checked by the limited views
   length and which anyone may ask for: ``GET /v1/games/{id}/audit``, ``/export``, ``/analysis``
   and ``/record-sheet`` (the pages' record-sheet files too), ``POST /v1/transcripts/verify`` and
   ``POST /v1/games/import`` (an audit of the whole export; it counts as a creation too), counted
-  per client address, and on by default (120 a minute, contract 1.3); ``signin`` covers sign-up
-  (``POST /v1/accounts``) and sign-in (``POST /v1/tokens``), counted twice: per handle (in lower
-  case) and per client address. ``signin`` is on by default (10 a minute), even when the others
-  are off: it is what stands between a password and someone guessing it. ``challenge`` covers
-  ``POST /v1/challenges``, counted per challenged account, and is on by default too (20 a
-  minute): a flood of challenges to one account is refused however many send it.
+  per client address, and on by default (120 a minute, contract 1.3); an account's bulk export
+  (``GET /v1/accounts/{handle}/games/export``) too. ``signin`` covers sign-up (``POST
+  /v1/accounts``) and sign-in (``POST /v1/tokens``), counted twice: per client address, and per
+  handle (in lower case) from that address. ``signin`` is on by default (10 a minute), even when
+  the others are off: it is what stands between a password and someone guessing it. No count
+  is kept per handle alone: guesses from one address, however many, never refuse the right
+  password from another (a guesser gets 10 a minute from each address it has).
+  ``challenge`` covers ``POST /v1/challenges`` from a signed-in caller (a personal token with
+  the ``play`` scope), counted twice: per challenger, then per challenged account; on by default
+  too (20 a minute): a flood of challenges to one account is refused however many send it.
+  Without such a token nothing is counted (the view answers 401): else anyone, signed in or
+  not, could spend another account's count and so lock it out of being challenged. A
+  challenger refused by its own count spends nothing of the challenged account's.
   ``tournament`` covers ``POST /v1/tournaments``, counted per account (per address without a
   valid personal token), on by default (10 an hour): per token, an account could mint tokens
   to make more.
@@ -47,6 +54,7 @@ from limits.strategies import FixedWindowRateLimiter
 from werkzeug.exceptions import TooManyRequests
 
 from service.application.aggregates import token_hash
+from service.application.players.accounts import Principal
 from service.config import Settings
 from service.errors import ApplicationError
 from service.http.core import (
@@ -70,6 +78,7 @@ SCOPES: dict[str, tuple[str, ...]] = {
     "audit": (
         "audit.audit_game",
         "audit.export_game",
+        "accounts.export_account_games",
         "analysis.analysis",
         "sheets.sheet",
         "pages.record_sheet_file",
@@ -91,41 +100,108 @@ def seat_or_address(req: flask.Request) -> str:
     return f"t:{token_hash(token)[:32]}" if token is not None else client_address(req)
 
 
+SIGNED_IN = "cantstop.limits.signed_in"  # the request's principal (or None), once looked up
+
+
+def signed_in(req: flask.Request) -> Principal | None:
+    """The account the request's personal token speaks for; None without a valid one (the
+    view then answers 401). Looked up once a request, however many counts ask."""
+    environ = req.environ
+    if SIGNED_IN not in environ:
+        try:
+            environ[SIGNED_IN] = runtime().accounts.authenticate(bearer_token(environ))
+        except ApplicationError:
+            environ[SIGNED_IN] = None
+    principal: Principal | None = environ[SIGNED_IN]
+    return principal
+
+
 def account_or_address(req: flask.Request) -> str:
     """The account the personal token speaks for (any of its tokens counts alike); the client's
     address without a valid one (the view then answers 401)."""
+    principal = signed_in(req)
+    return client_address(req) if principal is None else f"u:{principal.handle.lower()}"
+
+
+def handle_asked(req: flask.Request, field: str = "handle") -> str | None:
+    """The handle a request names in ``field`` of its JSON body (lower case; read the way the
+    view reads it, which then finds it read already); None if it names none."""
     try:
-        principal = runtime().accounts.authenticate(bearer_token(req.environ))
-    except ApplicationError:
-        return client_address(req)
+        body = parse_json(json_bytes(req))
+    except Exception:  # a body the view will refuse (413, 415, 422)
+        return None
+    handle = body.get(field) if isinstance(body, dict) else None
+    return handle.lower()[:40] if isinstance(handle, str) else None
+
+
+def address_and_handle(req: flask.Request) -> str:
+    """A sign-up's or sign-in's handle, from the client's address: guesses at one account's
+    password are counted where they come from, so that no one else's count holds its owner
+    (the client's address alone if the body names no handle)."""
+    handle = handle_asked(req)
+    address = client_address(req)
+    return address if handle is None else f"{address}|h:{handle}"
+
+
+KNOWN_FOR = 30 * 24 * 3600
+"""Seconds an address stays known for a handle after it signed in as it (or signed it up)."""
+
+
+def known_key(address: str, handle: str) -> str:
+    return f"{KEY_PREFIX}/known/{address}|h:{handle}"
+
+
+def stranger(req: flask.Request) -> str | None:
+    """A sign-in's (or sign-up's) handle, counted per handle alone, when the client's address
+    is not known for it (no sign-in as it from there within ``KNOWN_FOR``): guesses spread over
+    many addresses are capped per account, and they hold back only other strangers, never its
+    owner from an address it signed in from (``Limiter.know``). None when known: not counted."""
+    handle = handle_asked(req)
+    if handle is None:
+        return None
+    limiter: Limiter | None = flask.current_app.extensions.get("limiter")
+    if limiter is not None and limiter.knows(known_key(client_address(req), handle)):
+        return None
+    return f"h:{handle}"
+
+
+def challenger(req: flask.Request) -> str | None:
+    """The signed-in account that challenges (a personal token with the ``play`` scope); None
+    otherwise: the view refuses it (401, 403) and nothing is counted."""
+    principal = signed_in(req)
+    if principal is None or "play" not in principal.scopes:
+        return None
     return f"u:{principal.handle.lower()}"
 
 
-def handle_asked(req: flask.Request, field: str = "handle") -> str:
-    """The handle a sign-up or sign-in names (lower case), read from its JSON body (read the
-    way the view reads it, which then finds it read already); the client's address if none."""
-    try:
-        body = parse_json(json_bytes(req))
-    except Exception:  # a body the view will refuse (413, 415, 422): counted by address
-        return client_address(req)
-    handle = body.get(field) if isinstance(body, dict) else None
-    return f"h:{handle.lower()[:40]}" if isinstance(handle, str) else client_address(req)
+def challenged(req: flask.Request) -> str | None:
+    """The account a signed-in caller challenges: a flood of challenges to one account is
+    limited, from however many challengers. Nothing is counted for a caller the view will
+    refuse (no valid token, or one without ``play``), so none can spend another's count."""
+    if challenger(req) is None:
+        return None
+    handle = handle_asked(req, "to")
+    return client_address(req) if handle is None else f"h:{handle}"
 
 
-def challenged(req: flask.Request) -> str:
-    """The account a challenge is to: a flood of challenges to one account is limited, from
-    however many challengers."""
-    return handle_asked(req, "to")
-
-
-KEYS: dict[str, Callable[[flask.Request], str]] = {
+# A key of None: the request is not counted against that rule.
+KEYS: dict[str, Callable[[flask.Request], str | None]] = {
     "create": client_address,
     "action": seat_or_address,
     "audit": client_address,
     "signin": client_address,
-    "signin_handle": handle_asked,
+    "signin_handle": address_and_handle,
+    "signin_stranger": stranger,
+    "challenger": challenger,
     "challenge": challenged,
     "tournament": account_or_address,
+}
+# The scopes a configured limit is counted under, in order (a request refused by one is not
+# counted against those after it): a limit named alone is counted under its own name.
+COUNTED: dict[str, tuple[str, ...]] = {
+    # per address, per handle from that address, and per handle from addresses not known for it
+    "signin": ("signin", "signin_handle", "signin_stranger"),
+    "challenge": ("challenger", "challenge"),  # per challenger, then per challenged account
 }
 
 
@@ -143,7 +219,7 @@ class Rule:
 
     scope: str
     item: RateLimitItem
-    key: Callable[[flask.Request], str]
+    key: Callable[[flask.Request], str | None]  # None: this request is not counted
     methods: frozenset[str]
 
 
@@ -203,8 +279,12 @@ class Limiter:
         """Count the request against each rule (in order, up to the first it breaks); its
         answer says the one broken, else the first (``X-RateLimit-*``). 429 when broken."""
         method = req.method
-        keyed = [(rule, rule.key(req)) for rule in rules if method in rule.methods]
-        if not keyed:
+        keyed = [
+            (rule, key)
+            for rule in rules
+            if method in rule.methods and (key := rule.key(req)) is not None
+        ]
+        if not keyed:  # (no ``X-RateLimit-*`` either: nothing was counted)
             return
         try:
             shown, broken = self.count(self.counter(), keyed)
@@ -232,6 +312,26 @@ class Limiter:
         if broken:
             raise RateLimited(f"{limit.amount} per {limit.multiples} second")
 
+    def knows(self, key: str) -> bool:
+        """Whether ``key`` (``known_key``) was marked by ``know`` within ``KNOWN_FOR``."""
+        try:
+            return self.counter().storage.get(key) > 0
+        except Exception as exc:  # Redis down: what memory knows
+            if self.fallback is self.shared:
+                raise
+            self.storage_failed(exc)
+            return self.fallback.storage.get(key) > 0
+
+    def know(self, key: str) -> None:
+        """Mark ``key`` known for ``KNOWN_FOR`` seconds (a sign-in from that address)."""
+        try:
+            self.counter().storage.incr(key, KNOWN_FOR)
+        except Exception as exc:
+            if self.fallback is self.shared:
+                raise
+            self.storage_failed(exc)
+            self.fallback.storage.incr(key, KNOWN_FOR)
+
     @staticmethod
     def count(
         counter: FixedWindowRateLimiter, keyed: list[tuple[Rule, str]]
@@ -248,15 +348,27 @@ class Limiter:
         return shown, False
 
 
+# The views whose success makes the client's address known for the handle they name.
+LEARNS = frozenset({"accounts.sign_in", "accounts.sign_up"})
+
+
 def limited(
-    view: Callable[..., Any], limiter: Limiter, rules: tuple[Rule, ...]
+    view: Callable[..., Any], limiter: Limiter, rules: tuple[Rule, ...], learns: bool = False
 ) -> Callable[..., Any]:
-    """``view``, its request first counted against ``rules`` (429 past one of them)."""
+    """``view``, its request first counted against ``rules`` (429 past one of them). With
+    ``learns``, a success (201) makes the client's address known for the handle the body names
+    (``stranger``)."""
 
     @functools.wraps(view)
     def checked(**kwargs: Any) -> Any:
-        limiter.check(this_request(), rules)
-        return view(**kwargs)
+        req = this_request()
+        limiter.check(req, rules)
+        answer = view(**kwargs)
+        if learns and getattr(answer, "status_code", None) == 201:
+            handle = handle_asked(req)
+            if handle is not None:
+                limiter.know(known_key(client_address(req), handle))
+        return answer
 
     return checked
 
@@ -272,12 +384,12 @@ def init_app(app: Flask, settings: Settings) -> Limiter | None:
     for scope, limit in limits.items():
         item = RateLimitItemPerSecond(limit.count, limit.period)
         methods = frozenset({"GET", "HEAD", "POST"} if scope == "audit" else {"POST"})
-        scopes = (scope, "signin_handle") if scope == "signin" else (scope,)  # and per handle
+        scopes = COUNTED.get(scope, (scope,))
         for endpoint in SCOPES[scope]:
             for counted in scopes:
                 rules.setdefault(endpoint, []).append(Rule(counted, item, KEYS[counted], methods))
     for endpoint, held_to in rules.items():
         app.view_functions[endpoint] = limited(
-            app.view_functions[endpoint], limiter, tuple(held_to)
+            app.view_functions[endpoint], limiter, tuple(held_to), endpoint in LEARNS
         )
     return limiter

@@ -46,6 +46,10 @@ MODERATION = {
     get_topic(Account.Reinstated): "reinstate",  # type: ignore[attr-defined]
 }
 LEDGER_LIMIT = (1000, 10_000)  # lines a page of the ledger holds: by default, at most
+# Entries a profile's rating history holds: the account's newest (by when their games finished),
+# so that a profile's size and cost stay bounded however many rated games an account plays. The
+# whole of it is in the ratings ledger (GET /v1/ratings/ledger), which ``cantstop ratings`` folds.
+RATING_HISTORY_LIMIT = 500
 
 
 def resignations(records: Sequence[dict[str, Any]]) -> list[int]:
@@ -351,13 +355,16 @@ class RatingsView(View):
         }
 
     def history(self, views: Views, handle: str) -> list[dict[str, Any]]:
-        """The account's rating after each rated game, oldest first (the profile's chart)."""
+        """The account's rating after each of its newest ``RATING_HISTORY_LIMIT`` rated games,
+        by pool, oldest first (the profile's chart)."""
 
         def run(sql: Sql) -> list[Any]:
-            return sql.all(
-                "SELECT * FROM {history} WHERE account = ? ORDER BY pool, finished_at, game_id",
-                [handle.lower()],
+            newest = sql.all(
+                "SELECT * FROM {history} WHERE account = ? "
+                "ORDER BY finished_at DESC, game_id DESC LIMIT ?",
+                [handle.lower(), RATING_HISTORY_LIMIT],
             )
+            return sorted(newest, key=lambda r: (r["pool"], r["finished_at"], r["game_id"]))
 
         return [
             {

@@ -1,0 +1,218 @@
+"""Rate limits an attacker could turn against others (CANTSTOP_RATE_LIMITS).
+
+A count that anyone may spend in another's name is a way to lock that other out: challenges
+are counted only once the caller is signed in; sign-in attempts per address, per handle from
+each address, and per handle from addresses not known for it (none signed in as it from there
+lately), so guesses never refuse the right password from an address its owner signed in from,
+and guesses spread over many addresses are capped per account all the same.
+And what works through a whole history (an account's bulk export too) is limited, per
+address; a profile's rating history is the newest ``RATING_HISTORY_LIMIT`` entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import partial
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from service.application.players import standings
+from service.config import Settings
+from service.http.app import create_app
+from tests.support.http import bearer
+from tests.support.racing import race_cleanly
+from tests.support.rated import finished_rated_game
+
+Json = dict[str, Any]
+PASSWORD = "correct horse battery"
+SIGN_INS_A_MINUTE = 10  # service.config's defaults, on whatever CANTSTOP_RATE_LIMITS says
+CHALLENGES_A_MINUTE = 20
+AUDITS_A_MINUTE = 120
+
+
+def at(address: str) -> dict[str, Any]:
+    """A request's keyword arguments that make it come from ``address``."""
+    return {"environ_base": {"REMOTE_ADDR": address}}
+
+
+def sign_up(client: FlaskClient, handle: str, address: str, *, bot: bool = False) -> str:
+    body: Json = {"handle": handle, **({"bot": True} if bot else {"password": PASSWORD})}
+    reply = client.post("/v1/accounts", json=body, **at(address))
+    assert reply.status_code == 201, reply.get_json()
+    token: str = reply.get_json()["token"]
+    return token
+
+
+@pytest.fixture
+def limited(database_url: str) -> Iterator[Any]:
+    """A maker of apps with the given CANTSTOP_RATE_LIMITS, each closed at the end."""
+    made: list[Flask] = []
+
+    def make(limits: str) -> Flask:
+        settings = Settings(database_url=database_url, rate_limits=limits)
+        made.append(create_app(settings, create_tables=True))
+        return made[-1]
+
+    yield make
+    for app in made:
+        app.extensions["cantstop"].close()
+
+
+# ------------------------------------------------------------------------------ challenges
+def test_challenges_without_a_valid_token_spend_nothing_of_the_challenged_accounts_count(
+    client: FlaskClient,
+) -> None:
+    """The attack: 20 challenges a minute to bob with no token (or a bogus one, or a seat's)
+    are each 401, and must not leave ann's real challenge to bob a 429."""
+    ann = sign_up(client, "ann", "10.1.0.1")
+    sign_up(client, "bob", "10.1.0.2")
+    seat = client.post("/v1/games", json={"players": ["a", "b"]}).get_json()["seats"][0]["token"]
+    not_signed_in: list[dict[str, str]] = [{}, bearer("cs_0123456789abcdef_nope"), bearer(seat)]
+    for i in range(CHALLENGES_A_MINUTE):
+        for headers in not_signed_in:
+            reply = client.post(
+                "/v1/challenges", json={"to": "bob"}, headers=headers, **at(f"10.2.0.{i + 1}")
+            )
+            assert reply.status_code == 401, reply.get_json()
+            assert "X-RateLimit-Limit" not in reply.headers  # counted nowhere
+    made = client.post("/v1/challenges", json={"to": "bob"}, headers=bearer(ann))
+    assert made.status_code == 201, made.get_json()
+    assert made.headers["X-RateLimit-Limit"] == str(CHALLENGES_A_MINUTE)
+
+
+def test_a_challenger_is_counted_first_and_past_its_count_spends_no_one_elses(
+    limited: Any,
+) -> None:
+    """``challenge`` counts each signed-in challenger, then the challenged account: a
+    challenger refused by its own count leaves the challenged account's count as it was."""
+    client = limited("challenge=3/minute").test_client()
+    handles = ("ann", "bob", "cy", "dan", "eve")
+    tokens = {h: sign_up(client, h, f"10.3.0.{n}") for n, h in enumerate(handles)}
+
+    def challenge(by: str, to: str) -> int:
+        reply = client.post("/v1/challenges", json={"to": to}, headers=bearer(tokens[by]))
+        status: int = reply.status_code
+        return status
+
+    assert [challenge("ann", to) for to in ("bob", "cy", "dan")] == [201, 201, 201]
+    assert challenge("ann", "eve") == 429  # ann's own count: 3 a minute, to anyone
+    # eve's count is whole: three others may challenge her, a fourth is one too many.
+    assert [challenge(by, "eve") for by in ("bob", "cy", "dan")] == [201, 201, 201]
+    assert challenge("cy", "bob") == 201  # (cy's count: 2 of 3)
+    assert challenge("cy", "eve") == 429  # eve's count: the flood of challenges to her
+
+
+def test_challenges_to_one_account_stay_capped_when_senders_race(limited: Any) -> None:
+    app = limited("challenge=5/minute")
+    client = app.test_client()
+    senders = [sign_up(client, f"racer{i}", f"10.4.0.{i + 1}", bot=True) for i in range(12)]
+    sign_up(client, "target", "10.4.1.1")
+    # An unauthenticated flood in the same moment spends nothing of target's count.
+    senders += [f"cs_0123456789abcdef_bogus{i}" for i in range(6)]
+
+    def challenge(token: str) -> int:
+        reply = app.test_client().post(
+            "/v1/challenges", json={"to": "target"}, headers=bearer(token)
+        )
+        status: int = reply.status_code
+        return status
+
+    statuses = race_cleanly([partial(challenge, t) for t in senders], timeout=60)
+    assert sorted(statuses) == [201] * 5 + [401] * 6 + [429] * 7, statuses
+
+
+# -------------------------------------------------------------------------------- sign-in
+def test_wrong_passwords_from_strangers_never_refuse_the_right_one_from_a_known_address(
+    app: Flask,
+) -> None:
+    """The attack: guesses naming ann, from an address of the attacker's, must not stop ann
+    signing in from an address she signed in from (or signed up from). The guesses stay capped
+    (10 a minute from that address), racing or not, and so do all strangers' together: while
+    they fill the count, ann from an address never seen for her waits as they do."""
+    client = app.test_client()
+    sign_up(client, "ann", "10.5.0.1")
+    attacker = "10.66.0.1"
+
+    def guess(n: int) -> int:
+        reply = app.test_client().post(
+            "/v1/tokens", json={"handle": "ann", "password": f"a wrong guess {n}"}, **at(attacker)
+        )
+        status: int = reply.status_code
+        return status
+
+    statuses = race_cleanly([partial(guess, n) for n in range(SIGN_INS_A_MINUTE + 4)])
+    # (ann's sign-up, from an address new to the handle then, was counted among strangers too)
+    assert sorted(statuses) == [401] * (SIGN_INS_A_MINUTE - 1) + [429] * 5, statuses
+    # The attacker's address is held, whatever it sends: the right password, another handle.
+    right = {"handle": "ann", "password": PASSWORD}
+    assert client.post("/v1/tokens", json=right, **at(attacker)).status_code == 429
+    other = client.post("/v1/tokens", json={"handle": "bob", "password": "x" * 12}, **at(attacker))
+    assert other.status_code == 429
+    # ann, from her sign-up's address, signs in, again and again; from a stranger's, she waits.
+    for _ in range(3):
+        signed_in = client.post("/v1/tokens", json=right, **at("10.5.0.1"))
+        assert signed_in.status_code == 201, signed_in.get_json()
+    assert client.post("/v1/tokens", json=right, **at("10.5.0.2")).status_code == 429
+
+
+def test_guesses_spread_over_many_addresses_are_capped_per_account(app: Flask) -> None:
+    """Guesses at one account's password from many addresses (none known for it) are capped
+    together, 10 a minute, not 10 a minute from each; its owner signs in from an address she
+    signed in from, and a sign-in there makes it known (the next works during the attack)."""
+    client = app.test_client()
+    sign_up(client, "ann", "10.6.0.1")
+    right = {"handle": "ann", "password": PASSWORD}
+    assert client.post("/v1/tokens", json=right, **at("10.6.0.9")).status_code == 201
+    statuses = [
+        client.post(
+            "/v1/tokens", json={"handle": "ANN", "password": f"guess {i}"}, **at(f"10.67.0.{i}")
+        ).status_code
+        for i in range(1, 3 * SIGN_INS_A_MINUTE)
+    ]
+    # (its sign-up and that first sign-in, from addresses new to ann, were counted with them)
+    assert statuses == [401] * (SIGN_INS_A_MINUTE - 2) + [429] * (2 * SIGN_INS_A_MINUTE + 1), (
+        statuses
+    )
+    for address in ("10.6.0.1", "10.6.0.9"):
+        signed_in = client.post("/v1/tokens", json=right, **at(address))
+        assert signed_in.status_code == 201, signed_in.get_json()
+    # another handle's count is its own
+    sign_up(client, "bob", "10.6.0.2")
+    guess = client.post(
+        "/v1/tokens", json={"handle": "bob", "password": "x" * 12}, **at("10.67.1.1")
+    )
+    assert guess.status_code == 401
+
+
+# ------------------------------------------------------------------------ whole histories
+def test_an_accounts_bulk_export_counts_against_audit_as_a_games_export_does(app: Flask) -> None:
+    client = app.test_client()  # (plain: the checked client reads no streamed NDJSON answer)
+    sign_up(client, "ann", "10.7.0.1")
+    game_id = client.post("/v1/games", json={"players": ["a", "b"]}).get_json()["game"]["id"]
+    statuses = [
+        client.get("/v1/accounts/ann/games/export").status_code for _ in range(AUDITS_A_MINUTE)
+    ]
+    assert statuses == [200] * AUDITS_A_MINUTE
+    refused = client.get("/v1/accounts/ann/games/export")  # the 121st in the minute
+    assert refused.status_code == 429 and refused.get_json()["code"] == "rate_limited"
+    assert int(refused.headers["Retry-After"]) >= 1
+    assert refused.headers["X-RateLimit-Limit"] == str(AUDITS_A_MINUTE)
+    # One count with the games' exports, per address.
+    assert client.get(f"/v1/games/{game_id}/export").status_code == 429
+    elsewhere = client.get("/v1/accounts/ann/games/export", **at("10.7.0.9"))
+    assert elsewhere.status_code == 200
+
+
+def test_a_profiles_rating_history_is_its_newest_entries_oldest_first(
+    client: FlaskClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(standings, "RATING_HISTORY_LIMIT", 2, raising=False)
+    tokens = {h: sign_up(client, h, f"10.8.0.{n}") for n, h in enumerate(("ann", "bob"))}
+    games = [finished_rated_game(client, tokens)["id"] for _ in range(3)]
+    for handle in ("ann", "bob"):
+        history = client.get(f"/v1/accounts/{handle}").get_json()["rating_history"]
+        assert [entry["game_id"] for entry in history] == games[1:]
+        assert history[0]["finished_at"] < history[1]["finished_at"]
