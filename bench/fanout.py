@@ -43,6 +43,10 @@ class Hub:
     async def read(self, feed: Feed, after: int, limit: int) -> list[Envelope]:
         return list(feed.reader(after, limit))
 
+    async def verify(self, feed: Feed) -> None:
+        """Its streams are game streams: no token to check (service/live/hub.py checks an
+        account stream's)."""
+
     def left(self, stream: Stream) -> None:
         stream.feed.streams.discard(stream)
 

@@ -14,6 +14,12 @@ stored sealed with a key derived from the Idempotency-Key, which the store never
 is found by a digest of the credentials sent and the key. Without credentials the key is the
 only thing that tells one caller from another, so it must then be at least
 ``MIN_ANONYMOUS_KEY`` characters (a random UUID is 36).
+
+The digest ties the row to the credentials *sent*, not to their being still good: a token
+revoked, or an account closed, after the first request would otherwise get its answer (and the
+secrets in it) again for as long as the key is kept. So whenever the key is found, the caller is
+judged first, as the endpoint judges a fresh request (``_judge_caller``): a revoked or unknown
+personal token, or a closed account's, is the same 401, before any answer about the key.
 """
 
 from __future__ import annotations
@@ -30,10 +36,13 @@ import nacl.exceptions
 import nacl.secret
 from flask import Response
 
-from service.application.errors import ApplicationError, IdempotencyKeyReused
+from service.application.errors import ApplicationError, IdempotencyKeyReused, Unauthorized
+from service.application.games.use_cases import parse_game_id
+from service.application.players.accounts import is_personal
 from service.http.core import (
     IDEMPOTENCY_KEY,
     BadRequest,
+    bearer_token,
     has_body,
     json_bytes,
     runtime,
@@ -89,6 +98,9 @@ def _keyed(view: F, *, needs_credentials: bool) -> F:
             creations.prune(now)
         found = creations.claim(id_, fingerprint, now)
         if found is not None:
+            # The view judges the credentials of a request that runs; one answered from the
+            # key's row must be judged here, first (a dead token learns nothing of the key).
+            _judge_caller(bearer_token(req.environ), kwargs)
             if found.fingerprint != fingerprint:
                 raise IdempotencyKeyReused("this Idempotency-Key was used for another request")
             if found.answer is None:
@@ -106,6 +118,36 @@ def _keyed(view: F, *, needs_credentials: bool) -> F:
         return response
 
     return cast(F, keyed)
+
+
+def _judge_caller(token: str | None, kwargs: dict[str, Any]) -> None:
+    """Refuse (401) credentials that the endpoint would refuse now, although they were good
+    when the key's first request was answered: a personal token that was revoked, or whose
+    account was closed (Accounts.authenticate: one row read, as every request it signs
+    costs); a seat token that no longer holds a seat of the path's game (Seats.authenticate,
+    from the game's vault as this worker keeps it), or whose seat is a closed account's (its
+    seat tokens died with it, as ``Lobby.rematch`` judges them: one read of the account, and
+    only for an account's seat). Scopes are not judged again: a token's scopes never change,
+    and the first request had them. Without a token (an anonymous creation) there is nothing
+    to judge: the key alone tells the caller, and a seat token sent where no game is named
+    (``POST /v1/games``) is no credential of that endpoint either. (Actions are not keyed
+    here: ``POST /v1/games/{id}/actions`` judges its token before its Idempotency-Key.)"""
+    if token is None:
+        return
+    rt = runtime()
+    if is_personal(token):
+        rt.accounts.authenticate(token)
+        return
+    game_id = kwargs.get("game_id")
+    if not isinstance(game_id, str):
+        return
+    gid = parse_game_id(game_id)
+    seats = rt.games.seats
+    seat = seats.authenticate(gid, token)
+    with rt.games.store.owned(gid) as game:
+        handle = game.accounts[seat]
+    if seats.account_closed(handle):
+        raise Unauthorized("this seat's account is closed: its tokens no longer play")
 
 
 def _digest(*parts: bytes) -> str:

@@ -69,7 +69,9 @@ def stream(game_id: str) -> Response:
 @stream_api.get("/v1/account/stream")
 def account_stream() -> Response:
     """The account's notices (service/application/notify/notices.py): challenges, games started,
-    turns, games finished. Never ends by itself: a client reconnects with ``Last-Event-ID``."""
+    turns, games finished. Never ends by itself: a client reconnects with ``Last-Event-ID``.
+    It ends when its token is revoked or the account closed (service/live/hub.py,
+    TOKEN_CHECK)."""
     principal = me("play")
     rt = runtime()
     after = _resume_point()
@@ -87,7 +89,11 @@ def account_stream() -> Response:
         return _head()
     return _served(
         lambda: rt.hub.account_stream(
-            principal.handle, after, latest=latest, client=request.remote_addr or ""
+            principal.handle,
+            after,
+            latest=latest,
+            client=request.remote_addr or "",
+            token_id=principal.token_id,  # the stream ends when this token dies (hub.py)
         )
     )
 

@@ -35,6 +35,20 @@ How an event reaches every stream, whichever worker or host recorded it:
   ended). A worker that is stopped closes its streams at once: clients reconnect elsewhere with
   ``Last-Event-ID`` and miss nothing.
 
+An account stream answers to the personal token that opened it, which may be revoked, or its
+account closed, on any worker or host while the stream is open (contract 1.2: "from the next
+request on that token is refused"). The hub checks the tokens in the store, where revocation
+and closure are written, never one query per stream per notice:
+
+* before an account's notices are handed to its streams, once for all that account's streams
+  in the process (``Feed._verified_flush``), and before a stream writes what it read from the
+  store itself: a notice made after the token died never reaches its stream;
+* every ``TOKEN_CHECK`` seconds, every open account stream of the process, in queries of
+  ``TOKEN_PAGE`` ids: a stream with nothing to send ends too.
+
+A stream whose token died ends as a stopped worker's do, after the comment ``: ended:
+unauthorized`` (its reconnection is 401, which stops an ``EventSource``).
+
 A stream ends cleanly after the events of a finished game (the save that finishes a game is
 atomic, so once ``GameFinished`` is sent, what follows it is already in the store). Asked again for
 a finished game with nothing left to send, the stream answers 204 No Content, which tells an
@@ -86,6 +100,18 @@ PING_EVERY, PONG_WAIT = 5.0, 5.0
 # while the games' log is polled every ``poll`` (0.1 s).
 NOTICES_POLL = 0.25
 STORE_THREADS = 4  # the loop's reads of the store run on these threads
+# The bound on an open account stream outliving its token: every TOKEN_CHECK seconds the hub
+# reads, in one query per TOKEN_PAGE streams, which of its account streams' tokens are still
+# good (revoked: by DELETE /v1/account/tokens/{id}, or by DELETE /v1/account, which revokes
+# every token of the account), and ends the others. A stream whose token was revoked, on any
+# worker or host, therefore ends within TOKEN_CHECK seconds plus that query's time, while the
+# store answers (a sweep that fails is tried again at the next; a notice is never handed on
+# unchecked: ``Hub.verify`` ends the streams it cannot check). 8000 streams, the most a worker
+# holds, are 16 queries of an indexed key every 2 s.
+TOKEN_CHECK = 2.0
+TOKEN_PAGE = 500
+UNAUTHORIZED_NOTE = b": ended: unauthorized\n\n"
+UNCHECKED_NOTE = b": ended: store_unavailable\n\n"
 
 
 class Hub:
@@ -191,9 +217,12 @@ class Hub:
             client=client,
         )
 
-    def account_stream(self, account: str, after: int, *, latest: int, client: str) -> StreamBody:
+    def account_stream(
+        self, account: str, after: int, *, latest: int, client: str, token_id: str | None = None
+    ) -> StreamBody:
         """A stream of the account's notices after number ``after`` (``latest``: its newest
-        now), counted against the same limits as a game's streams."""
+        now), counted against the same limits as a game's streams. ``token_id``: the personal
+        token it was opened with, whose death (revoked, account closed) ends it."""
         notices = self.notices
         assert notices is not None, "the runtime gives the hub the accounts' notices"
         key = account.lower()
@@ -203,12 +232,21 @@ class Hub:
             return [Envelope.from_notice(n) for n in notices.after(key, after, limit)]
 
         return self._open(
-            lambda: Feed(self, channel, latest, reader, name=f"account {key}", position="id"),
+            lambda: Feed(
+                self,
+                channel,
+                latest,
+                reader,
+                name=f"account {key}",
+                position="id",
+                verify_tokens=True,
+            ),
             channel,
             latest,
             after,
             finished=False,
             client=client,
+            token_id=token_id,
         )
 
     def _count_in(self, client: str) -> None:
@@ -240,6 +278,7 @@ class Hub:
         *,
         finished: bool,
         client: str,
+        token_id: str | None = None,
     ) -> StreamBody:
         self._count_in(client)
         holder: dict[str, Stream] = {}
@@ -254,6 +293,7 @@ class Hub:
             else:
                 feed.last = max(feed.last, version)
             stream = Stream(self, feed, after, finished=finished, client=client)
+            stream.token_id = token_id
             feed.streams.add(stream)
             holder["stream"] = stream
 
@@ -291,6 +331,60 @@ class Hub:
         threads."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, feed.reader, after, limit)
+
+    # ------------------------------------------------------------------------ tokens
+    async def verify(self, feed: Feed) -> None:
+        """On the loop: end the feed's streams whose personal token is no longer good (one
+        query for all of them). If the store cannot tell, they end too (a notice is never
+        sent to a token not checked since it came); their clients reconnect with
+        ``Last-Event-ID`` and miss nothing."""
+        await self._check_tokens(
+            [s for s in feed.streams if s.token_id is not None], on_error=UNCHECKED_NOTE
+        )
+
+    async def _check_tokens(self, streams: list[Stream], *, on_error: bytes | None) -> None:
+        """End those of ``streams`` whose token was revoked (closing an account revokes its
+        tokens); if the store fails, end them all with ``on_error``, or (None) leave them."""
+        if not streams:
+            return
+        ids = sorted({s.token_id for s in streams if s.token_id is not None})
+        loop = asyncio.get_running_loop()
+        try:
+            alive = await loop.run_in_executor(self._executor, self._alive_tokens, ids)
+        except Exception as exc:  # the store may be briefly unavailable
+            log.warning(
+                "live: checking %d tokens failed: %s: %s", len(ids), type(exc).__name__, exc
+            )
+            if on_error is not None:
+                for stream in streams:
+                    stream.end(on_error)
+            return
+        for stream in streams:
+            if stream.token_id not in alive:
+                stream.end(UNAUTHORIZED_NOTE)
+
+    def _alive_tokens(self, ids: list[str]) -> set[str]:
+        """On a store thread: those of the personal tokens ``ids`` that are not revoked, in
+        queries of at most ``TOKEN_PAGE`` ids (by the tokens table's primary key)."""
+        credentials = self.games.store.credentials()
+        alive: set[str] = set()
+        for start in range(0, len(ids), TOKEN_PAGE):
+            alive |= credentials.alive(ids[start : start + TOKEN_PAGE])
+        return alive
+
+    async def _token_loop(self) -> None:
+        """Every ``TOKEN_CHECK`` seconds: the tokens of every account stream of the process
+        (the bound on a stream outliving its token, when no notice comes to check it)."""
+        while not self._closing:
+            await asyncio.sleep(TOKEN_CHECK)
+            streams = [
+                stream
+                for channel, feed in list(self._feeds.items())
+                if channel.startswith(ACCOUNT_CHANNEL_PREFIX)
+                for stream in feed.streams
+                if stream.token_id is not None
+            ]
+            await self._check_tokens(streams, on_error=None)
 
     # ------------------------------------------------------------------------ publishing
     def publish(self, game_id: uuid.UUID, records: list[dict[str, Any]]) -> None:
@@ -361,6 +455,7 @@ class Hub:
             asyncio.set_event_loop(loop)
             self._poke = asyncio.Event()
             self.spawn(self._poll_loop())
+            self.spawn(self._token_loop())
             if self.link is not None:
                 self.spawn(self._subscribe_loop())
             loop.call_soon(started.set)

@@ -34,6 +34,7 @@ class Hub(Protocol):
     pacer: Pacer
 
     async def read(self, feed: Feed, after: int, limit: int) -> list[Envelope]: ...
+    async def verify(self, feed: Feed) -> None: ...
     def left(self, stream: Stream) -> None: ...
     def release(self, stream: Stream) -> None: ...
     def spawn(self, coroutine: Any) -> None: ...
@@ -204,7 +205,12 @@ class Stream:
         self._gap = False
         self._wake = asyncio.Event()
         self._ended = False
+        self._note = b""  # written last when the stream is ended on purpose (``end``)
         self.counted = True  # held a place in the hub's counts until released
+        # An account stream's personal token (its id), checked again by the hub before the
+        # stream is sent anything and every TOKEN_CHECK seconds (service/live/hub.py): the
+        # stream ends once the token is revoked or its account closed. None: a public stream.
+        self.token_id: str | None = None
 
     # called on the loop by the feed
     def offer(self, envelopes: list[Envelope]) -> None:
@@ -223,10 +229,13 @@ class Stream:
         self._ended = True
         self._wake.set()
 
-    def end(self) -> None:
-        """Stop now (the worker is stopping): the client reconnects elsewhere."""
+    def end(self, note: bytes = b"") -> None:
+        """Stop now, sending nothing more but ``note`` (an SSE comment saying why): the worker
+        is stopping (the client reconnects elsewhere), or the stream's token died (its
+        reconnection is refused)."""
         self.direct = False
         self._ended = True
+        self._note = self._note or note
         self._wake.set()
 
     async def _pages(self, after: int) -> AsyncIterator[list[Envelope]]:
@@ -242,6 +251,8 @@ class Stream:
         self.sink = sink
         try:
             await self._run(sink)
+            if self._note:
+                sink.write(self._note)
         except ClientGone:
             pass
         except ApplicationError as exc:  # the store failed mid-stream: say why, and end
@@ -316,6 +327,10 @@ class Stream:
         """Send what the store holds after ``last``, a page at a time, at the client's pace:
         a long history is never all waiting in memory for a slow reader."""
         async for page in self._pages(last):
+            if self.token_id is not None:  # read after the token was last checked: again
+                await self.hub.verify(self.feed)
+            if self._ended:
+                break
             for envelope in page:
                 if envelope.version != last + 1:
                     continue
@@ -346,12 +361,17 @@ class Feed:
         *,
         name: str,
         position: str = "version",
+        verify_tokens: bool = False,
     ) -> None:
         self.hub = hub
         self.channel = channel  # also its key in the hub
         self.name = name  # for logs and the stream's first comment: "game <id>"
         self.reader = reader
         self.position = position  # the number's field in a Redis message
+        # An account's feed: what it hands on waits for its streams' tokens to be checked
+        # (``_verified_flush``).
+        self.verify_tokens = verify_tokens
+        self._verifying = False
         self.last = version
         self.streams: set[Stream] = set()
         self._reading = False
@@ -394,7 +414,30 @@ class Feed:
         ready = self._ready
         if not ready:
             return
+        if self.verify_tokens:
+            if not self._verifying:  # (one under way hands these on too)
+                self._verifying = True
+                self.hub.spawn(self._verified_flush())
+            return
         self._ready = []
+        self._hand_on(ready)
+
+    async def _verified_flush(self) -> None:
+        """An account's notices go to its streams only once their tokens were checked after
+        the notices came (``Hub.verify``: one query for all the feed's streams, not one per
+        stream): a stream whose token was revoked, or whose account was closed, before a
+        notice was made ends without it. What comes during a check waits for the next."""
+        try:
+            while self._ready:
+                taken = len(self._ready)
+                await self.hub.verify(self)
+                ready = self._ready[:taken]
+                del self._ready[:taken]
+                self._hand_on(ready)
+        finally:
+            self._verifying = False
+
+    def _hand_on(self, ready: list[Envelope]) -> None:
         self._flushed = time.monotonic()
         first = ready[0].version - 1
         final = any(envelope.final for envelope in ready)
