@@ -118,6 +118,40 @@ def test_a_value_that_inflates_beyond_any_game_is_damaged_without_inflating_it_a
         archive.first(bomb)
 
 
+def test_a_forged_count_of_events_is_judged_before_the_value_is_inflated() -> None:
+    """``first`` reads the count of events from the value and inflates as far as their arrays
+    go: a forged count (2**32 - 1, ~98 GB of arrays) made it inflate the whole value (a review:
+    437 MiB at the peak for 200 MiB of zeros) before it found the value damaged."""
+    import tracemalloc
+
+    head = struct.pack("<BHH", archive.FORMAT, 1, 1) + b"t" + struct.pack("<QI", 1, 2**32 - 1)
+    bomb = zlib.compress(head + bytes(8 << 20))
+    tracemalloc.start()
+    try:
+        with pytest.raises(ArchiveDamaged, match="beyond"):
+            archive.first(bomb)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+
+
+def test_a_deflated_state_that_inflates_beyond_any_game_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A snapshot's deflated JSON (compact.inflate) is inflated no further than
+    ``MAX_INFLATED``: a damaged or forged row is an error, not an allocation without limit."""
+    from service.persistence import compact
+
+    monkeypatch.setattr(compact, "MAX_INFLATED", 1 << 20)
+    state = b'{"a": "' + b"x" * (2 << 20) + b'"}'
+    with pytest.raises(zlib.error):
+        compact.inflate(bytes((compact.DEFLATED,)) + zlib.compress(state))
+    with pytest.raises(zlib.error):  # cut short
+        compact.inflate(bytes((compact.DEFLATED,)) + zlib.compress(b'{"a": 1}')[:-3])
+    assert compact.inflate(compact.deflate(b'{"a": "' + b"y" * 4096 + b'"}')).startswith(b'{"a"')
+
+
 @given(games(), st.sets(TOPICS))
 def test_the_rows_of_some_topics_are_those_rows_exactly(rows: list[Row], topics: set[str]) -> None:
     """A reader of a few topics (a view rebuilt over archived games) makes only their rows,

@@ -242,6 +242,8 @@ def first(data: bytes) -> Row:
         buffer = _inflated(data, 4096)
         layout = _layout(buffer)
         arrays = layout.at + 23 * layout.events  # 2 + 1 + 4 + 8 + 8 bytes an event
+        if arrays > MAX_INFLATED:  # (a count read from the value: judged before inflating)
+            raise ArchiveDamaged("the archive inflates beyond any game")
         length_at = layout.at + 3 * layout.events
         if len(buffer) < arrays:
             buffer = _inflated(data, arrays)

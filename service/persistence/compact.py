@@ -203,6 +203,16 @@ def deflate(data: bytes) -> bytes:
     return bytes((DEFLATED,)) + deflater.compress(data) + deflater.flush()
 
 
+MAX_INFLATED = 64 << 20
+"""The most a deflated state inflates to (a snapshot of a game is tens of kilobytes): a damaged
+or forged row cannot make a reader allocate without limit."""
+
+
 def inflate(data: bytes) -> bytes:
-    """A deflated state's JSON (``deflate``'s inverse)."""
-    return zlib.decompress(data[1:])
+    """A deflated state's JSON (``deflate``'s inverse); zlib.error for one that is not whole or
+    inflates beyond ``MAX_INFLATED``."""
+    inflater = zlib.decompressobj()
+    found = inflater.decompress(data[1:], MAX_INFLATED)
+    if inflater.unconsumed_tail or not inflater.eof:
+        raise zlib.error("a deflated state cut short, or inflating beyond any game's")
+    return found
