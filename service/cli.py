@@ -274,7 +274,7 @@ def _is_ledger(data: bytes) -> bool:
     """A ledger's lines carry a ``seq``; an export's first line is its header."""
     first = next((line for line in data.splitlines() if line.strip()), b"")
     try:
-        parsed = json.loads(first)
+        parsed = jsondoc.loads(first)  # nesting bounded: a RecursionError is no answer
     except ValueError:
         return False
     return isinstance(parsed, dict) and "seq" in parsed and "type" in parsed
@@ -286,8 +286,8 @@ def _ratings_of_ledger(name: str, data: bytes) -> int:
     lines = [line for line in data.splitlines() if line.strip()]
     for number, line in enumerate(lines, start=1):
         try:
-            fold.apply(json.loads(line))
-        except ValueError as exc:  # JSONDecodeError is one
+            fold.apply(jsondoc.loads(line))
+        except ValueError as exc:  # MalformedJson is one: nesting bounded
             print(f"{name}: entry {number}: not a ratings ledger's line: {exc}", file=sys.stderr)
             return 2
     accounts = []

@@ -385,6 +385,17 @@ def test_a_saved_ledger_that_is_not_one_is_refused(tmp_path: Path) -> None:
         timeout=120,
     )
     assert done.returncode == 2 and "entry 2" in done.stderr  # out of order
+    # nested past any ledger's depth (a RecursionError's traceback, before): a clear refusal
+    path.write_text(json.dumps(line | {"seq": 1}) + "\n" + "[" * 100_000 + "]" * 100_000 + "\n")
+    deep = subprocess.run(
+        [sys.executable, "-m", "service.cli", "ratings", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert deep.returncode == 2 and "entry 2" in deep.stderr, deep.stderr[-500:]
+    assert "Traceback" not in deep.stderr
 
 
 # ----------------------------------------------------------------------------------- races
