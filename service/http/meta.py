@@ -84,7 +84,9 @@ def writes_status(recorder: object) -> str:
 
 def register(app: Flask) -> None:
     app.register_blueprint(meta_api)
-    docs = get_swaggerui_blueprint("/docs", "/openapi.yaml", config={"app_name": "Can't Stop API"})
+    docs: Blueprint = get_swaggerui_blueprint(
+        "/docs", "/openapi.yaml", config={"app_name": "Can't Stop API"}
+    )
 
     @docs.after_request
     def framed_nowhere(response: Response) -> Response:
