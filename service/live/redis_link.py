@@ -35,6 +35,8 @@ class RedisLink:
         self._lock = threading.Lock()
         self._failures = 0
         self._skip_until = 0.0
+        self._status: tuple[str, float] | None = None  # the last PING's answer, and when
+        self._pinging = threading.Lock()
 
     def connect(self, *, read_timeout: float | None = None) -> redis.Redis:
         options: dict[str, Any] = {}
@@ -82,11 +84,27 @@ class RedisLink:
                 log.info("redis available again")
 
     def status(self) -> str:
-        """``ok`` or ``down: <reason>``, from a PING (the breaker does not apply)."""
+        """``ok`` or ``down: <reason>``, from a PING (the breaker does not apply), one at a time
+        in the process: while Redis hangs a PING waits out its timeout (1 s), and a flood of
+        /healthz (public, unthrottled: a load balancer's probe) would otherwise hold a request
+        thread that long each. While one is under way, others get the last answer at once."""
+        known = self._status
+        if not self._pinging.acquire(blocking=known is None):  # (the first asker waits)
+            assert known is not None
+            return known[0]  # another thread asks Redis now
         try:
-            self.client.ping()
-        except Exception as exc:  # whatever the failure, Redis is not usable
-            self.failed("ping", exc)
-            return f"down: {type(exc).__name__}"
-        self.succeeded()
-        return "ok"
+            if self._status is not known:  # answered while this one waited for the lock
+                assert self._status is not None
+                return self._status[0]
+            try:
+                self.client.ping()
+            except Exception as exc:  # whatever the failure, Redis is not usable
+                self.failed("ping", exc)
+                answer = f"down: {type(exc).__name__}"
+            else:
+                self.succeeded()
+                answer = "ok"
+            self._status = (answer, time.monotonic())
+            return answer
+        finally:
+            self._pinging.release()
