@@ -351,3 +351,18 @@ def test_the_board_picture_follows_the_version_asked_for(client: FlaskClient) ->
     assert problem_code(client.get(f"/v1/games/{game_id}/board.svg?version=x"), 422) == (
         "invalid_request"
     )
+
+
+def test_an_imported_exports_source_id_cannot_forge_a_log_line(
+    client: FlaskClient, caplog: Any
+) -> None:
+    """The header's ``game_id`` is the exporter's words (any text, up to 200 characters): the
+    import's log line quotes it, so a newline in it starts no line of its own (a review)."""
+    game_id, _ = server_game_with_actions(client, 3)
+    header, *rest = export_text(client, game_id).splitlines()
+    forged = json.dumps({**json.loads(header), "game_id": "x\nERROR the database is gone"})
+    caplog.set_level("INFO", logger="cantstop")
+    response = client.post("/v1/games/import", data="\n".join([forged, *rest]), content_type=NDJSON)
+    assert response.status_code == 201, response.get_json()
+    lines = [r.getMessage() for r in caplog.records if "imported game" in r.getMessage()]
+    assert lines and all("\n" not in line for line in lines), lines

@@ -186,7 +186,8 @@ def import_export(games: Games, body: bytes) -> tuple[uuid.UUID, str | None]:
         Vault(game_id=game_id, server_seed=None),
         *events,
     )
-    log.info("imported game %s from the export of game %s: %d events", game_id, source, len(events))
+    # the source's id is the exporter's words (any text): quoted, so no line of it is forged
+    log.info("imported game %s from the export of game %r: %d events", game_id, source, len(events))
     return game_id, source
 
 
