@@ -23,6 +23,7 @@ from service.live import sinks as sinks_module
 from service.live import streams as streams_module
 from service.live.hub import Envelope, Feed, Hub, LiveConfig, Stream
 from tests.support.games import UNKNOWN
+from tests.support.sse import frame_fields
 
 Json = dict[str, Any]
 Frames = Iterator[bytes]
@@ -110,13 +111,7 @@ class Reader:
         return self
 
     def _parse(self, frame: str) -> None:
-        fields: dict[str, str] = {}
-        for line in frame.splitlines():
-            if line.startswith(":"):
-                self.comments.append(line)
-            elif line:
-                name, _, value = line.partition(":")
-                fields[name] = value.removeprefix(" ")
+        fields = frame_fields(frame, self.comments)
         if "data" in fields:
             self.events.append((int(fields["id"]), fields["event"], json.loads(fields["data"])))
 

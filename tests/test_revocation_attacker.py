@@ -14,6 +14,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from tests.support.http import bearer
+from tests.support.sse import frame_fields
 
 Json = dict[str, Any]
 PASSWORD = "correct horse battery"
@@ -162,13 +163,7 @@ class Reader:
                 return self
             *frames, self._rest = (self._rest + chunk.decode("utf-8")).split("\n\n")
             for frame in frames:
-                fields: dict[str, str] = {}
-                for line in frame.splitlines():
-                    if line.startswith(":"):
-                        self.comments.append(line)
-                    elif line:
-                        name, _, value = line.partition(":")
-                        fields[name] = value.removeprefix(" ")
+                fields = frame_fields(frame, self.comments)
                 if "data" in fields:
                     self.notices.append((int(fields["id"]), fields["event"]))
         return self
