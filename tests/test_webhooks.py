@@ -31,6 +31,7 @@ from service.application.notify.delivery import SCHEDULE, Dispatcher
 from service.application.notify.notices import Notice
 from service.application.notify.webhooks import (
     EVENT_TYPES,
+    MAX_IN_FLIGHT,
     TooManyWebhooks,
     WebhookConfig,
     Webhooks,
@@ -794,12 +795,20 @@ def test_dispatchers_on_two_hosts_deliver_each_once(
     runtimes: list[Runtime] = []
     ok = answer(200)
 
+    both_seen = threading.Event()
+
     def both_at_work(handler: http.server.BaseHTTPRequestHandler, receiver: Receiver) -> None:
         # Each delivery is held (within its deadline) until both dispatchers hold one: a
         # dispatcher that claimed first cannot take them all, so both take part, every run.
+        # (Until they were once seen both at work: one webhook has at most MAX_IN_FLIGHT
+        # deliveries under way, which one dispatcher may hold, and each hold then costs
+        # the whole bound.)
         held_until = time.monotonic() + TIMEOUT / 2
-        while not all(rt.dispatcher().busy for rt in runtimes) and time.monotonic() < held_until:
-            time.sleep(0.005)  # (no more than the bound: the last deliveries find one idle)
+        while not both_seen.is_set() and time.monotonic() < held_until:
+            if all(rt.dispatcher().busy for rt in runtimes):
+                both_seen.set()
+            else:
+                time.sleep(0.005)  # (no more than the bound: the last deliveries find one idle)
         ok(handler, receiver)
 
     receiver = receivers(both_at_work)
@@ -926,12 +935,14 @@ def test_actions_answer_while_a_receiver_hangs(
     client: FlaskClient, app: Flask, receivers: Callable[..., Receiver]
 ) -> None:
     """Delivery is the scheduler's: an action answers while every delivery thread waits on a
-    receiver that hangs (before any of those attempts reaches its deadline)."""
+    receiver that hangs (before any of those attempts reaches its deadline). (A webhook has at
+    most MAX_IN_FLIGHT deliveries under way: enough webhooks to take every thread.)"""
     receiver = receivers(hang)
     token = sign_up(client, "Ann")
-    add_webhook(client, token, receiver.url(), list(EVENT_TYPES))
     rt = runtime_of(app)
     concurrency = rt.webhooks.config.concurrency
+    for _ in range(-(-concurrency // MAX_IN_FLIGHT)):
+        add_webhook(client, token, receiver.url(), list(EVENT_TYPES))
     enqueue(rt.webhooks, *(notice("ann", n) for n in range(1, 3 * concurrency)))
     scheduler = rt.scheduler()
     stop = threading.Event()

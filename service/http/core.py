@@ -101,6 +101,7 @@ STATUS = {
     "webhook_url_not_public": 422,
     "webhook_url_unresolvable": 422,
     "too_many_webhooks": 409,
+    "webhook_lookups_busy": 503,
     "challenge_not_pending": 409,
     "too_many_challenges": 429,
     "seek_not_open": 409,

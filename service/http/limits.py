@@ -23,7 +23,8 @@ counted by the ``limits`` library in fixed windows, checked by the limited views
   challenger refused by its own count spends nothing of the challenged account's.
   ``tournament`` covers ``POST /v1/tournaments``, counted per account (per address without a
   valid personal token), on by default (10 an hour): per token, an account could mint tokens
-  to make more.
+  to make more. ``webhook`` covers ``POST /v1/account/webhooks`` (each looks a host name up),
+  counted the same way, on by default (30 an hour, three times the cap of 10 webhooks).
 - With Redis the counters live there, shared by every worker and host; without it, or while it is
   unreachable, each process counts in its own memory (the effective limit is then the configured
   one times the number of processes). Counting never touches the event store.
@@ -75,6 +76,7 @@ SCOPES: dict[str, tuple[str, ...]] = {
     "signin": ("accounts.sign_up", "accounts.sign_in"),
     "challenge": ("matchmaking.challenge",),
     "tournament": ("tournaments.create_tournament",),
+    "webhook": ("webhooks.create_webhook",),
     "audit": (
         "audit.audit_game",
         "audit.export_game",
@@ -195,6 +197,7 @@ KEYS: dict[str, Callable[[flask.Request], str | None]] = {
     "challenger": challenger,
     "challenge": challenged,
     "tournament": account_or_address,
+    "webhook": account_or_address,
 }
 # The scopes a configured limit is counted under, in order (a request refused by one is not
 # counted against those after it): a limit named alone is counted under its own name.

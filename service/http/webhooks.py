@@ -1,5 +1,7 @@
 """An account's webhooks (contract 1.2), scope ``account``: create (the secret shown once), list,
-read, delete, and the log of their deliveries (service/application/notify/webhooks.py)."""
+read, delete, and the log of their deliveries (service/application/notify/webhooks.py).
+A creation that finds the server's lookups all taken is 503 ``webhook_lookups_busy`` with
+``Retry-After`` (the URL may be good: not a 422)."""
 
 from __future__ import annotations
 
@@ -71,6 +73,7 @@ def attempt_json(row: AttemptRow) -> dict[str, Any]:
 def create_webhook() -> Response:
     principal = manager()
     data = load(WEBHOOK_REQUEST, json_body())
+    # (a WebhookLookupsBusy is 503 with Retry-After: the server is busy, the URL may be good)
     created = runtime().webhooks.create(
         principal.handle, data["url"], data["events"], data["description"]
     )

@@ -14,6 +14,27 @@ the log of their attempts.
   lease ends.
 - ``cantstop_webhook_attempts``: one row per attempt (status code, error, duration, address).
 
+One account cannot starve the others' deliveries (a receiver that never answers holds a thread
+for each attempt's whole deadline):
+
+- **In flight.** A claim leases at most ``in_flight`` (2) deliveries of one webhook at a time,
+  and hands out each webhook's first due delivery before any webhook's second, the webhooks
+  whose receivers failed fewer attempts in a row first. The claim reads which webhooks hold live
+  leases and leases only each webhook's first due rows, in one statement whose rows a concurrent
+  claim either locks first (PostgreSQL: ``SKIP LOCKED``, and the row's conditions are checked
+  again once locked) or has already moved out of the due set: two claimers never together take
+  more than ``in_flight`` of one webhook's rows.
+- **Waiting.** At most ``max_pending`` (1,000) deliveries of a webhook wait: queueing more gives
+  up the oldest that are not in flight (``failed``, with one log entry saying why,
+  ``QUEUE_FULL``). The trim runs with the webhook's row locked (PostgreSQL: ``FOR UPDATE``;
+  SQLite has one writer), in a statement of its own, so two transactions queueing at once trim
+  in turn, each seeing the other's rows.
+- **Failing.** ``cantstop_webhooks.failures`` counts the attempts that failed in a row (a 2xx sets
+  it back to 0). From ``failing_after`` (20) on, each failed attempt pauses the whole webhook
+  (``paused_until``) for the next of ``pauses`` (the retry intervals: 5 s, 30 s, … up to the
+  longest, 10 h, which then repeats): its deliveries waiting are due then, not before, and
+  those queued meanwhile too. A 2xx ends the pause and its deliveries are due at once.
+
 The secret is stored as it was issued: signing needs it (an HMAC key cannot be kept as a hash).
 Anyone who can read this table can sign deliveries as the service: the README says so.
 """
@@ -31,6 +52,8 @@ from service.persistence.tables import SideTable, Sql
 WEBHOOKS = "cantstop_webhooks"
 DELIVERIES = "cantstop_webhook_deliveries"
 ATTEMPTS = "cantstop_webhook_attempts"
+QUEUE_FULL = "given up: newer deliveries of this webhook fill its queue"
+"""The log's entry of a delivery given up because ``max_pending`` newer ones wait."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +66,8 @@ class WebhookRow:
     secret: str
     created_at: str
     created_us: int  # the same time, in microseconds since the epoch
+    failures: int = 0  # attempts that failed in a row
+    paused_until_us: int = 0  # no delivery is due before (0: not paused)
 
 
 @dataclass(frozen=True)
@@ -55,6 +80,7 @@ class Enqueued:
     type: str
     payload: str
     created_us: int
+    next_at_us: int | None = None  # when it is first due: at once (``created_us``) if None
 
 
 @dataclass(frozen=True)
@@ -85,7 +111,16 @@ class WebhookTables(SideTable):
             f"CREATE TABLE IF NOT EXISTS {WEBHOOKS} (id TEXT PRIMARY KEY, "
             "account TEXT NOT NULL, slot INTEGER NOT NULL, url TEXT NOT NULL, "
             "events TEXT NOT NULL, description TEXT NOT NULL, secret TEXT NOT NULL, "
-            "created_at TEXT NOT NULL, created_us BIGINT NOT NULL, UNIQUE (account, slot))"
+            "created_at TEXT NOT NULL, created_us BIGINT NOT NULL, "
+            "failures INTEGER NOT NULL DEFAULT 0, paused_until BIGINT NOT NULL DEFAULT 0, "
+            "UNIQUE (account, slot))"
+        )
+        self._add_columns(
+            WEBHOOKS,
+            {
+                "failures": "INTEGER NOT NULL DEFAULT 0",
+                "paused_until": "BIGINT NOT NULL DEFAULT 0",
+            },
         )
         self.execute(
             f"CREATE TABLE IF NOT EXISTS {DELIVERIES} (id TEXT PRIMARY KEY, "
@@ -100,13 +135,46 @@ class WebhookTables(SideTable):
         self.execute(
             f"CREATE INDEX IF NOT EXISTS {DELIVERIES}_hook ON {DELIVERIES} (webhook_id, created_us)"
         )
+        # A webhook's deliveries waiting (the cap's trim, the leases it holds, a pause).
+        self.execute(
+            f"CREATE INDEX IF NOT EXISTS {DELIVERIES}_waiting "
+            f"ON {DELIVERIES} (webhook_id, status, created_us, seq)"
+        )
         self.execute(
             f"CREATE TABLE IF NOT EXISTS {ATTEMPTS} (delivery_id TEXT NOT NULL, "
             "attempt INTEGER NOT NULL, at TEXT NOT NULL, status_code INTEGER, error TEXT, "
             "duration_ms INTEGER NOT NULL, address TEXT, PRIMARY KEY (delivery_id, attempt))"
         )
 
+    def _add_columns(self, table: str, columns: dict[str, str]) -> None:
+        """Add the columns that a table made by an older version lacks, each only when missing
+        (on PostgreSQL even ``ADD COLUMN IF NOT EXISTS`` takes the table's lock first)."""
+
+        def work(sql: Sql) -> None:
+            if self.postgres:
+                found = sql.all(
+                    "SELECT attname AS name FROM pg_attribute WHERE attrelid = "
+                    "CAST(? AS regclass) AND attnum > 0 AND NOT attisdropped",
+                    (table,),
+                )
+            else:
+                found = sql.all(f"PRAGMA table_info({table})")
+            have = {str(row["name"]) for row in found}
+            for name, kind in columns.items():
+                if name not in have:
+                    exists = " IF NOT EXISTS" if self.postgres else ""
+                    sql.execute(f"ALTER TABLE {table} ADD COLUMN{exists} {name} {kind}")
+
+        self.transaction(work)  # (SQLite: with the write lock, so one process adds them)
+
     # ----------------------------------------------------------------------------- webhooks
+    def count(self, account: str) -> int:
+        """How many webhooks the account has (``add`` alone holds the cap, whatever races)."""
+        row = self.execute(
+            f"SELECT count(*) AS n FROM {WEBHOOKS} WHERE account = ?", (account,), fetch="one"
+        )
+        return int(row["n"])
+
     def add(self, row: WebhookRow, cap: int) -> bool:
         """Store ``row`` in a free slot of its account; False if the account has ``cap``
         webhooks already. Two requests racing for the last slot: one gets it."""
@@ -188,10 +256,14 @@ class WebhookTables(SideTable):
             found.extend(_webhook(row) for row in rows)
         return found
 
-    @staticmethod
-    def enqueue(sql: Sql, deliveries: Sequence[Enqueued]) -> None:
-        """Enqueue inside the caller's transaction (the notices view's): due at once. A
-        delivery of a notice enqueued before (a rebuilt view) is not enqueued again."""
+    def enqueue(
+        self, sql: Sql, deliveries: Sequence[Enqueued], max_pending: int, now_us: int, at: str
+    ) -> int:
+        """Enqueue inside the caller's transaction (the notices view's), due at once or when
+        the webhook's pause ends. A delivery of a notice enqueued before (a rebuilt view) is
+        not enqueued again. Then each webhook keeps its ``max_pending`` newest deliveries
+        waiting and gives up the older ones that are not in flight (``QUEUE_FULL``, logged
+        ``at``): how many it gave up."""
         for item in deliveries:
             sql.execute(
                 f"INSERT INTO {DELIVERIES} (id, webhook_id, seq, type, payload, status, "
@@ -203,27 +275,93 @@ class WebhookTables(SideTable):
                     item.seq,
                     item.type,
                     item.payload,
-                    item.created_us,
+                    item.created_us if item.next_at_us is None else item.next_at_us,
                     item.created_us,
                 ),
             )
+        given_up = 0
+        for webhook_id in sorted({item.webhook_id for item in deliveries}):
+            given_up += self._trim(sql, webhook_id, max_pending, now_us, at)
+        return given_up
+
+    def _trim(self, sql: Sql, webhook_id: str, max_pending: int, now_us: int, at: str) -> int:
+        """Give up the webhook's deliveries waiting beyond its ``max_pending`` newest, except
+        those in flight. Its row is locked first and the trim is a statement of its own: on
+        PostgreSQL it then sees what every transaction that trimmed before it committed (and
+        those after it see this one's), so two that queue at once leave no more than the cap;
+        on SQLite the caller holds the only write lock. (A webhook deleted meanwhile takes
+        what was just queued for it along.)"""
+        lock = " FOR UPDATE" if self.postgres else ""
+        if sql.one(f"SELECT id FROM {WEBHOOKS} WHERE id = ?{lock}", (webhook_id,)) is None:
+            sql.execute(f"DELETE FROM {DELIVERIES} WHERE webhook_id = ?", (webhook_id,))
+            return 0
+        every = "ALL" if self.postgres else "-1"
+        rows = sql.all(
+            f"UPDATE {DELIVERIES} SET status = 'failed', next_at = ?, claim = NULL "
+            f"WHERE id IN (SELECT id FROM {DELIVERIES} WHERE webhook_id = ? "
+            "AND status = 'pending' ORDER BY created_us DESC, seq DESC "
+            f"LIMIT {every} OFFSET ?) AND status = 'pending' "
+            "AND (claim IS NULL OR next_at <= ?) RETURNING id, attempts",
+            (now_us, webhook_id, max_pending, now_us),
+        )
+        sql.many(
+            f"INSERT INTO {ATTEMPTS} (delivery_id, attempt, at, status_code, error, "
+            "duration_ms, address) VALUES (?, ?, ?, NULL, ?, 0, NULL) "
+            "ON CONFLICT (delivery_id, attempt) DO NOTHING",
+            [(str(row["id"]), int(row["attempts"]) + 1, at, QUEUE_FULL) for row in rows],
+        )
+        return len(rows)
 
     # --------------------------------------------------------------------------- delivering
-    def claim(self, now_us: int, lease_until_us: int, token: str, limit: int) -> list[Claimed]:
+    def claim(
+        self, now_us: int, lease_until_us: int, token: str, limit: int, in_flight: int = 2
+    ) -> list[Claimed]:
         """Claim up to ``limit`` due deliveries for ``token`` until ``lease_until_us``: each
         row is claimed by one claimer only, whatever the others do at the same moment (the
         claim is one statement). The scheduler's loop asks at every pass: with nothing due
         that is the one statement, on PostgreSQL without a ``BEGIN`` and a ``COMMIT`` around
         it (two round trips a pass, of an idle pass's ~12). The hooks of what was claimed are
         read after: a hook deleted meanwhile took its deliveries with it (``delete``), and
-        they are passed over."""
-        lock = " FOR UPDATE SKIP LOCKED" if self.postgres else ""
+        they are passed over.
+
+        Fair: a webhook holds at most ``in_flight`` live leases, and only its first due rows
+        (by ``next_at``) are candidates, as many as it may still lease; the candidates go by
+        the webhook's failures in a row (fewest first), then by their rank in their webhook
+        (every webhook's first before any's second), then by ``next_at``. A paused webhook's
+        rows are passed over. A concurrent claim cannot make a webhook exceed ``in_flight``:
+        both pick the same first rows, which one of them locks (the other skips it, or finds it
+        leased when its conditions are checked again on the locked row)."""
+        lock = " FOR UPDATE OF d SKIP LOCKED" if self.postgres else ""
         rows = self.execute(
             f"UPDATE {DELIVERIES} SET next_at = ?, claim = ?, attempts = attempts + 1 "
-            f"WHERE id IN (SELECT id FROM {DELIVERIES} WHERE status = 'pending' "
-            f"AND next_at <= ? ORDER BY next_at LIMIT ?{lock}) "
+            "WHERE status = 'pending' AND next_at <= ? AND id IN ("
+            f"SELECT d.id FROM {DELIVERIES} d JOIN ("
+            "SELECT q.id AS id, q.rn AS rn, h.failures AS failures FROM ("
+            "SELECT id, webhook_id, ROW_NUMBER() OVER "
+            "(PARTITION BY webhook_id ORDER BY next_at, id) AS rn "
+            f"FROM {DELIVERIES} WHERE status = 'pending' AND next_at <= ?) q "
+            f"JOIN {WEBHOOKS} h ON h.id = q.webhook_id "
+            # the leases live now, counted once per webhook (a few rows: at most in_flight
+            # each), not once per candidate: a webhook may have a thousand rows waiting
+            "LEFT JOIN (SELECT webhook_id, count(*) AS n "
+            f"FROM {DELIVERIES} WHERE status = 'pending' AND claim IS NOT NULL AND next_at > ? "
+            "GROUP BY webhook_id) l ON l.webhook_id = q.webhook_id "
+            "WHERE h.paused_until <= ? AND q.rn <= ? AND q.rn + COALESCE(l.n, 0) <= ?"
+            ") c ON c.id = d.id WHERE d.status = 'pending' AND d.next_at <= ? "
+            f"ORDER BY c.failures, c.rn, d.next_at, d.id LIMIT ?{lock}) "
             "RETURNING id, webhook_id, payload, attempts",
-            (lease_until_us, token, now_us, limit),
+            (
+                lease_until_us,
+                token,
+                now_us,
+                now_us,
+                now_us,
+                now_us,
+                in_flight,
+                in_flight,
+                now_us,
+                limit,
+            ),
             fetch="all",
         )
         if not rows:
@@ -250,10 +388,28 @@ class WebhookTables(SideTable):
             if str(row["webhook_id"]) in found
         ]
 
-    def finish(self, claimed: Claimed, attempt: AttemptRow, status: str, next_at_us: int) -> bool:
+    def finish(
+        self,
+        claimed: Claimed,
+        attempt: AttemptRow,
+        status: str,
+        next_at_us: int,
+        *,
+        failed: bool = False,
+        now_us: int = 0,
+        failing_after: int = 20,
+        pauses_us: Sequence[int] = (),
+    ) -> bool:
         """Record an attempt, and the delivery's new state (``pending`` again at ``next_at_us``,
         ``delivered`` or ``failed``) if it is still this claimer's: False if its lease ran out
-        and another claimed it meanwhile (its attempt is logged all the same)."""
+        and another claimed it meanwhile (its attempt is logged all the same).
+
+        The webhook's failures in a row go up by one if the receiver ``failed`` (else back to
+        0). From ``failing_after`` on, the webhook is paused from ``now_us`` for the next of
+        ``pauses_us`` (the last repeating): this delivery and its others waiting are due
+        then, not before. A delivery ends a pause: the webhook's deliveries waiting are all
+        due at ``now_us``. (The webhook's row is locked first, by the statement that counts,
+        before any of its deliveries, as ``_trim`` and ``delete`` do: no deadlock.)"""
 
         def work(sql: Sql) -> bool:
             # (Logged only while the delivery exists: its webhook may have been deleted.)
@@ -274,14 +430,68 @@ class WebhookTables(SideTable):
                     attempt.delivery_id,
                 ),
             )
+            hook = claimed.webhook_id
+            paused_until = 0
+            if failed:
+                row = sql.one(
+                    f"UPDATE {WEBHOOKS} SET failures = failures + 1 WHERE id = ? "
+                    "RETURNING failures, paused_until",
+                    (hook,),
+                )
+                failures = 0 if row is None else int(row["failures"])
+                if row is not None and failures >= failing_after and pauses_us:
+                    # (The row is this transaction's until it ends: no one counts meanwhile.)
+                    step = min(failures - failing_after, len(pauses_us) - 1)
+                    paused_until = max(int(row["paused_until"]), now_us + pauses_us[step])
+                    sql.execute(
+                        f"UPDATE {WEBHOOKS} SET paused_until = ? WHERE id = ?",
+                        (paused_until, hook),
+                    )
+            else:
+                lock = " FOR UPDATE" if self.postgres else ""
+                row = sql.one(
+                    f"SELECT failures, paused_until FROM {WEBHOOKS} WHERE id = ?{lock}", (hook,)
+                )
+                if row is not None and int(row["paused_until"]) > 0:
+                    # It was paused, and its receiver is back: all it holds is due at once.
+                    sql.execute(
+                        f"UPDATE {DELIVERIES} SET next_at = ? WHERE webhook_id = ? "
+                        "AND status = 'pending' AND claim IS NULL AND next_at > ?",
+                        (now_us, hook, now_us),
+                    )
+                if row is not None and (int(row["failures"]) or int(row["paused_until"])):
+                    sql.execute(
+                        f"UPDATE {WEBHOOKS} SET failures = 0, paused_until = 0 WHERE id = ?",
+                        (hook,),
+                    )
+            due = max(next_at_us, paused_until) if status == "pending" else next_at_us
             found = sql.one(
                 f"UPDATE {DELIVERIES} SET status = ?, next_at = ?, claim = NULL "
                 "WHERE id = ? AND claim = ? RETURNING id",
-                (status, next_at_us, claimed.id, claimed.claim),
+                (status, due, claimed.id, claimed.claim),
             )
+            if paused_until > now_us:
+                # The webhook's others waiting (not those in flight: their own ends see to it).
+                sql.execute(
+                    f"UPDATE {DELIVERIES} SET next_at = ? WHERE webhook_id = ? "
+                    "AND status = 'pending' AND next_at < ? AND (claim IS NULL OR next_at <= ?)",
+                    (paused_until, hook, paused_until, now_us),
+                )
             return found is not None
 
         return self.transaction(work)
+
+    def release(self, claimed: Claimed, next_at_us: int) -> bool:
+        """Give a claimed delivery back, unattempted (the service could not look its host up:
+        no attempt of the receiver's), due again at ``next_at_us``: nothing logged, nothing
+        counted against it or its webhook."""
+        found = self.execute(
+            f"UPDATE {DELIVERIES} SET next_at = ?, claim = NULL, attempts = attempts - 1 "
+            "WHERE id = ? AND claim = ? AND status = 'pending' RETURNING id",
+            (next_at_us, claimed.id, claimed.claim),
+            fetch="one",
+        )
+        return found is not None
 
     # ------------------------------------------------------------------------------ the log
     def deliveries(self, webhook_id: str, limit: int) -> list[tuple[Any, list[AttemptRow]]]:
@@ -340,6 +550,8 @@ def _webhook(row: Any) -> WebhookRow:
         secret=str(row["secret"]),
         created_at=str(row["created_at"]),
         created_us=int(row["created_us"]),
+        failures=int(row["failures"]),
+        paused_until_us=int(row["paused_until"]),
     )
 
 

@@ -23,7 +23,19 @@ One attempt (``post``), bounded in time and size whatever the receiver does:
 A 2xx answer is a delivery. Anything else is retried after 5 s, 30 s, 2 min, 10 min, 1 h, 5 h,
 10 h and 10 h (each up to 10% later, so that retries spread), then given up: 9 attempts over
 about 27 hours. Every attempt is logged (``GET /v1/account/webhooks/{id}/deliveries``); the log
-of a delivery made or given up is kept 7 days.
+of a delivery made or given up is kept 7 days. A host refused at delivery (it did not resolve,
+or not within 5 s, or to an address that is not public) is logged with one fixed error,
+``DELIVERY_HOST_REFUSED``, whichever it was: the log tells no more of the server's network
+than creation does.
+
+No receiver holds the others' deliveries back: the claim leases at most ``MAX_IN_FLIGHT`` (2)
+of one webhook's deliveries at a time, hands out every webhook's first before any's second,
+healthiest first (service/persistence/webhooks.py); a webhook whose receiver has failed
+``FAILING_AFTER`` (20) attempts in a row backs off as a whole, all its deliveries with it: each
+further failure pauses it for the next retry interval, 5 s, 30 s, … up to 10 h (which then
+repeats), until one is delivered. Each dispatcher has a pool of lookups of its own (not
+creation's): a delivery whose lookup finds it full (names slow to answer) is not attempted, nor
+counted against it or its webhook, and is due again in ``BUSY_RETRY`` seconds.
 """
 
 from __future__ import annotations
@@ -49,10 +61,17 @@ from domain.game import format_at
 from service import metrics
 from service.application.errors import ApplicationError, describe
 from service.application.notify.webhooks import (
+    DELIVERY_HOST_REFUSED,
+    FAILING_AFTER,
+    MAX_IN_FLIGHT,
     RESOLVE_TIMEOUT,
+    Lookups,
     Resolver,
     WebhookConfig,
+    WebhookLookupsBusy,
     Webhooks,
+    WebhookUrlNotPublic,
+    WebhookUrlUnresolvable,
     micros,
     parse_url,
     resolve,
@@ -74,6 +93,7 @@ RETAIN = timedelta(days=7)  # how long the log of a delivery made or given up is
 PRUNE_EVERY = 600.0  # seconds between prunings of the log
 USER_AGENT = "cantstop-webhooks/1"
 MAX_ERROR = 200
+BUSY_RETRY = 5.0  # seconds before a delivery whose lookup found no room is due again
 
 
 # ---------------------------------------------------------------------------- the watchdog
@@ -194,6 +214,7 @@ class Outcome:
     error: str | None
     address: str | None
     duration_ms: int
+    busy: bool = False  # not attempted: this server's lookups had no room (not the receiver's)
 
 
 def post(
@@ -205,8 +226,10 @@ def post(
     watchdog: Watchdog,
     ssl_context: ssl.SSLContext,
     resolver: Resolver = system_resolver,
+    lookups: Lookups | None = None,
 ) -> Outcome:
-    """POST ``body`` to ``url`` once, within ``config.timeout`` seconds in all."""
+    """POST ``body`` to ``url`` once, within ``config.timeout`` seconds in all (the lookup in
+    ``lookups``, the dispatcher's own)."""
     started = time.monotonic()
     deadline = started + config.timeout
     address: str | None = None
@@ -230,6 +253,7 @@ def post(
             allow_private=config.allow_private,
             timeout=min(RESOLVE_TIMEOUT, deadline - time.monotonic()),
             resolver=resolver,
+            lookups=lookups,
         )
         failure = "no address to connect to"
         for address in addresses[:2]:
@@ -276,7 +300,11 @@ def post(
         if not 200 <= status < 300:
             return outcome(f"answered {status}")
         return outcome(None)
-    except ApplicationError as exc:  # the URL or its addresses are refused
+    except WebhookLookupsBusy as exc:  # not attempted: no room for the lookup
+        return Outcome(False, None, exc.detail[:MAX_ERROR], None, 0, busy=True)
+    except (WebhookUrlNotPublic, WebhookUrlUnresolvable):  # one error, whichever it was
+        return outcome(DELIVERY_HOST_REFUSED)
+    except ApplicationError as exc:  # the URL is refused (https only, since it was made)
         return outcome(exc.detail)
     except ResponseTooLarge:
         return outcome(f"the answer's status line and headers are over {RESPONSE_CAP} bytes")
@@ -347,6 +375,11 @@ class Dispatcher:
         self.token = uuid.uuid4().hex  # this dispatcher's mark on the rows it claims
         self.watchdog = Watchdog()
         self.pool = ThreadPoolExecutor(self.config.concurrency, thread_name_prefix="webhook")
+        # Its own lookups (creation's cannot take them): room for every attempt under way,
+        # and as many again for lookups still stuck after their attempt ended.
+        self.lookups = Lookups(
+            2 * self.config.concurrency, self.config.concurrency, "webhook-delivery-dns"
+        )
         self._lock = threading.Lock()
         self._busy = 0
         self._pruned = 0.0
@@ -366,7 +399,7 @@ class Dispatcher:
             return 0
         now = self.clock()
         lease = now + timedelta(seconds=self.config.timeout + RESOLVE_TIMEOUT + LEASE_MARGIN)
-        claimed = self.tables.claim(micros(now), micros(lease), self.token, free)
+        claimed = self.tables.claim(micros(now), micros(lease), self.token, free, MAX_IN_FLIGHT)
         for item in claimed:
             with self._lock:
                 self._busy += 1
@@ -382,6 +415,9 @@ class Dispatcher:
         try:
             at = self.clock()
             outcome = self.attempt(item)
+            if outcome.busy:  # not attempted: due again soon, nothing logged nor counted
+                self.tables.release(item, micros(at + timedelta(seconds=BUSY_RETRY)))
+                return
             if outcome.delivered:
                 status, next_at = "delivered", at
             elif item.attempt >= self.max_attempts:
@@ -398,7 +434,16 @@ class Dispatcher:
                 duration_ms=outcome.duration_ms,
                 address=outcome.address,
             )
-            self.tables.finish(item, attempt, status, micros(next_at))
+            self.tables.finish(
+                item,
+                attempt,
+                status,
+                micros(next_at),
+                failed=not outcome.delivered,
+                now_us=micros(at),
+                failing_after=FAILING_AFTER,
+                pauses_us=[int(seconds * 1_000_000) for seconds in self.schedule],
+            )
             metrics.webhook_attempt(status)  # counted if CANTSTOP_METRICS=on
         except Exception as exc:  # the store failed: the delivery is due again when its lease ends
             log.warning("webhooks: delivery %s: %s", item.id, describe(exc))
@@ -417,6 +462,7 @@ class Dispatcher:
             watchdog=self.watchdog,
             ssl_context=self.ssl_context,
             resolver=self.webhooks.resolver,
+            lookups=self.lookups,
         )
 
     def _prune(self) -> None:

@@ -12,9 +12,19 @@ Webhooks specification, for apps that are not connected to the account stream.
   ``CANTSTOP_WEBHOOK_MAX_PER_ACCOUNT`` (10) webhooks per account: 409 ``too_many_webhooks``.
 - **The secret**: 32 random bytes, ``whsec_<base64>`` (the specification's form), served once at
   creation and never again; kept in the store as issued, since signing needs it (see the README).
+- **Lookups**: bounded, whatever a name server does. A lookup that never answers holds its
+  thread (``getaddrinfo`` cannot be stopped), so lookups queue in ``Lookups``: a few threads
+  and a short queue, and when both are taken the next is refused at once
+  (``WebhookLookupsBusy``: 503 to a creation, with ``Retry-After``) rather than waiting behind
+  them; a lookup still queued at its deadline is dropped, and refused the same. Creation has a
+  pool of its own (per ``Webhooks``) and each dispatcher another, so creating webhooks never
+  delays a delivery's lookup. An account that has its ``max_per_account`` webhooks is refused
+  (409) before any lookup.
 - **Enqueueing**: the notices view calls ``on_notices`` inside the transaction that writes the
   notices: one delivery per (notice, webhook of that account subscribed to its type), exactly
-  once with the notice, and never on an action's path (no HTTP there: rows only).
+  once with the notice, and never on an action's path (no HTTP there: rows only). At most
+  ``MAX_PENDING`` (1,000) of a webhook's deliveries wait: beyond that the oldest not in flight
+  are given up (service/persistence/webhooks.py).
 - **Delivering**: ``delivery.Dispatcher`` (service/application/notify/delivery.py), in the
   scheduling process.
 """
@@ -24,12 +34,14 @@ from __future__ import annotations
 import base64
 import ipaddress
 import os
+import queue
 import re
 import secrets
 import socket
+import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -56,6 +68,11 @@ MAX_URL = 2000
 MAX_DESCRIPTION = 200
 SECRET_BYTES = 32
 RESOLVE_TIMEOUT = 5.0  # seconds a lookup may take when a webhook is created or delivered
+CREATE_LOOKUPS = (4, 4)  # creation's lookups at once per process, and how many may queue
+LOOKUP_IDLE = 30.0  # seconds an idle lookup thread waits for work before it ends
+MAX_IN_FLIGHT = 2  # deliveries of one webhook attempted at once, by all dispatchers together
+MAX_PENDING = 1000  # deliveries of one webhook waiting; beyond, the oldest are given up
+FAILING_AFTER = 20  # failed attempts in a row from which each failure pauses the webhook
 ID_SHAPE = re.compile(r"wh_[0-9a-f]{16}")
 TRUE = ("true", "on", "yes", "1")
 FALSE = ("false", "off", "no", "0", "")
@@ -78,6 +95,20 @@ HOST_REFUSED = (
     "the url's host must resolve, within 5 s, to public addresses only (loopback, private, "
     "link-local and other non-public addresses are refused)"
 )
+DELIVERY_HOST_REFUSED = (
+    "refused: the host is not public, or did not resolve within 5 s (either way, not attempted)"
+)
+"""A delivery's logged error for any refused host, one string whether it did not resolve or
+resolved to an address that is not public, as creation answers both alike."""
+
+
+class WebhookLookupsBusy(ApplicationError):
+    """The lookups of this process are all taken (by names that are slow to answer): refused
+    at once rather than queued behind them. Not the URL's fault: retry."""
+
+    code = "webhook_lookups_busy"
+    status = 503
+    retry_after = 5
 
 
 class TooManyWebhooks(ApplicationError):
@@ -218,7 +249,76 @@ def system_resolver(host: str, port: int) -> list[str]:
     return found
 
 
-_LOOKUPS = ThreadPoolExecutor(4, thread_name_prefix="webhook-dns")
+class Lookups:
+    """At most ``threads`` lookups at once and ``waiting`` more queued; beyond that a lookup is
+    refused at once (``WebhookLookupsBusy``). A lookup that never answers keeps its thread and
+    its place until the resolver returns (and one whose caller gave up keeps its place in the
+    queue until a thread drops it), so these bounds are all that stuck lookups can take, and
+    nothing more queues behind them. Threads start when work comes (an idle one is used
+    first) and end after ``LOOKUP_IDLE`` seconds without any."""
+
+    def __init__(self, threads: int, waiting: int, name: str = "webhook-dns") -> None:
+        self.threads = threads
+        self.places = threads + waiting
+        self.name = name
+        self._jobs: queue.SimpleQueue[tuple[Future[list[str]], Resolver, str, int]] = (
+            queue.SimpleQueue()
+        )
+        self._idle = threading.Semaphore(0)  # one per idle thread not yet promised a job
+        self._lock = threading.Lock()
+        self._taken = 0  # places taken: lookups under way or queued
+        self._live = 0  # threads started and not ended
+        self.running = 0  # lookups under way (tests read it)
+
+    @property
+    def queued(self) -> int:
+        with self._lock:
+            return self._taken - self.running
+
+    def submit(self, resolver: Resolver, host: str, port: int) -> Future[list[str]]:
+        future: Future[list[str]] = Future()
+        with self._lock:
+            if self._taken >= self.places:
+                raise WebhookLookupsBusy(
+                    "the server is looking up as many host names as it may at once (some "
+                    "name servers are slow to answer): retry in a few seconds"
+                )
+            self._taken += 1
+            self._jobs.put((future, resolver, host, port))
+        if self._idle.acquire(blocking=False):
+            return future  # an idle thread takes it
+        with self._lock:
+            if self._live < self.threads:
+                self._live += 1
+                threading.Thread(target=self._work, name=self.name, daemon=True).start()
+        return future
+
+    def _work(self) -> None:
+        while True:
+            try:
+                future, resolver, host, port = self._jobs.get(timeout=LOOKUP_IDLE)
+            except queue.Empty:
+                with self._lock:
+                    if self._idle.acquire(blocking=False):  # (else a job is promised it)
+                        self._live -= 1
+                        return
+                continue
+            if future.set_running_or_notify_cancel():  # (False: its caller gave up on it)
+                with self._lock:
+                    self.running += 1
+                try:
+                    future.set_result(resolver(host, port))
+                except BaseException as exc:
+                    future.set_exception(exc)
+                finally:
+                    with self._lock:
+                        self.running -= 1
+            with self._lock:
+                self._taken -= 1
+            self._idle.release()
+
+
+_LOOKUPS = Lookups(*CREATE_LOOKUPS)  # for callers that name no pool of their own
 
 
 def resolve(
@@ -227,17 +327,25 @@ def resolve(
     allow_private: bool,
     timeout: float = RESOLVE_TIMEOUT,
     resolver: Resolver = system_resolver,
+    lookups: Lookups | None = None,
 ) -> list[str]:
     """The addresses ``target`` may connect to, from one lookup bounded by ``timeout``: all of
     them public unless private ones are allowed (a name with any non-public address is
-    refused whole), else ``WebhookUrlNotPublic``; ``WebhookUrlUnresolvable`` if none."""
+    refused whole), else ``WebhookUrlNotPublic``; ``WebhookUrlUnresolvable`` if none;
+    ``WebhookLookupsBusy`` if ``lookups`` has no room for it, or had not started it by the
+    deadline (then the name was never asked: nothing is known of it)."""
     if target.literal:
         addresses = [target.host]
     else:
-        lookup = _LOOKUPS.submit(resolver, target.host, target.port)
+        lookup = (lookups or _LOOKUPS).submit(resolver, target.host, target.port)
         try:
             addresses = lookup.result(timeout=max(0.01, timeout))
         except FutureTimeout:
+            if lookup.cancel():
+                raise WebhookLookupsBusy(
+                    f"the lookup of the host did not start within {timeout:g} s: the server's "
+                    "lookups are taken (some name servers are slow to answer); retry"
+                ) from None
             raise WebhookUrlUnresolvable(
                 f"{target.host} did not resolve within {timeout:g} s"
             ) from None
@@ -292,7 +400,10 @@ class Webhooks:
         self.config = config
         self.resolver = resolver
         self.clock = clock
+        self.lookups = Lookups(*CREATE_LOOKUPS)  # creation's own: deliveries have theirs
+        self.max_pending = MAX_PENDING
         self.enqueued = 0  # deliveries this process enqueued (tests read it)
+        self.given_up = 0  # deliveries this process gave up, their webhook's queue full
 
     @classmethod
     def of(cls, store: Store, config: WebhookConfig, *, create: bool) -> Webhooks:
@@ -312,8 +423,18 @@ class Webhooks:
         if unknown or not events:
             raise InvalidWebhook(f"events must be one or more of {', '.join(EVENT_TYPES)}")
         target = parse_url(url, allow_private=self.config.allow_private)
+        cap = self.config.max_per_account
+        if self.tables.count(account.lower()) >= cap:  # before any lookup (``add`` holds it)
+            raise TooManyWebhooks(
+                f"an account may have {cap} webhooks: delete one first", limit=cap
+            )
         try:
-            resolve(target, allow_private=self.config.allow_private, resolver=self.resolver)
+            resolve(
+                target,
+                allow_private=self.config.allow_private,
+                resolver=self.resolver,
+                lookups=self.lookups,
+            )
         except (WebhookUrlNotPublic, WebhookUrlUnresolvable):
             # One answer either way: which names resolve inside this network is not told.
             raise WebhookUrlNotPublic(HOST_REFUSED) from None
@@ -378,7 +499,8 @@ class Webhooks:
             hooks.setdefault(row.account, []).append(row)
         if not hooks:
             return
-        now = micros(self.clock())
+        at = self.clock()
+        now = micros(at)
         queued: list[Enqueued] = []
         for notice in notices:
             for hook in hooks.get(notice.account.lower(), ()):
@@ -392,9 +514,13 @@ class Webhooks:
                         type=notice.type,
                         payload=payload(notice),
                         created_us=now,
+                        # A paused webhook's (its receiver failing): due when the pause ends.
+                        next_at_us=max(now, hook.paused_until_us),
                     )
                 )
-        self.tables.enqueue(sql, queued)
+        if not queued:
+            return
+        self.given_up += self.tables.enqueue(sql, queued, self.max_pending, now, format_at(at))
         self.enqueued += len(queued)
 
 
