@@ -332,13 +332,7 @@ def test_operators_exclude_and_reinstate_through_the_cli_and_the_offline_fold_ag
 
     saved = tmp_path / "ledger.ndjson"
     saved.write_bytes(client.get("/v1/ratings/ledger").get_data())
-    offline = subprocess.run(
-        [sys.executable, "-m", "service.cli", "ratings", str(saved)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    offline = offline_ratings(saved)
     assert offline.returncode == 0, offline.stderr
     report = json.loads(offline.stdout)
     assert (report["entries"], report["games"], report["skipped"]) == (15, 12, 1)
@@ -373,27 +367,26 @@ def test_a_store_built_before_the_ledger_serves_its_ratings_until_rebuilt(
     assert ledger(client) == lines
 
 
+def offline_ratings(path: Path) -> subprocess.CompletedProcess[str]:
+    """``cantstop ratings FILE``, as an operator runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "service.cli", "ratings", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+
 def test_a_saved_ledger_that_is_not_one_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "bad.ndjson"
     line = {"seq": 2, "type": "result", "pool": "2p-0123456789", "ranking": [["a"], ["b"]]}
     path.write_text(json.dumps(line) + "\n" + json.dumps(line | {"seq": 1}) + "\n")
-    done = subprocess.run(
-        [sys.executable, "-m", "service.cli", "ratings", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    done = offline_ratings(path)
     assert done.returncode == 2 and "entry 2" in done.stderr  # out of order
     # nested past any ledger's depth (a RecursionError's traceback, before): a clear refusal
     path.write_text(json.dumps(line | {"seq": 1}) + "\n" + "[" * 100_000 + "]" * 100_000 + "\n")
-    deep = subprocess.run(
-        [sys.executable, "-m", "service.cli", "ratings", str(path)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    deep = offline_ratings(path)
     assert deep.returncode == 2 and "entry 2" in deep.stderr, deep.stderr[-500:]
     assert "Traceback" not in deep.stderr
 
