@@ -33,10 +33,11 @@ from service.application.notify.webhooks import (
 from service.config import Settings
 from service.persistence.webhooks import QUEUE_FULL, WebhookTables
 from service.runtime import Runtime
+from tests.support import webhooks as support
 from tests.support.http import bearer
 from tests.support.polling import wait_until
 from tests.support.racing import race
-from tests.test_webhooks import (  # (fixtures and helpers only: no test of that module)
+from tests.support.webhooks import (
     PRIVATE,
     PUBLIC_ADDRESS,
     TIMEOUT,
@@ -48,13 +49,15 @@ from tests.test_webhooks import (  # (fixtures and helpers only: no test of that
     dispatched,
     enqueue,
     notice,
-    receivers,  # noqa: F401 (a fixture)
     run_until,
     runtime_of,
-    settings,  # noqa: F401 (a fixture: SQLite, private receivers allowed, a short deadline)
     sign_up,
     store_url,
 )
+
+# The module's fixtures, from tests/support/webhooks.py (bound by name, as pytest finds them):
+receivers = support.receivers  # real local HTTP(S) receivers
+settings = support.settings  # SQLite, private receivers allowed, a short deadline
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 LEASE = 60_000_000  # µs
@@ -187,7 +190,7 @@ def test_a_webhook_s_queue_is_capped_and_gives_up_its_oldest_even_when_two_queue
 def test_a_failing_webhook_backs_off_whole_up_to_the_longest_interval_until_a_delivery(
     client: FlaskClient,
     app: Flask,
-    receivers: Callable[..., Receiver],  # noqa: F811
+    receivers: Callable[..., Receiver],
 ) -> None:
     """FAILING_AFTER (20) attempts in a row fail: from then on each failure pauses the whole
     webhook for the next retry interval, up to the longest (10 h): none of its deliveries is
@@ -306,7 +309,7 @@ def test_an_account_at_its_cap_is_refused_before_any_lookup(
 def test_slow_name_servers_fill_creation_s_lookups_never_a_delivery_s(
     client: FlaskClient,
     app: Flask,
-    receivers: Callable[..., Receiver],  # noqa: F811
+    receivers: Callable[..., Receiver],
 ) -> None:
     """Eight creations whose names never answer take creation's lookups (4 at work, 4
     queued): a ninth is refused at once (503 with Retry-After, not a 422 after 5 s), and a
@@ -373,7 +376,7 @@ def test_slow_name_servers_fill_creation_s_lookups_never_a_delivery_s(
 def test_a_delivery_whose_lookup_finds_no_room_is_not_counted_against_it(
     client: FlaskClient,
     app: Flask,
-    receivers: Callable[..., Receiver],  # noqa: F811
+    receivers: Callable[..., Receiver],
 ) -> None:
     """A dispatcher's lookups all taken by names that hang: a delivery is not attempted, and
     neither its attempts nor its webhook's failures in a row count it; due again shortly."""
@@ -489,7 +492,6 @@ def test_creating_webhooks_is_rate_limited_per_account_by_default(database_url: 
     cap of 10), whatever CANTSTOP_RATE_LIMITS leaves off; then 429 with Retry-After."""
     from service.config import DEFAULT_WEBHOOK, Settings
     from service.http.app import create_app
-    from tests.test_webhooks import PRIVATE
 
     assert DEFAULT_WEBHOOK == "webhook=30/hour"
     app = create_app(Settings(database_url=database_url, extra_env=PRIVATE), create_tables=True)
