@@ -10,11 +10,12 @@ counted by the ``limits`` library in fixed windows, checked by the limited views
   ``POST /v1/games/import`` (an audit of the whole export; it counts as a creation too), counted
   per client address, and on by default (120 a minute, contract 1.3); an account's bulk export
   (``GET /v1/accounts/{handle}/games/export``) too. ``signin`` covers sign-up (``POST
-  /v1/accounts``) and sign-in (``POST /v1/tokens``), counted twice: per client address, and per
-  handle (in lower case) from that address. ``signin`` is on by default (10 a minute), even when
-  the others are off: it is what stands between a password and someone guessing it. No count
-  is kept per handle alone: guesses from one address, however many, never refuse the right
-  password from another (a guesser gets 10 a minute from each address it has).
+  /v1/accounts``) and sign-in (``POST /v1/tokens``), counted three times: per client address,
+  per handle (in lower case) from that address, and per handle from the addresses not known
+  for it (none signed in or signed it up from there within ``KNOWN_FOR``). ``signin`` is on by
+  default (10 a minute), even when the others are off: it is what stands between a password
+  and someone guessing it. Guesses spread over many addresses are capped per account, and they
+  never refuse the right password from an address its owner signed in from.
   ``challenge`` covers ``POST /v1/challenges`` from a signed-in caller (a personal token with
   the ``play`` scope), counted twice: per challenger, then per challenged account; on by default
   too (20 a minute): a flood of challenges to one account is refused however many send it.
@@ -45,7 +46,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import flask
 from flask import Flask, Response
@@ -69,6 +70,7 @@ from service.http.core import (
 
 log = logging.getLogger("cantstop")
 
+T = TypeVar("T")
 KEY_PREFIX = "cantstop:rl"
 SCOPES: dict[str, tuple[str, ...]] = {
     "create": ("games.create_game", "games.commit_seed", "audit.import_game"),
@@ -289,13 +291,7 @@ class Limiter:
         ]
         if not keyed:  # (no ``X-RateLimit-*`` either: nothing was counted)
             return
-        try:
-            shown, broken = self.count(self.counter(), keyed)
-        except Exception as exc:  # Redis down: count in memory, never fail the request
-            if self.fallback is self.shared:
-                raise
-            self.storage_failed(exc)
-            shown, broken = self.count(self.fallback, keyed)
+        shown, broken = self._counting(lambda counter: self.count(counter, keyed))
         limit, remaining, reset = shown
         headers = {
             "X-RateLimit-Limit": str(limit.amount),
@@ -315,25 +311,24 @@ class Limiter:
         if broken:
             raise RateLimited(f"{limit.amount} per {limit.multiples} second")
 
-    def knows(self, key: str) -> bool:
-        """Whether ``key`` (``known_key``) was marked by ``know`` within ``KNOWN_FOR``."""
+    def _counting(self, work: Callable[[FixedWindowRateLimiter], T]) -> T:
+        """``work`` on the counters where they are now (``counter``); if Redis fails it, again
+        in memory: counting never fails a request."""
         try:
-            return self.counter().storage.get(key) > 0
-        except Exception as exc:  # Redis down: what memory knows
+            return work(self.counter())
+        except Exception as exc:  # Redis down: count in memory
             if self.fallback is self.shared:
                 raise
             self.storage_failed(exc)
-            return self.fallback.storage.get(key) > 0
+            return work(self.fallback)
+
+    def knows(self, key: str) -> bool:
+        """Whether ``key`` (``known_key``) was marked by ``know`` within ``KNOWN_FOR``."""
+        return self._counting(lambda counter: counter.storage.get(key) > 0)
 
     def know(self, key: str) -> None:
         """Mark ``key`` known for ``KNOWN_FOR`` seconds (a sign-in from that address)."""
-        try:
-            self.counter().storage.incr(key, KNOWN_FOR)
-        except Exception as exc:
-            if self.fallback is self.shared:
-                raise
-            self.storage_failed(exc)
-            self.fallback.storage.incr(key, KNOWN_FOR)
+        self._counting(lambda counter: counter.storage.incr(key, KNOWN_FOR))
 
     @staticmethod
     def count(
