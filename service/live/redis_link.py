@@ -35,7 +35,7 @@ class RedisLink:
         self._lock = threading.Lock()
         self._failures = 0
         self._skip_until = 0.0
-        self._status: tuple[str, float] | None = None  # the last PING's answer, and when
+        self._status: str | None = None  # the last PING's answer
         self._pinging = threading.Lock()
 
     def connect(self, *, read_timeout: float | None = None) -> redis.Redis:
@@ -91,11 +91,10 @@ class RedisLink:
         known = self._status
         if not self._pinging.acquire(blocking=known is None):  # (the first asker waits)
             assert known is not None
-            return known[0]  # another thread asks Redis now
+            return known  # another thread asks Redis now
         try:
-            if self._status is not known:  # answered while this one waited for the lock
-                assert self._status is not None
-                return self._status[0]
+            if known is None and self._status is not None:  # answered while this one waited
+                return self._status
             try:
                 self.client.ping()
             except Exception as exc:  # whatever the failure, Redis is not usable
@@ -104,7 +103,7 @@ class RedisLink:
             else:
                 self.succeeded()
                 answer = "ok"
-            self._status = (answer, time.monotonic())
+            self._status = answer
             return answer
         finally:
             self._pinging.release()
