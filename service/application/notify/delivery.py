@@ -226,7 +226,7 @@ def post(
     watchdog: Watchdog,
     ssl_context: ssl.SSLContext,
     resolver: Resolver = system_resolver,
-    lookups: Lookups | None = None,
+    lookups: Lookups,
 ) -> Outcome:
     """POST ``body`` to ``url`` once, within ``config.timeout`` seconds in all (the lookup in
     ``lookups``, the dispatcher's own)."""

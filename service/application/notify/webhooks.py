@@ -106,8 +106,7 @@ class WebhookLookupsBusy(ApplicationError):
     """The lookups of this process are all taken (by names that are slow to answer): refused
     at once rather than queued behind them. Not the URL's fault: retry."""
 
-    code = "webhook_lookups_busy"
-    status = 503
+    code = "webhook_lookups_busy"  # 503 (service/http/core.py, STATUS)
     retry_after = 5
 
 
@@ -318,16 +317,13 @@ class Lookups:
             self._idle.release()
 
 
-_LOOKUPS = Lookups(*CREATE_LOOKUPS)  # for callers that name no pool of their own
-
-
 def resolve(
     target: Target,
     *,
     allow_private: bool,
     timeout: float = RESOLVE_TIMEOUT,
     resolver: Resolver = system_resolver,
-    lookups: Lookups | None = None,
+    lookups: Lookups,
 ) -> list[str]:
     """The addresses ``target`` may connect to, from one lookup bounded by ``timeout``: all of
     them public unless private ones are allowed (a name with any non-public address is
@@ -337,7 +333,7 @@ def resolve(
     if target.literal:
         addresses = [target.host]
     else:
-        lookup = (lookups or _LOOKUPS).submit(resolver, target.host, target.port)
+        lookup = lookups.submit(resolver, target.host, target.port)
         try:
             addresses = lookup.result(timeout=max(0.01, timeout))
         except FutureTimeout:
