@@ -36,7 +36,7 @@ import nacl.exceptions
 import nacl.secret
 from flask import Response
 
-from service.application.errors import ApplicationError, IdempotencyKeyReused, Unauthorized
+from service.application.errors import ApplicationError, IdempotencyKeyReused
 from service.application.games.use_cases import parse_game_id
 from service.application.players.accounts import is_personal
 from service.http.core import (
@@ -146,8 +146,7 @@ def _judge_caller(token: str | None, kwargs: dict[str, Any]) -> None:
     seat = seats.authenticate(gid, token)
     with rt.games.store.owned(gid) as game:
         handle = game.accounts[seat]
-    if seats.account_closed(handle):
-        raise Unauthorized("this seat's account is closed: its tokens no longer play")
+    seats.refuse_closed(handle)
 
 
 def _digest(*parts: bytes) -> str:

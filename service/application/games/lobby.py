@@ -198,8 +198,7 @@ class Lobby:
         seat = match_token(games.secrets.vault(game_id).token_hashes, token)
         if seat is None:
             raise Unauthorized("unknown token for this game")
-        if games.seats.account_closed(old.accounts[seat]):  # its seat tokens died with it
-            raise Unauthorized("this seat's account is closed: its tokens no longer play")
+        games.seats.refuse_closed(old.accounts[seat])
         new_id = rematch_id(game_id)
         if seeded:
             if old.dice_mode != "server":

@@ -63,6 +63,12 @@ class Seats:
             return False
         return isinstance(found, Account) and bool(found.closed)
 
+    def refuse_closed(self, handle: str | None) -> None:
+        """Unauthorized if the seat's account ``handle`` was closed: its seat tokens died with
+        it (a rematch's claim, and a keyed creation's replay, judge them so)."""
+        if self.account_closed(handle):
+            raise Unauthorized("this seat's account is closed: its tokens no longer play")
+
     def authenticate(self, game_id: uuid.UUID, token: str | None) -> int:
         """The seat that ``token`` holds in the game (imported games refuse first, then an
         unknown game is NotFound, then a missing or unknown token Unauthorized). A personal
