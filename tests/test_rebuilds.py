@@ -153,24 +153,64 @@ def test_a_rebuild_copies_no_notice_the_prune_would_delete(
     live = tables(rt.views, view)
     assert 2 <= len(live["notices"]) < ever  # some pruned, each account's newest kept
     assert {row[0][1] for row in live["notices"]} == set(tokens)
-    made: list[int] = []
-    original = notices_module.Changes.write
-
-    def counted(changes: notices_module.Changes, sql: Sql, stamp: int) -> Any:
-        written = original(changes, sql, stamp)
-        if sql.scratch:
-            made.append(len(written))
-        return written
-
-    monkeypatch.setattr(notices_module.Changes, "write", counted)
+    made = count_notices_written(monkeypatch)
     rt.views.rebuild(view)  # the log in one page: only the notices kept are made
     assert tables(rt.views, view) == live
-    assert len(made) == 1 and made[0] == len(live["notices"]) < ever
+    assert made == [len(live["notices"])]
     made.clear()
     monkeypatch.setattr(views_module, "PAGE", 3)  # in several: an account's last of each too
     rt.views.rebuild(view)
     assert tables(rt.views, view) == live
-    assert len(made) > 1 and len(live["notices"]) <= sum(made) < ever
+    assert len(made) == 1 and len(live["notices"]) <= made[0] < ever
+
+
+def test_a_rebuild_keeps_each_accounts_newest_notices_as_the_prune_does(
+    app: Flask, client: FlaskClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each account keeps at most its newest ``keep`` notices, whatever their age (``KEEP``:
+    10,000); the prune drops the older ones, and a rebuild never makes them, in one page of
+    the log or many, the numbers going on as they were. A stream resumes from the oldest
+    kept."""
+    rt: Runtime = app.extensions["cantstop"]
+    view = rt.notices_view
+    monkeypatch.setattr(view, "keep", 3)
+    tokens = {h: sign_up(client, h) for h in ("ann", "bob", "cyd", "dee")}
+    game = rated_pair(client, tokens, "ann", "bob")
+    by_seat = seat_tokens(game, tokens)
+    for _ in range(6):
+        game = play_a_turn(client, game, by_seat)
+    rated_pair(client, tokens, "cyd", "dee")  # a notice or two each: fewer than keep
+    rt.views.catch_up(view)
+    latest = {h: rt.notices.latest(h) for h in tokens}
+    assert latest["ann"] > 3 and latest["bob"] > 3 and latest["cyd"] <= 3, latest
+    rt.notices.prune()  # as the scheduler's hourly chore would now
+    for handle, newest in latest.items():
+        kept = [n.seq for n in rt.notices.after(handle, 0, 100)]
+        assert kept == list(range(max(1, newest - 2), newest + 1)), handle
+        assert rt.notices.first_kept(handle) == kept[0]
+    live = tables(rt.views, view)
+    made = count_notices_written(monkeypatch)
+    for page in (10_000, 4, 1):
+        monkeypatch.setattr(views_module, "PAGE", page)
+        rt.views.rebuild(view)
+        assert tables(rt.views, view) == live, page
+    # In one page, only the notices kept are made; in pages, also each account's notices up
+    # to its ``keep``-th, before it is known to have more.
+    assert made[0] == len(live["notices"]) == sum(min(3, n) for n in latest.values())
+    assert all(n <= len(live["notices"]) + 2 * len(tokens) for n in made[1:]), made
+
+
+def count_notices_written(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many notices each rebuild of the notices from now on writes into its scratch."""
+    made: list[int] = []
+    original = notices_module.NoticesView.settle
+
+    def counted(view: notices_module.NoticesView, sql: Sql) -> None:
+        original(view, sql)
+        made.append(sql.carried[view.name].written)
+
+    monkeypatch.setattr(notices_module.NoticesView, "settle", counted)
+    return made
 
 
 def test_a_rebuild_reads_the_log_with_the_cyclic_collector_paused_and_leaves_it_no_garbage(

@@ -28,6 +28,9 @@ class Sql:
         self.scratch = scratch
         """A rebuild's scratch tables (``views.Views._build``): nothing reads them until they
         are settled and copied into the store."""
+        self.carried: dict[str, Any] = {}
+        """What a view keeps from one batch of a rebuild's fill to the next, by the view's name
+        (the notices hold what they have not written yet: ``notices.Rebuilt``)."""
 
     def _statement(self, sql: str) -> str:
         """``sql`` with its tables named, in the store's placeholders."""

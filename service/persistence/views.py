@@ -729,7 +729,9 @@ class Views:
                     applied, position = self._fill(view, sql, progress)
                 if position == START:
                     return 0
+                sql.cursor.execute("BEGIN")  # (one transaction, not one per row it writes)
                 view.settle(sql)
+                sql.cursor.execute("COMMIT")
                 columns = {
                     short: [row["name"] for row in scratch.execute(f"PRAGMA table_info({name})")]
                     for short, name in tables.items()

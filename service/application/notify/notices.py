@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -58,6 +59,12 @@ NOTICE_TYPES = (
 )
 """Every type of notice (webhooks subscribe to these; openapi.yaml's ``Notice`` maps them)."""
 RETAIN = timedelta(days=7)  # how long notices are kept for a stream to resume from
+KEEP = 10_000
+"""At most each account's newest this many notices are kept, whatever their age: an account
+seated in thousands of games a week (a third party's bot) would otherwise keep a row for every
+turn of theirs, ~250,000 a week for each of ``bench.rebuild --accounts``'s ten, and a rebuild
+would make each one (docs/scaling.md). A stream that resumes from further back resumes from the
+oldest kept, as from past the retention."""
 PRUNE_EVERY = 3600.0  # seconds
 TURN_ENDS = (Game.TurnStopped, Game.TurnBusted, Game.TurnTimedOut)
 SEAT_CHANGES = (Game.SeatJoined, Game.SeatLeft)
@@ -120,13 +127,65 @@ def seated_accounts(row: dict[str, Any]) -> list[str | None]:
     return accounts
 
 
-def prune(sql: Sql, now: datetime) -> None:
-    """Forget the notices older than ``RETAIN`` at ``now``, but each account's newest."""
+def prune(sql: Sql, now: datetime, keep: int = KEEP) -> None:
+    """Forget the notices older than ``RETAIN`` at ``now``, and each account's beyond its newest
+    ``keep`` (at least 1): never an account's newest (its number goes on from it)."""
     sql.execute(
         "DELETE FROM {notices} WHERE at < ? AND seq < "
         "(SELECT h.seq FROM {heads} h WHERE h.account = {notices}.account)",
         [format_at(now - RETAIN)],
     )
+    # the accounts with more than ``keep`` ever (few): a range of the key each
+    sql.execute(
+        "DELETE FROM {notices} WHERE account IN (SELECT account FROM {heads} WHERE seq > ?) "
+        "AND seq <= (SELECT h.seq FROM {heads} h WHERE h.account = {notices}.account) - ?",
+        [keep, keep],
+    )
+
+
+class Rebuilt:
+    """What a rebuild's fill of the notices keeps from batch to batch (``Sql.carried``): each
+    account's notices numbered and not yet written, as (number, type, time, fields). What
+    ``settle``'s prune would delete is dropped unmade: an aged notice once another of its
+    account follows it, and any notice once ``keep`` newer ones of its account follow it (the
+    deque's bound). Held at most ``keep`` an account that had that many, else until its batch
+    ends: so at most the notices kept are held, a few hundred bytes each."""
+
+    def __init__(self, before: datetime, keep: int) -> None:
+        self.before = before
+        self.keep = keep
+        self.held: dict[str, deque[tuple[int, str, datetime, dict[str, Any]]]] = {}
+        self.written = 0  # notices written (tests count them)
+
+    def hold(self, account: str, seq: int, kind: str, at: datetime, fields: dict[str, Any]) -> None:
+        held = self.held.get(account)
+        if held is None:
+            held = self.held[account] = deque(maxlen=self.keep)
+        elif held and held[-1][2] < self.before:
+            held.pop()  # aged, and no longer its account's newest
+        held.append((seq, kind, at, fields))
+
+    def release(self, sql: Sql, accounts: list[str] | None = None) -> None:
+        """Write the notices held for ``accounts`` (None: every account, as the fill ends),
+        but those of an account that had ``keep`` or more: they wait for the fill's end."""
+        rows = []
+        everyone = accounts is None
+        for account in list(self.held) if accounts is None else accounts:
+            held = self.held.get(account)
+            if not held or (not everyone and held[-1][0] >= self.keep):
+                continue
+            last = held[-1][0]
+            for seq, kind, at, fields in held:
+                if seq != last and at < self.before:
+                    continue  # aged (another of its account follows): the prune's
+                text = format_time(at)
+                body = orjson.dumps({"id": seq, "type": kind, "at": text, **fields}).decode()
+                rows.append((account, seq, kind, text, body))
+            held.clear()
+        self.written += len(rows)
+        sql.many(
+            "INSERT INTO {notices} (account, seq, type, at, body) VALUES (?, ?, ?, ?, ?)", rows
+        )
 
 
 class Changes:
@@ -135,31 +194,30 @@ class Changes:
     per account, written once), the games' rows (created, changed and deleted by a statement
     each a batch, not each an event: a rebuild met ~3.5 a game, each a call into the store).
 
-    ``before``, in a rebuild only: a notice of an event older than this is numbered but not
-    made, unless it is its account's last of the batch. The rebuild's ``settle`` prunes every
-    notice older than the retention but each account's newest, so those it would delete are
-    never made nor written; the last of each account's is, in case it is the newest. On a store
-    whose games span months most notices are past the retention (tests/test_rebuilds.py)."""
+    ``held``, in a rebuild only (``Rebuilt``): a notice the rebuild's ``settle`` would prune is
+    numbered but never made nor written. ``settle`` prunes as the hourly chore does: every
+    notice older than the retention (``before``) and each account's beyond its newest ``keep``,
+    but each account's newest. So each account's notices are held (numbered, not made) and
+    written at the batch's end, but an aged one followed by another; an account that has had
+    ``keep`` or more holds its newest ``keep`` until the fill ends. On a store whose games span
+    months most notices are past the retention; on one of busy accounts most are past ``keep``
+    (tests/test_rebuilds.py)."""
 
     def __init__(
         self,
         games: dict[str, dict[str, Any] | None],
         keys: dict[int, str],
-        before: datetime | None = None,
+        rebuilt: Rebuilt | None = None,
     ) -> None:
         self.games = games  # the batch's rows of {games}, as they stand
         self.keys = keys  # each game's id as text (the rows' key) by its ``int``, made once a batch
-        self.before = before
+        self.rebuilt = rebuilt
         self.heads: dict[str, int] = {}  # account: its newest notice's number
         self.new_heads: set[str] = set()  # accounts without a row in {heads} yet
         self.changed: set[str] = set()  # games whose turn passed or whose seats changed
         self.created: list[tuple[str, int, int, str]] = []  # rows to add, unless there
         self.finished: list[str] = []  # games whose rows go
         self.written: list[Notice] = []
-        # account: its last notice of the batch older than ``before``, if none came after it
-        self.aged: dict[str, tuple[int, str, Any, dict[str, Any]]] = {}
-        # a rebuild meets each time once: the cache of ``format_at`` would miss every one
-        self.format = format_at if before is None else format_time
 
     def turn(self, row: dict[str, Any], key: str, seat: int | None) -> str | None:
         """The game's turn passes to ``seat`` (None: nobody's): the account to tell, if any."""
@@ -187,21 +245,20 @@ class Changes:
             if not head:
                 self.new_heads.add(account)
         seq = self.heads[account] = seq + 1
-        if self.before is not None:
-            if event.timestamp < self.before:
-                self.aged[account] = (seq, kind, event, fields)
-                return
-            self.aged.pop(account, None)
-        self.written.append(self.made(account, seq, kind, event, fields))
-
-    def made(self, account: str, seq: int, kind: str, event: Any, fields: dict[str, Any]) -> Notice:
-        at = self.format(event.timestamp)
-        return Notice(account, seq, kind, at, {"id": seq, "type": kind, "at": at, **fields})
+        if self.rebuilt is not None:
+            self.rebuilt.hold(account, seq, kind, event.timestamp, fields)
+            return
+        at = format_at(event.timestamp)
+        self.written.append(
+            Notice(account, seq, kind, at, {"id": seq, "type": kind, "at": at, **fields})
+        )
 
     def write(self, sql: Sql, stamp: int) -> list[Notice]:
-        """The batch's changes, in a few statements; the notices written."""
-        self.written += [self.made(account, *aged) for account, aged in self.aged.items()]
+        """The batch's changes, in a few statements; the notices written (none in a rebuild:
+        its own are written as ``Rebuilt`` releases them)."""
         heads = self.heads.items()
+        if self.rebuilt is not None:
+            self.rebuilt.release(sql, [account for account, seq in heads])
         sql.many(
             "INSERT INTO {notices} (account, seq, type, at, body) VALUES (?, ?, ?, ?, ?)",
             [(n.account, n.seq, n.type, n.at, n.text) for n in self.written],
@@ -291,8 +348,9 @@ class NoticesView(View):
         ],
     }
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, keep: int = KEEP) -> None:
         self.store = store
+        self.keep = keep  # each account's newest notices kept, whatever their age (``KEEP``)
         self.hooks: list[Callable[[Sql, list[Notice]], None]] = []
         """Called inside the batch's transaction, on the live view only (webhooks' queue)."""
         self.listeners: list[Callable[[list[Notice]], None]] = []
@@ -306,8 +364,11 @@ class NoticesView(View):
 
     def settle(self, sql: Sql) -> None:
         """A rebuild copies no notice the hourly prune would delete at once: on a server whose
-        games span months, most of them."""
-        prune(sql, datetime.now(UTC))
+        games span months, or of busy accounts, most of them."""
+        rebuilt = sql.carried.get(self.name)
+        if rebuilt is not None:
+            rebuilt.release(sql)
+        prune(sql, datetime.now(UTC), self.keep)
 
     def followed(self, events: list[tuple[int, Any]]) -> set[uuid.UUID]:
         """The games that these creations and seats seat an account in."""
@@ -358,9 +419,13 @@ class NoticesView(View):
             sql.execute("UPDATE {batches} SET n = ? WHERE id = 1", [stamp])
         else:
             sql.execute("INSERT INTO {batches} (id, n) VALUES (1, ?)", [stamp])
-        # a rebuild's scratch: no notice the retention has passed but those ``settle`` keeps
-        before = datetime.now(UTC) - RETAIN if sql.scratch else None
-        changes = Changes(*self._games(sql, prepared), before)
+        # a rebuild's scratch: no notice made that ``settle`` would prune
+        rebuilt = None
+        if sql.scratch:
+            rebuilt = sql.carried.get(self.name)
+            if rebuilt is None:
+                rebuilt = sql.carried[self.name] = Rebuilt(datetime.now(UTC) - RETAIN, self.keep)
+        changes = Changes(*self._games(sql, prepared), rebuilt)
         for event, shown in prepared:
             if type(event) is TurnEnd:  # most of the log
                 self._turn_ended(sql, changes, event)
@@ -563,9 +628,11 @@ class Notices:
         return result
 
     def prune(self, now: datetime | None = None) -> None:
-        """Forget notices older than ``RETAIN`` (each account's newest is kept: its number
-        goes on from there)."""
-        self.views.write(self.view, lambda sql: prune(sql, now or datetime.now(UTC)))
+        """Forget notices older than ``RETAIN``, and each account's beyond its newest ``KEEP``
+        (each account's newest is kept: its number goes on from there)."""
+        self.views.write(
+            self.view, lambda sql: prune(sql, now or datetime.now(UTC), self.view.keep)
+        )
 
     def prune_now_and_then(self) -> None:
         """``prune``, at most once an hour per process (the scheduler's chore)."""
