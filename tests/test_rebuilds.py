@@ -27,6 +27,7 @@ from service.runtime import Runtime
 from tests.support.mixed_store import a_mixed_store, play, tables
 from tests.support.polling import wait_until
 from tests.support.rated import (
+    finished_rated_game,
     play_a_turn,
     rated_pair,
     seat_tokens,
@@ -198,6 +199,33 @@ def test_a_rebuild_keeps_each_accounts_newest_notices_as_the_prune_does(
     # to its ``keep``-th, before it is known to have more.
     assert made[0] == len(live["notices"]) == sum(min(3, n) for n in latest.values())
     assert all(n <= len(live["notices"]) + 2 * len(tokens) for n in made[1:]), made
+
+
+def test_a_rebuild_sends_nothing_for_an_imported_game_of_accounts(
+    app: Flask, client: FlaskClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An imported game sends no notice (contract 1.3), though its history names the accounts
+    seated in the game it copies: the rebuild knows it by its marker, read in its first pass,
+    as the live view knows it by a query."""
+    rt: Runtime = app.extensions["cantstop"]
+    view = rt.notices_view
+    tokens = {h: sign_up(client, h) for h in ("ann", "bob")}
+    game = finished_rated_game(client, tokens)
+    export = client.get(f"/v1/games/{game['id']}/export")
+    assert export.status_code == 200 and b'"ann"' in export.data
+    rt.views.catch_up(view)
+    latest = {h: rt.notices.latest(h) for h in tokens}
+    imported = client.post(
+        "/v1/games/import", data=export.data, content_type="application/x-ndjson"
+    )
+    assert imported.status_code == 201
+    rt.views.catch_up(view)
+    assert {h: rt.notices.latest(h) for h in tokens} == latest
+    live = tables(rt.views, view)
+    for page in (10_000, 2):
+        monkeypatch.setattr(views_module, "PAGE", page)
+        rt.views.rebuild(view)
+        assert tables(rt.views, view) == live, page
 
 
 def count_notices_written(monkeypatch: pytest.MonkeyPatch) -> list[int]:

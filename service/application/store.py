@@ -212,9 +212,10 @@ class GameEventMapper(Mapper[uuid.UUID]):
         """A game event's time and one other field, read from the compact form without the
         event made whole (``compact.time_and_field``: a view that needs only those, of millions
         of events); None for any row ``to_domain_event`` does not read the compact way."""
-        if self._compact_class(stored_event) is None:
+        state = stored_event.state  # (``_compact_class``'s test, without its call and class)
+        if not state or state[0] != COMPACT or stored_event.topic not in self._compact_topics:
             return None
-        return time_and_field(stored_event.state, name)
+        return time_and_field(state, name)
 
     def _compact_class(self, stored_event: StoredEvent) -> type | None:
         """The class of a game event stored in the compact form this mapper reads its own way
@@ -223,6 +224,11 @@ class GameEventMapper(Mapper[uuid.UUID]):
         if not state or state[0] != COMPACT or self.compressor or self.cipher:
             return None
         return self._compact_classes.get(stored_event.topic)
+
+    @functools.cached_property
+    def _compact_topics(self) -> frozenset[str]:
+        """The topics of ``_compact_classes``, none with a cipher or compressor."""
+        return frozenset() if self.compressor or self.cipher else frozenset(self._compact_classes)
 
     @functools.cached_property
     def _compact_classes(self) -> dict[str, type]:

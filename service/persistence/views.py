@@ -166,9 +166,10 @@ class View:
     The events left out must change nothing, whatever the tables hold when they come."""
     follow_topics: ClassVar[tuple[str, ...]] = ()
 
-    def followed(self, events: list[tuple[int, Any]]) -> set[uuid.UUID]:
+    def followed(self, events: list[tuple[int, Any]], sql: Sql) -> set[uuid.UUID]:
         """Of events of ``follow_topics`` (a page of the first pass, in the log's order), the
-        games whose events of ``narrow_topics`` a rebuild reads."""
+        games whose events of ``narrow_topics`` a rebuild reads. ``sql``: the rebuild's scratch,
+        whose ``carried`` may keep what else the first pass tells the view."""
         raise NotImplementedError
 
     leaves_cycles: ClassVar[bool] = False
@@ -773,7 +774,7 @@ class Views:
             first = LogReader(self.recorder, view.follow_topics, START)
             followed: set[uuid.UUID] = set()
             for page in self._pages(first.scan(PAGE), view):
-                followed |= view.followed(self._decode(view, page))
+                followed |= view.followed(self._decode(view, page), sql)
             # The second pass ends where the first did: a game seated after it is judged by
             # the catch-up that follows, event by event.
             reader = LogReader(

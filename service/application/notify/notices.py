@@ -39,6 +39,7 @@ import orjson
 from eventsourcing.utils import get_topic
 
 from domain.game import Game, format_at, format_time
+from service.application.aggregates import ImportedGame
 from service.application.matchmaking.challenges import CHALLENGE_TOPICS, Challenge
 from service.application.matchmaking.seeks import SEEK_EXPIRED_TOPICS
 from service.application.players.accounts import BOTS
@@ -68,6 +69,8 @@ oldest kept, as from past the retention."""
 PRUNE_EVERY = 3600.0  # seconds
 TURN_ENDS = (Game.TurnStopped, Game.TurnBusted, Game.TurnTimedOut)
 SEAT_CHANGES = (Game.SeatJoined, Game.SeatLeft)
+# The markers of imported games: the topic of now, and the one rows written before keep.
+IMPORT_TOPICS = (get_topic(ImportedGame.Recorded), "service.auditing:ImportedGame.Recorded")  # type: ignore[attr-defined]
 # Events that make notices only for a game's accounts, and change nothing in a game without any.
 QUIET = frozenset(
     get_topic(cls) for cls in (*TURN_ENDS, Game.TurnOrderDecided, Game.PlayerResigned)
@@ -127,6 +130,18 @@ def seated_accounts(row: dict[str, Any]) -> list[str | None]:
     return accounts
 
 
+Fields = dict[str, Any] | tuple[str, int, int]
+
+
+def fields_of(fields: Fields) -> dict[str, Any]:
+    """A notice's own fields; a ``your_turn``'s are passed as (game id, version, seat) until the
+    notice is made: most notices, held by the million in a rebuild that makes few of them."""
+    if type(fields) is tuple:
+        key, version, seat = fields
+        return {"game_id": key, "version": version, "seat": seat}
+    return fields  # type: ignore[return-value]
+
+
 def prune(sql: Sql, now: datetime, keep: int = KEEP) -> None:
     """Forget the notices older than ``RETAIN`` at ``now``, and each account's beyond its newest
     ``keep`` (at least 1): never an account's newest (its number goes on from it)."""
@@ -154,10 +169,12 @@ class Rebuilt:
     def __init__(self, before: datetime, keep: int) -> None:
         self.before = before
         self.keep = keep
-        self.held: dict[str, deque[tuple[int, str, datetime, dict[str, Any]]]] = {}
+        self.imports_known = False  # whether the first pass read the log's import markers
+        self.imported: set[uuid.UUID] = set()  # the games they mark, imported
+        self.held: dict[str, deque[tuple[int, str, datetime, Fields]]] = {}
         self.written = 0  # notices written (tests count them)
 
-    def hold(self, account: str, seq: int, kind: str, at: datetime, fields: dict[str, Any]) -> None:
+    def hold(self, account: str, seq: int, kind: str, at: datetime, fields: Fields) -> None:
         held = self.held.get(account)
         if held is None:
             held = self.held[account] = deque(maxlen=self.keep)
@@ -179,7 +196,8 @@ class Rebuilt:
                 if seq != last and at < self.before:
                     continue  # aged (another of its account follows): the prune's
                 text = format_time(at)
-                body = orjson.dumps({"id": seq, "type": kind, "at": text, **fields}).decode()
+                data = {"id": seq, "type": kind, "at": text, **fields_of(fields)}
+                body = orjson.dumps(data).decode()
                 rows.append((account, seq, kind, text, body))
             held.clear()
         self.written += len(rows)
@@ -232,7 +250,7 @@ class Changes:
         account = self.turn(row, key, seat)
         return [] if account is None else [(account, "your_turn", {**game, "seat": seat})]
 
-    def notice(self, sql: Sql, seated: str, kind: str, event: Any, fields: dict[str, Any]) -> None:
+    def notice(self, sql: Sql, seated: str, kind: str, event: Any, fields: Fields) -> None:
         """A notice to the account ``seated`` (as a game's row names it), by its lowercase
         handle; none to the server's own bots."""
         account = seated.lower()
@@ -249,9 +267,8 @@ class Changes:
             self.rebuilt.hold(account, seq, kind, event.timestamp, fields)
             return
         at = format_at(event.timestamp)
-        self.written.append(
-            Notice(account, seq, kind, at, {"id": seq, "type": kind, "at": at, **fields})
-        )
+        data = {"id": seq, "type": kind, "at": at, **fields_of(fields)}
+        self.written.append(Notice(account, seq, kind, at, data))
 
     def write(self, sql: Sql, stamp: int) -> list[Notice]:
         """The batch's changes, in a few statements; the notices written (none in a rebuild:
@@ -360,7 +377,10 @@ class NoticesView(View):
     # A rebuild reads the turns (most of the log) of only the games that ever seated an account:
     # in the others they make no notice and change no row (``_notices``: no account).
     narrow_topics = tuple(sorted(QUIET))
-    follow_topics = (get_topic(Game.GameCreated), get_topic(Game.SeatJoined))
+    # (and the markers of imported games, which send nothing: read here, where there are few,
+    # their games are not asked about in a query per page of the second pass: ~6 s of the
+    # rebuild's wall clock at 100,000 games on PostgreSQL, the server's index probes)
+    follow_topics = (get_topic(Game.GameCreated), get_topic(Game.SeatJoined), *IMPORT_TOPICS)
 
     def settle(self, sql: Sql) -> None:
         """A rebuild copies no notice the hourly prune would delete at once: on a server whose
@@ -370,10 +390,25 @@ class NoticesView(View):
             rebuilt.release(sql)
         prune(sql, datetime.now(UTC), self.keep)
 
-    def followed(self, events: list[tuple[int, Any]]) -> set[uuid.UUID]:
-        """The games that these creations and seats seat an account in."""
+    def rebuilt(self, sql: Sql) -> Rebuilt:
+        """What the rebuild filling ``sql``'s scratch tables keeps from batch to batch."""
+        rebuilt: Rebuilt | None = sql.carried.get(self.name)
+        if rebuilt is None:
+            rebuilt = sql.carried[self.name] = Rebuilt(datetime.now(UTC) - RETAIN, self.keep)
+        return rebuilt
+
+    def followed(self, events: list[tuple[int, Any]], sql: Sql) -> set[uuid.UUID]:
+        """The games that these creations and seats seat an account in; the imported games
+        the markers name are kept for the second pass (whose creations all come before the
+        first pass's end, each with its marker: one transaction saves both)."""
+        rebuilt = self.rebuilt(sql)
+        rebuilt.imports_known = True
         found = set()
         for _, event in events:
+            if isinstance(event, ImportedGame.Recorded):  # type: ignore[attr-defined]
+                game_id = event.game_id
+                rebuilt.imported.add(game_id if type(game_id) is uuid.UUID else uuid.UUID(game_id))
+                continue
             if isinstance(event, Game.GameCreated):
                 seated = any(event.accounts or ())
             else:
@@ -385,9 +420,18 @@ class NoticesView(View):
     def prepare(self, items: list[Any], read: Sql) -> list[tuple[Any, dict[str, Any] | None]]:
         """Each event, with a challenge's state as of that event (what its notice shows)."""
         out: list[tuple[Any, dict[str, Any] | None]] = []
-        imported = self.store.imported(
-            [event.originator_id for _, event in items if isinstance(event, Game.GameCreated)]
-        )
+        rebuilt = read.carried.get(self.name) if read.scratch else None
+        imported: set[uuid.UUID]
+        if rebuilt is not None and rebuilt.imports_known:
+            imported = rebuilt.imported
+        else:
+            imported = self.store.imported(
+                [
+                    event.originator_id
+                    for _, event in items
+                    if type(event) is not TurnEnd and isinstance(event, Game.GameCreated)
+                ]
+            )
         for _, event in items:
             if type(event) is TurnEnd:  # most of the log: nothing to look up
                 out.append((event, None))
@@ -420,11 +464,7 @@ class NoticesView(View):
         else:
             sql.execute("INSERT INTO {batches} (id, n) VALUES (1, ?)", [stamp])
         # a rebuild's scratch: no notice made that ``settle`` would prune
-        rebuilt = None
-        if sql.scratch:
-            rebuilt = sql.carried.get(self.name)
-            if rebuilt is None:
-                rebuilt = sql.carried[self.name] = Rebuilt(datetime.now(UTC) - RETAIN, self.keep)
+        rebuilt = self.rebuilt(sql) if sql.scratch else None
         changes = Changes(*self._games(sql, prepared), rebuilt)
         for event, shown in prepared:
             if type(event) is TurnEnd:  # most of the log
@@ -537,17 +577,20 @@ class NoticesView(View):
     @staticmethod
     def _turn_ended(sql: Sql, changes: Changes, event: TurnEnd) -> None:
         """A turn's end, most of the log: the turn passes, with a ``your_turn`` to the next
-        player's account; what ``_notices`` does for another event, without the lists, tuples
-        and dicts it hands on (a rebuild reads millions of these)."""
+        player's account; what ``_notices`` and ``Changes.turn`` do, without the calls, lists,
+        tuples and dicts they hand on (a rebuild reads millions of these)."""
         key = changes.keys[event.originator_id.int]
         row = changes.games.get(key)
-        if row is None or not any(seated_accounts(row)):  # finished, or created before this view
+        if row is None:  # finished, or created before this view
+            return
+        accounts = row.get("seated") or seated_accounts(row)
+        if not any(accounts):
             return
         seat = event.next_player
-        account = changes.turn(row, key, seat)
-        if account is not None:
-            fields = {"game_id": key, "version": event.originator_version, "seat": seat}
-            changes.notice(sql, account, "your_turn", event, fields)
+        row["current"] = seat
+        changes.changed.add(key)
+        if seat is not None and (account := accounts[seat]) is not None:
+            changes.notice(sql, account, "your_turn", event, (key, event.originator_version, seat))
 
     @staticmethod
     def _challenge_notices(
