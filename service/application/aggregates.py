@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from eventsourcing.domain import Aggregate, event
-from eventsourcing.utils import register_topic
+from eventsourcing.utils import get_topic, register_topic
 
 TOKEN_BYTES = 24  # 192 bits
 IDEMPOTENCY_TTL = timedelta(hours=48)
@@ -145,6 +145,13 @@ for _old, _cls in {
     "service.auditing:ImportedGame.Recorded": ImportedGame.Recorded,  # type: ignore[attr-defined]
 }.items():
     register_topic(_old, _cls)
+
+IMPORT_TOPICS = (
+    get_topic(ImportedGame.Recorded),  # type: ignore[attr-defined]
+    "service.auditing:ImportedGame.Recorded",
+)
+"""The topics an import's marker is stored under: now, and before (ImportedGame lived in
+service.auditing: its stored rows keep that topic). The views that select them read both."""
 
 
 def moved_topics(

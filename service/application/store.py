@@ -219,15 +219,16 @@ class GameEventMapper(Mapper[uuid.UUID]):
 
     def _compact_class(self, stored_event: StoredEvent) -> type | None:
         """The class of a game event stored in the compact form this mapper reads its own way
-        (no cipher nor compressor); None for any other row."""
+        (``_compact_topics``); None for any other row."""
         state = stored_event.state
-        if not state or state[0] != COMPACT or self.compressor or self.cipher:
+        if not state or state[0] != COMPACT or stored_event.topic not in self._compact_topics:
             return None
-        return self._compact_classes.get(stored_event.topic)
+        return self._compact_classes[stored_event.topic]
 
     @functools.cached_property
     def _compact_topics(self) -> frozenset[str]:
-        """The topics of ``_compact_classes``, none with a cipher or compressor."""
+        """The topics of the rows this mapper reads the compact way: ``_compact_classes``'
+        own, none with a cipher or compressor (the row's bytes are theirs then)."""
         return frozenset() if self.compressor or self.cipher else frozenset(self._compact_classes)
 
     @functools.cached_property

@@ -17,18 +17,13 @@ from typing import Any
 from eventsourcing.utils import get_topic
 
 from domain.game import Game, format_at, parse_at
-from service.application.aggregates import ImportedGame
+from service.application.aggregates import IMPORT_TOPICS, ImportedGame
 from service.persistence.sqlite import in_chunks
 from service.persistence.views import Head, Sql, View, Views
 
 IMPORTED: type[Any] = ImportedGame.Recorded  # type: ignore[attr-defined]
 STARTED = get_topic(Game.TurnOrderDecided)
 FINISHED = get_topic(Game.GameFinished)
-# ImportedGame lived in service.auditing before: its stored rows keep that topic.
-IMPORT_TOPICS = (
-    get_topic(IMPORTED),
-    "service.auditing:ImportedGame.Recorded",
-)
 
 
 def _topics(*classes: type[Any]) -> tuple[str, ...]:

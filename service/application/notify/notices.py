@@ -39,7 +39,7 @@ import orjson
 from eventsourcing.utils import get_topic
 
 from domain.game import Game, format_at, format_time
-from service.application.aggregates import ImportedGame
+from service.application.aggregates import IMPORT_TOPICS, ImportedGame
 from service.application.matchmaking.challenges import CHALLENGE_TOPICS, Challenge
 from service.application.matchmaking.seeks import SEEK_EXPIRED_TOPICS
 from service.application.players.accounts import BOTS
@@ -69,8 +69,6 @@ oldest kept, as from past the retention."""
 PRUNE_EVERY = 3600.0  # seconds
 TURN_ENDS = (Game.TurnStopped, Game.TurnBusted, Game.TurnTimedOut)
 SEAT_CHANGES = (Game.SeatJoined, Game.SeatLeft)
-# The markers of imported games: the topic of now, and the one rows written before keep.
-IMPORT_TOPICS = (get_topic(ImportedGame.Recorded), "service.auditing:ImportedGame.Recorded")  # type: ignore[attr-defined]
 # Events that make notices only for a game's accounts, and change nothing in a game without any.
 QUIET = frozenset(
     get_topic(cls) for cls in (*TURN_ENDS, Game.TurnOrderDecided, Game.PlayerResigned)
@@ -133,13 +131,14 @@ def seated_accounts(row: dict[str, Any]) -> list[str | None]:
 Fields = dict[str, Any] | tuple[str, int, int]
 
 
-def fields_of(fields: Fields) -> dict[str, Any]:
-    """A notice's own fields; a ``your_turn``'s are passed as (game id, version, seat) until the
-    notice is made: most notices, held by the million in a rebuild that makes few of them."""
+def notice_data(seq: int, kind: str, at: str, fields: Fields) -> dict[str, Any]:
+    """A notice's JSON as served: its number, type and time, then its own fields. A
+    ``your_turn``'s are passed as (game id, version, seat) until the notice is made: most
+    notices, held by the million in a rebuild that makes few of them."""
     if type(fields) is tuple:
         key, version, seat = fields
-        return {"game_id": key, "version": version, "seat": seat}
-    return fields  # type: ignore[return-value]
+        return {"id": seq, "type": kind, "at": at, "game_id": key, "version": version, "seat": seat}
+    return {"id": seq, "type": kind, "at": at, **fields}  # type: ignore[dict-item]
 
 
 def prune(sql: Sql, now: datetime, keep: int = KEEP) -> None:
@@ -196,8 +195,7 @@ class Rebuilt:
                 if seq != last and at < self.before:
                     continue  # aged (another of its account follows): the prune's
                 text = format_time(at)
-                data = {"id": seq, "type": kind, "at": text, **fields_of(fields)}
-                body = orjson.dumps(data).decode()
+                body = orjson.dumps(notice_data(seq, kind, text, fields)).decode()
                 rows.append((account, seq, kind, text, body))
             held.clear()
         self.written += len(rows)
@@ -267,8 +265,7 @@ class Changes:
             self.rebuilt.hold(account, seq, kind, event.timestamp, fields)
             return
         at = format_at(event.timestamp)
-        data = {"id": seq, "type": kind, "at": at, **fields_of(fields)}
-        self.written.append(Notice(account, seq, kind, at, data))
+        self.written.append(Notice(account, seq, kind, at, notice_data(seq, kind, at, fields)))
 
     def write(self, sql: Sql, stamp: int) -> list[Notice]:
         """The batch's changes, in a few statements; the notices written (none in a rebuild:

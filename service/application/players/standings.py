@@ -24,9 +24,9 @@ from eventsourcing.utils import get_topic
 
 from domain import ratings as order
 from domain.game import Game, format_at
-from service.application.aggregates import Account
+from service.application.aggregates import IMPORT_TOPICS, Account
 from service.application.errors import ApplicationError
-from service.application.games.projections import FINISHED, IMPORT_TOPICS, IMPORTED, STARTED
+from service.application.games.projections import FINISHED, IMPORTED, STARTED
 from service.application.games.use_cases import Games
 from service.application.players.ratings import (
     RatedGame,
