@@ -164,7 +164,8 @@ def test_every_view_rebuilt_over_archived_games_is_as_built_from_their_rows(
 
 def log_as_read(recorder: Any, page: int, **options: Any) -> dict[str, list[Any]]:
     """The whole log as each way of reading it hands it out: pages of ``read`` and ``heads``,
-    a scan (its pages joined), each item with its fields."""
+    a scan (its pages joined), each item with its fields; and an unordered scan's, put in
+    order (the same items)."""
 
     def fields(item: Any) -> tuple[Any, ...]:
         return (
@@ -176,11 +177,11 @@ def log_as_read(recorder: Any, page: int, **options: Any) -> dict[str, list[Any]
         )
 
     found: dict[str, list[Any]] = {}
-    for how in ("read", "heads", "scan"):
+    for how in ("read", "heads", "scan", "unordered"):
         reader = LogReader(recorder, **options)
         items: list[Any] = []
-        if how == "scan":
-            for got in reader.scan(page):
+        if how in ("scan", "unordered"):
+            for got in reader.scan(page, ordered=how == "scan"):
                 items += got
         else:
             while True:
@@ -190,6 +191,8 @@ def log_as_read(recorder: Any, page: int, **options: Any) -> dict[str, list[Any]
                 if len(got) < page:
                     break
         found[how] = [fields(item) for item in items]
+    found["unordered"].sort()
+    assert found["unordered"] == sorted(found["scan"])
     return found
 
 

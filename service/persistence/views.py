@@ -165,9 +165,11 @@ class View:
     (the notices: the turns, most of the log, of only the games that ever seated an account).
     The events left out must change nothing, whatever the tables hold when they come."""
     follow_topics: ClassVar[tuple[str, ...]] = ()
+    follow_reads: ClassVar[dict[str, Callable[[Notification, Any], Any]]] = {}
+    """As ``narrow_reads``, for the first pass only (what ``followed`` needs of an event)."""
 
     def followed(self, events: list[tuple[int, Any]], sql: Sql) -> set[uuid.UUID]:
-        """Of events of ``follow_topics`` (a page of the first pass, in the log's order), the
+        """Of events of ``follow_topics`` (a page of the first pass, in no particular order), the
         games whose events of ``narrow_topics`` a rebuild reads. ``sql``: the rebuild's scratch,
         whose ``carried`` may keep what else the first pass tells the view."""
         raise NotImplementedError
@@ -552,10 +554,18 @@ class Views:
             return len(decoded), len(items) < BATCH, reader.position
         return 0, False, track.position
 
-    def _decode(self, view: View, notifications: list[Notification]) -> list[tuple[int, Any]]:
+    def _decode(
+        self,
+        view: View,
+        notifications: list[Notification],
+        narrow: dict[str, Callable[[Notification, Any], Any]] | None = None,
+    ) -> list[tuple[int, Any]]:
+        """The events of ``notifications``, decoded whole, as heads (``View.by_head``) or read
+        narrow (``narrow``, else ``View.narrow_reads``), each with its place in the log."""
         decoded: list[tuple[int, Any]] = []
         by_head = view.by_head
-        narrow = view.narrow_reads
+        if narrow is None:
+            narrow = view.narrow_reads
         for notification in notifications:
             if notification.topic in by_head:
                 head = Head(
@@ -773,8 +783,8 @@ class Views:
         if view.narrow_topics:
             first = LogReader(self.recorder, view.follow_topics, START)
             followed: set[uuid.UUID] = set()
-            for page in self._pages(first.scan(PAGE), view):
-                followed |= view.followed(self._decode(view, page), sql)
+            for page in self._pages(first.scan(PAGE, ordered=False), view):
+                followed |= view.followed(self._decode(view, page, view.follow_reads), sql)
             # The second pass ends where the first did: a game seated after it is judged by
             # the catch-up that follows, event by event.
             reader = LogReader(
