@@ -11,6 +11,7 @@ import uuid
 import zlib
 from typing import Any
 
+import orjson
 import pytest
 from eventsourcing.compressor import ZlibCompressor
 from eventsourcing.persistence import (
@@ -27,7 +28,7 @@ from flask.testing import FlaskClient
 from domain.audit import audit_records, parse_export
 from domain.commands import NewGame
 from domain.game import Game
-from service.application.notify.notices import TURN_ENDS, TurnEnd, turn_end
+from service.application.notify.notices import TURN_ENDS, Seating, TurnEnd, seating, turn_end
 from service.application.store import GAME_EVENT_CLASSES, GameEventMapper, ServiceTranscoder
 from service.persistence import compact
 from tests.support.games import (
@@ -179,11 +180,80 @@ def test_a_turns_end_read_narrow_for_the_notices_is_the_event_read_whole() -> No
     assert {type(event) for event in ends} == {Game.TurnStopped, Game.TurnBusted}
     for event in ends:
         whole = TurnEnd(
-            event.originator_id, event.originator_version, event.timestamp, event.next_player
+            event.originator_id,
+            event.originator_version,
+            compact.micros_of(event.timestamp),
+            event.next_player,
         )
         for stored in (mapper.to_stored_event(event), library.to_stored_event(event)):
             row = Notification(**vars(stored), id=1)
             assert turn_end(row, mapper) == whole
+            assert turn_end(row, mapper).timestamp == event.timestamp
         compact_row = mapper.to_stored_event(event)
         assert compact_row.state[0] == compact.COMPACT
-        assert squeezed.time_and_field(compact_row, "next_player") is None
+        assert squeezed.micros_and_field(compact_row, "next_player") is None
+
+
+def test_creations_and_seats_read_narrow_for_a_rebuilds_first_pass_are_the_events_read_whole() -> (
+    None
+):
+    """A rebuild of the notices first finds the games that seat an account (``seating``, from
+    the compact row): the same as the event decoded whole says, for creations with and without
+    accounts and seats taken by an account or a guest, from both forms."""
+    transcoder = ServiceTranscoder()
+    for transcoding in (UUIDAsHex(), DecimalAsStr(), DatetimeAsISO()):
+        transcoder.register(transcoding)
+    mapper = GameEventMapper(transcoder=transcoder)
+    library: Mapper[uuid.UUID] = Mapper(transcoder=transcoder)
+    lobby = Game.start(uuid.uuid4(), NewGame(seats=3, dice="manual"))
+    lobby.join("Ann", account="ann")
+    lobby.join("Bob")
+    seated = Game.start(
+        uuid.uuid4(), NewGame(players=["Ann", "Bob"], accounts=["ann", None], dice="manual")
+    )
+    guests = Game.start(uuid.uuid4(), NewGame(players=["Ann", "Bob"], dice="manual"))
+    read = []
+    for game in (lobby, seated, guests):
+        for event in game.pending_events:
+            if not isinstance(event, Game.GameCreated | Game.SeatJoined):
+                continue
+            whole = (
+                any(event.accounts or ())
+                if isinstance(event, Game.GameCreated)
+                else (event.account is not None)
+            )
+            for stored in (mapper.to_stored_event(event), library.to_stored_event(event)):
+                row = Notification(**vars(stored), id=1)
+                assert seating(row, mapper) == Seating(event.originator_id, whole)
+            read.append((type(event).__name__, whole))
+    assert sorted(read) == [
+        ("GameCreated", False),
+        ("GameCreated", False),
+        ("GameCreated", True),
+        ("SeatJoined", False),
+        ("SeatJoined", True),
+    ]
+
+
+@pytest.mark.parametrize("value", [None, 0, 1, 3, 9, 10, 123, -1, "ann", [1], {"a": 1}])
+def test_a_last_field_read_from_the_rows_tail_is_the_field_parsed_whole(value: Any) -> None:
+    """``micros_and_field`` reads a schema's last field from the text's tail when it is a digit
+    or null, else parses the whole: the same value either way; and a row whose fields are not
+    its schema's is refused (but one damaged only before its last field, ``[,2]``, reads as
+    its time and that field say: the trade the docstring states)."""
+    events = play_game(["rule-of-28", "rule-of-28"], seed=7).pending_events
+    stopped = next(e for e in events if isinstance(e, Game.TurnStopped))
+    written = GameEventMapper(transcoder=ServiceTranscoder()).to_stored_event(stopped).state
+    assert written[0] == compact.COMPACT
+    others = orjson.loads(written[compact.HEAD.size :])
+    data = written[: compact.HEAD.size] + orjson.dumps([*others[:-1], value])
+    micros, found = compact.micros_and_field(data, "next_player")
+    assert found == value and type(found) is type(value)
+    assert micros == compact.micros_of(stopped.timestamp)
+    assert compact.time_of(micros) == stopped.timestamp
+    assert compact.micros_and_field(data, "seat")[1] == stopped.seat
+    head = data[: compact.HEAD.size]
+    for damaged in (head + b"[1]", head + b"[1,2", head + b"{}", head + b"[1,02]"):
+        with pytest.raises(ValueError):
+            compact.micros_and_field(damaged, "next_player")
+    assert compact.micros_and_field(head + b"[,2]", "next_player") == (micros, 2)

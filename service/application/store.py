@@ -53,7 +53,7 @@ from service.persistence.compact import (
     deflate,
     encode_event,
     inflate,
-    time_and_field,
+    micros_and_field,
 )
 from service.persistence.errors import CorruptGame, StoreUnavailable
 from service.persistence.keys import StoredKeys
@@ -208,14 +208,15 @@ class GameEventMapper(Mapper[uuid.UUID]):
         object.__setattr__(event, "__dict__", event_state)
         return event
 
-    def time_and_field(self, stored_event: StoredEvent, name: str) -> tuple[datetime, Any] | None:
-        """A game event's time and one other field, read from the compact form without the
-        event made whole (``compact.time_and_field``: a view that needs only those, of millions
-        of events); None for any row ``to_domain_event`` does not read the compact way."""
+    def micros_and_field(self, stored_event: StoredEvent, name: str) -> tuple[int, Any] | None:
+        """A game event's time (microseconds since the epoch) and one other field, read from
+        the compact form without the event made whole (``compact.micros_and_field``: a view
+        that needs only those, of millions of events); None for any row ``to_domain_event``
+        does not read the compact way."""
         state = stored_event.state  # (``_compact_class``'s test, without its call and class)
         if not state or state[0] != COMPACT or stored_event.topic not in self._compact_topics:
             return None
-        return time_and_field(state, name)
+        return micros_and_field(state, name)
 
     def _compact_class(self, stored_event: StoredEvent) -> type | None:
         """The class of a game event stored in the compact form this mapper reads its own way

@@ -26,6 +26,7 @@ streams and, through Redis, to every other process's.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 import uuid
@@ -44,6 +45,7 @@ from service.application.matchmaking.challenges import CHALLENGE_TOPICS, Challen
 from service.application.matchmaking.seeks import SEEK_EXPIRED_TOPICS
 from service.application.players.accounts import BOTS
 from service.application.store import GameEventMapper, Store
+from service.persistence.compact import micros_of, time_of
 from service.persistence.sqlite import in_chunks
 from service.persistence.views import Sql, View, Views
 
@@ -78,29 +80,69 @@ QUIET = frozenset(
 class TurnEnd(NamedTuple):
     """What the notices read of a turn's end (a stop, a bust, a turn timed out): most of the
     log where accounts sit in most games. Read from the compact row without the event made
-    whole (its hashes, its other fields), ~0.4 of the instructions (docs/performance.md)."""
+    whole (its hashes, its other fields), ~0.4 of the instructions (docs/performance.md); its
+    time kept as a count of microseconds, made a ``datetime`` only for a notice written."""
 
     originator_id: uuid.UUID
     originator_version: int
-    timestamp: datetime
+    micros: int  # since the epoch
     next_player: int | None
+
+    @property
+    def timestamp(self) -> datetime:
+        return time_of(self.micros)
+
+
+# A ``TurnEnd`` of its four fields, made without the named tuple's ``__new__`` (a Python call).
+_turn_end = functools.partial(tuple.__new__, TurnEnd)
 
 
 def turn_end(notification: Any, mapper: GameEventMapper) -> TurnEnd:
     """A turn's end as the notices read it (``View.narrow_reads``): from the compact form, or
     from the event decoded whole for a row in another form (a store written before it)."""
-    found = mapper.time_and_field(notification, "next_player")
+    found = mapper.micros_and_field(notification, "next_player")
     if found is not None:
         originator_id: Any = notification.originator_id
         if type(originator_id) is not uuid.UUID:
             originator_id = uuid.UUID(originator_id)
-        return TurnEnd(originator_id, notification.originator_version, *found)
+        return _turn_end((originator_id, notification.originator_version, *found))
     event = mapper.to_domain_event(notification)
     if not isinstance(event, TURN_ENDS):
         raise ValueError(f"not a turn's end: {type(event).__name__}")
     return TurnEnd(
-        event.originator_id, event.originator_version, event.timestamp, event.next_player
+        event.originator_id, event.originator_version, micros_of(event.timestamp), event.next_player
     )
+
+
+CREATED = get_topic(Game.GameCreated)
+
+
+class Seating(NamedTuple):
+    """What a rebuild's first pass reads of a game's creation or a seat taken (``View.
+    follow_reads``): whether it seats an account. Read from the compact row without the event
+    made whole, as a turn's end is: ~250,000 of them at 100,000 games."""
+
+    originator_id: uuid.UUID
+    seated: bool
+
+
+def seating(notification: Any, mapper: GameEventMapper) -> Seating:
+    """A creation's or seat's ``Seating``: from the compact form, or from the event decoded
+    whole for a row in another form (a store written before it)."""
+    created = notification.topic == CREATED
+    found = mapper.micros_and_field(notification, "accounts" if created else "account")
+    if found is not None:
+        originator_id: Any = notification.originator_id
+        if type(originator_id) is not uuid.UUID:
+            originator_id = uuid.UUID(originator_id)
+        value = found[1]
+        return Seating(originator_id, any(value or ()) if created else value is not None)
+    event = mapper.to_domain_event(notification)
+    if isinstance(event, Game.GameCreated):
+        return Seating(event.originator_id, any(event.accounts or ()))
+    if isinstance(event, Game.SeatJoined):
+        return Seating(event.originator_id, event.account is not None)
+    raise ValueError(f"not a creation nor a seat taken: {type(event).__name__}")
 
 
 @dataclass(slots=True)
@@ -129,6 +171,8 @@ def seated_accounts(row: dict[str, Any]) -> list[str | None]:
 
 
 Fields = dict[str, Any] | tuple[str, int, int]
+# A batch's events, and what a challenge's or seek's notice shows by its event's place among them.
+Prepared = tuple[list[Any], dict[int, dict[str, Any]]]
 
 
 def notice_data(seq: int, kind: str, at: str, fields: Fields) -> dict[str, Any]:
@@ -158,28 +202,48 @@ def prune(sql: Sql, now: datetime, keep: int = KEEP) -> None:
 
 
 class Rebuilt:
-    """What a rebuild's fill of the notices keeps from batch to batch (``Sql.carried``): each
-    account's notices numbered and not yet written, as (number, type, time, fields). What
-    ``settle``'s prune would delete is dropped unmade: an aged notice once another of its
-    account follows it, and any notice once ``keep`` newer ones of its account follow it (the
-    deque's bound). Held at most ``keep`` an account that had that many, else until its batch
-    ends: so at most the notices kept are held, a few hundred bytes each."""
+    """What a rebuild's fill of the notices keeps from batch to batch (``Sql.carried``).
+
+    Each account's notices numbered and not yet written, as (number, type, time in
+    microseconds, fields). What ``settle``'s prune would delete is dropped unmade: an aged
+    notice once another of its account follows it, and any notice once ``keep`` newer ones of
+    its account follow it (the deque's bound). Held at most ``keep`` an account that had that
+    many, else until its batch ends: so at most the notices kept are held, a few hundred bytes
+    each.
+
+    And the games' rows as they stand (``games``, None once finished; ``keys``, each game's id
+    as text by its ``int``), which only this fill writes: kept here and written once, as the
+    fill settles, not read and written back at every batch (a turn's end changes its game's
+    row: ~5,000 rows a batch, ~800,000 at 100,000 games)."""
 
     def __init__(self, before: datetime, keep: int) -> None:
-        self.before = before
+        self.before = micros_of(before)
         self.keep = keep
         self.imports_known = False  # whether the first pass read the log's import markers
         self.imported: set[uuid.UUID] = set()  # the games they mark, imported
-        self.held: dict[str, deque[tuple[int, str, datetime, Fields]]] = {}
+        self.held: dict[str, deque[tuple[int, str, int, Fields]]] = {}
+        self.games: dict[str, dict[str, Any] | None] = {}
+        self.keys: dict[int, str] = {}
         self.written = 0  # notices written (tests count them)
 
-    def hold(self, account: str, seq: int, kind: str, at: datetime, fields: Fields) -> None:
+    def hold(self, account: str, seq: int, kind: str, micros: int, fields: Fields) -> None:
         held = self.held.get(account)
         if held is None:
             held = self.held[account] = deque(maxlen=self.keep)
         elif held and held[-1][2] < self.before:
             held.pop()  # aged, and no longer its account's newest
-        held.append((seq, kind, at, fields))
+        held.append((seq, kind, micros, fields))
+
+    def write_games(self, sql: Sql) -> None:
+        """The rows of the games not finished, as the fill left them."""
+        sql.many(
+            "INSERT INTO {games} (game_id, seats, rated, accounts, current) VALUES (?, ?, ?, ?, ?)",
+            [
+                (key, row["seats"], row["rated"], row["accounts"], row["current"])
+                for key, row in self.games.items()
+                if row is not None
+            ],
+        )
 
     def release(self, sql: Sql, accounts: list[str] | None = None) -> None:
         """Write the notices held for ``accounts`` (None: every account, as the fill ends),
@@ -191,10 +255,10 @@ class Rebuilt:
             if not held or (not everyone and held[-1][0] >= self.keep):
                 continue
             last = held[-1][0]
-            for seq, kind, at, fields in held:
-                if seq != last and at < self.before:
+            for seq, kind, micros, fields in held:
+                if seq != last and micros < self.before:
                     continue  # aged (another of its account follows): the prune's
-                text = format_time(at)
+                text = format_time(time_of(micros))
                 body = orjson.dumps(notice_data(seq, kind, text, fields)).decode()
                 rows.append((account, seq, kind, text, body))
             held.clear()
@@ -210,7 +274,8 @@ class Changes:
     per account, written once), the games' rows (created, changed and deleted by a statement
     each a batch, not each an event: a rebuild met ~3.5 a game, each a call into the store).
 
-    ``held``, in a rebuild only (``Rebuilt``): a notice the rebuild's ``settle`` would prune is
+    In a rebuild (``Rebuilt``), the games' rows are the fill's own, carried from batch to
+    batch and written as it settles; a notice the rebuild's ``settle`` would prune is
     numbered but never made nor written. ``settle`` prunes as the hourly chore does: every
     notice older than the retention (``before``) and each account's beyond its newest ``keep``,
     but each account's newest. So each account's notices are held (numbered, not made) and
@@ -227,6 +292,7 @@ class Changes:
     ) -> None:
         self.games = games  # the batch's rows of {games}, as they stand
         self.keys = keys  # each game's id as text (the rows' key) by its ``int``, made once a batch
+        # (in a rebuild, the fill's: every row there is, so a game not known has none)
         self.rebuilt = rebuilt
         self.heads: dict[str, int] = {}  # account: its newest notice's number
         self.new_heads: set[str] = set()  # accounts without a row in {heads} yet
@@ -234,6 +300,13 @@ class Changes:
         self.created: list[tuple[str, int, int, str]] = []  # rows to add, unless there
         self.finished: list[str] = []  # games whose rows go
         self.written: list[Notice] = []
+
+    def key(self, originator_id: uuid.UUID) -> str:
+        """A game's id as text, the key of its row (made once a batch, or once a rebuild)."""
+        key = self.keys.get(originator_id.int)
+        if key is None:
+            key = self.keys[originator_id.int] = str(originator_id)
+        return key
 
     def turn(self, row: dict[str, Any], key: str, seat: int | None) -> str | None:
         """The game's turn passes to ``seat`` (None: nobody's): the account to tell, if any."""
@@ -248,9 +321,9 @@ class Changes:
         account = self.turn(row, key, seat)
         return [] if account is None else [(account, "your_turn", {**game, "seat": seat})]
 
-    def notice(self, sql: Sql, seated: str, kind: str, event: Any, fields: Fields) -> None:
+    def notice(self, sql: Sql, seated: str, kind: str, micros: int, fields: Fields) -> None:
         """A notice to the account ``seated`` (as a game's row names it), by its lowercase
-        handle; none to the server's own bots."""
+        handle, of an event at ``micros`` (since the epoch); none to the server's own bots."""
         account = seated.lower()
         if account in BOTS:
             return
@@ -262,17 +335,18 @@ class Changes:
                 self.new_heads.add(account)
         seq = self.heads[account] = seq + 1
         if self.rebuilt is not None:
-            self.rebuilt.hold(account, seq, kind, event.timestamp, fields)
+            self.rebuilt.hold(account, seq, kind, micros, fields)
             return
-        at = format_at(event.timestamp)
+        at = format_at(time_of(micros))
         self.written.append(Notice(account, seq, kind, at, notice_data(seq, kind, at, fields)))
 
     def write(self, sql: Sql, stamp: int) -> list[Notice]:
         """The batch's changes, in a few statements; the notices written (none in a rebuild:
         its own are written as ``Rebuilt`` releases them)."""
         heads = self.heads.items()
-        if self.rebuilt is not None:
-            self.rebuilt.release(sql, [account for account, seq in heads])
+        rebuilt = self.rebuilt
+        if rebuilt is not None:
+            rebuilt.release(sql, [account for account, seq in heads])
         sql.many(
             "INSERT INTO {notices} (account, seq, type, at, body) VALUES (?, ?, ?, ?, ?)",
             [(n.account, n.seq, n.type, n.at, n.text) for n in self.written],
@@ -285,6 +359,8 @@ class Changes:
             "UPDATE {heads} SET seq = ?, stamp = ? WHERE account = ?",
             [(seq, stamp, a) for a, seq in heads if a not in self.new_heads],
         )
+        if rebuilt is not None:
+            return self.written  # the games' rows as the fill settles (``Rebuilt.write_games``)
         # The games' rows in the order their events changed them one by one: added (a row
         # there already stays), changed as they stand now, then deleted. A row only ever
         # changes to its game's latest state, so each ends as the events one by one left it.
@@ -377,7 +453,8 @@ class NoticesView(View):
     # (and the markers of imported games, which send nothing: read here, where there are few,
     # their games are not asked about in a query per page of the second pass: ~6 s of the
     # rebuild's wall clock at 100,000 games on PostgreSQL, the server's index probes)
-    follow_topics = (get_topic(Game.GameCreated), get_topic(Game.SeatJoined), *IMPORT_TOPICS)
+    follow_topics = (CREATED, get_topic(Game.SeatJoined), *IMPORT_TOPICS)
+    follow_reads = {CREATED: seating, get_topic(Game.SeatJoined): seating}  # noqa: RUF012
 
     def settle(self, sql: Sql) -> None:
         """A rebuild copies no notice the hourly prune would delete at once: on a server whose
@@ -385,6 +462,7 @@ class NoticesView(View):
         rebuilt = sql.carried.get(self.name)
         if rebuilt is not None:
             rebuilt.release(sql)
+            rebuilt.write_games(sql)
         prune(sql, datetime.now(UTC), self.keep)
 
     def rebuilt(self, sql: Sql) -> Rebuilt:
@@ -402,21 +480,19 @@ class NoticesView(View):
         rebuilt.imports_known = True
         found = set()
         for _, event in events:
-            if isinstance(event, ImportedGame.Recorded):  # type: ignore[attr-defined]
+            if type(event) is Seating:  # a creation or a seat (``follow_reads``)
+                if event.seated:
+                    found.add(event.originator_id)
+            elif isinstance(event, ImportedGame.Recorded):  # type: ignore[attr-defined]
                 game_id = event.game_id
                 rebuilt.imported.add(game_id if type(game_id) is uuid.UUID else uuid.UUID(game_id))
-                continue
-            if isinstance(event, Game.GameCreated):
-                seated = any(event.accounts or ())
-            else:
-                seated = isinstance(event, Game.SeatJoined) and event.account is not None
-            if seated:
-                found.add(event.originator_id)
         return found
 
-    def prepare(self, items: list[Any], read: Sql) -> list[tuple[Any, dict[str, Any] | None]]:
-        """Each event, with a challenge's state as of that event (what its notice shows)."""
-        out: list[tuple[Any, dict[str, Any] | None]] = []
+    def prepare(self, items: list[Any], read: Sql) -> Prepared:
+        """The events, and a challenge's or seek's state as of its event (what its notice
+        shows) by the event's place among them (no pair made for each of millions of turns)."""
+        out: list[Any] = []
+        shown_at: dict[int, dict[str, Any]] = {}
         rebuilt = read.carried.get(self.name) if read.scratch else None
         imported: set[uuid.UUID]
         if rebuilt is not None and rebuilt.imports_known:
@@ -431,7 +507,7 @@ class NoticesView(View):
             )
         for _, event in items:
             if type(event) is TurnEnd:  # most of the log: nothing to look up
-                out.append((event, None))
+                out.append(event)
                 continue
             if isinstance(event, Game.GameCreated) and event.originator_id in imported:
                 continue  # an imported game sends nothing (1.3): without its row, nor do its events
@@ -447,10 +523,12 @@ class NoticesView(View):
                 )
                 if isinstance(found, Challenge):
                     shown = found.as_json(event.timestamp)
-            out.append((event, shown))
-        return out
+            if shown is not None:
+                shown_at[len(out)] = shown
+            out.append(event)
+        return out, shown_at
 
-    def apply(self, sql: Sql, prepared: list[tuple[Any, dict[str, Any] | None]]) -> list[Notice]:
+    def apply(self, sql: Sql, prepared: Prepared) -> list[Notice]:
         """The batch's notices. What changes in the tables is gathered as the events are read
         and written at the end in a few statements (``Changes``), not three or four an event: a
         rebuild where accounts sit in most games writes a notice for most turns."""
@@ -460,16 +538,23 @@ class NoticesView(View):
             sql.execute("UPDATE {batches} SET n = ? WHERE id = 1", [stamp])
         else:
             sql.execute("INSERT INTO {batches} (id, n) VALUES (1, ?)", [stamp])
-        # a rebuild's scratch: no notice made that ``settle`` would prune
-        rebuilt = self.rebuilt(sql) if sql.scratch else None
-        changes = Changes(*self._games(sql, prepared), rebuilt)
-        for event, shown in prepared:
+        # a rebuild's scratch: no notice made that ``settle`` would prune, the games' rows its own
+        if sql.scratch:
+            rebuilt = self.rebuilt(sql)
+            changes = Changes(rebuilt.games, rebuilt.keys, rebuilt)
+        else:
+            changes = Changes(*self._games(sql, prepared))
+        events, shown_at = prepared
+        for at, event in enumerate(events):
             if type(event) is TurnEnd:  # most of the log
                 self._turn_ended(sql, changes, event)
                 continue
-            for account, kind, fields in self._notices(changes, event, shown):
-                if account is not None:
-                    changes.notice(sql, account, kind, event, fields)
+            made = self._notices(changes, event, shown_at.get(at))
+            if made:
+                micros = micros_of(event.timestamp)
+                for account, kind, fields in made:
+                    if account is not None:
+                        changes.notice(sql, account, kind, micros, fields)
         return changes.write(sql, stamp)
 
     def applied(self, sql: Sql, written: list[Notice]) -> None:
@@ -484,7 +569,7 @@ class NoticesView(View):
 
     @staticmethod
     def _games(
-        sql: Sql, prepared: list[tuple[Any, dict[str, Any] | None]]
+        sql: Sql, prepared: Prepared
     ) -> tuple[dict[str, dict[str, Any] | None], dict[int, str]]:
         """The rows of ``{games}`` for every game the batch's events are of, read at once
         (None where there is none), which ``_notices`` then keeps as it changes the table: a
@@ -492,7 +577,10 @@ class NoticesView(View):
         PostgreSQL, each a round trip: docs/performance.md, levers). With each game's id as
         text, made once for the batch rather than once an event, found by the id's ``int``
         (a ``UUID`` hashes in Python: ~0.1 µs, twice an event)."""
-        ids = {event.originator_id.int: event for event, shown in prepared if shown is None}
+        events, shown_at = prepared
+        ids = {
+            event.originator_id.int: event for at, event in enumerate(events) if at not in shown_at
+        }
         keys = {number: str(event.originator_id) for number, event in ids.items()}
         found: dict[str, dict[str, Any] | None] = dict.fromkeys(sorted(keys.values()))
         for chunk, marks in in_chunks(list(found)):
@@ -519,7 +607,7 @@ class NoticesView(View):
         if shown is not None:
             return self._challenge_notices(event, shown)
         games = changes.games
-        key = changes.keys[event.originator_id.int]
+        key = changes.key(event.originator_id)
         version = event.originator_version
         if isinstance(event, Game.GameCreated):
             # Every game not finished has a row (an account may join a lobby later).
@@ -528,6 +616,7 @@ class NoticesView(View):
             changes.created.append((key, event.seats, rated, accounts_text))
             if games.get(key) is None:  # as the table: a row there already stays
                 games[key] = {
+                    "seats": event.seats,
                     "rated": rated,
                     "accounts": accounts_text,
                     "current": None,
@@ -576,7 +665,7 @@ class NoticesView(View):
         """A turn's end, most of the log: the turn passes, with a ``your_turn`` to the next
         player's account; what ``_notices`` and ``Changes.turn`` do, without the calls, lists,
         tuples and dicts they hand on (a rebuild reads millions of these)."""
-        key = changes.keys[event.originator_id.int]
+        key = changes.keys.get(event.originator_id.int) or changes.key(event.originator_id)
         row = changes.games.get(key)
         if row is None:  # finished, or created before this view
             return
@@ -587,7 +676,8 @@ class NoticesView(View):
         row["current"] = seat
         changes.changed.add(key)
         if seat is not None and (account := accounts[seat]) is not None:
-            changes.notice(sql, account, "your_turn", event, (key, event.originator_version, seat))
+            fields = (key, event.originator_version, seat)
+            changes.notice(sql, account, "your_turn", event.micros, fields)
 
     @staticmethod
     def _challenge_notices(
