@@ -167,8 +167,9 @@ class LogReader:
         ``ordered=False``: the same items, in no particular order on PostgreSQL (the server's
         own, a sequential scan of the table rather than its rows found in the log's order
         through an index: 3.4 against 7.6 s for the creations and seats at 100,000 games), for
-        a follower that gathers a set (a rebuild's first pass); pages may then hold fewer than
-        ``page`` before the last, and the archived events come after the rows."""
+        a follower that gathers a set (a rebuild's first pass); the archived events come after
+        the rows, in the last page (which may then hold more than ``page``), and the position
+        moves only then, to the window's end."""
         if not self.postgres:
             while True:
                 found = self.heads(page) if heads else self.read(page)
@@ -287,9 +288,10 @@ class LogReader:
         self, curs: Any, *, heads: bool, ordered: bool = True
     ) -> tuple[str, list[Any], int]:
         """The query of what follows the position in the log, up to the snapshot's xmin (what
-        no transaction still open can write below), in the log's order; its parameters; xmin,
-        read by a statement of its own first (a scan's transaction reads on with snapshots of
-        its own: every transaction below that xmin had ended before they were taken)."""
+        no transaction still open can write below), in the log's order if ``ordered``; its
+        parameters; xmin, read by a statement of its own first (a scan's transaction reads on
+        with snapshots of its own: every transaction below that xmin had ended before they were
+        taken)."""
         curs.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text AS x")
         xmin = int(curs.fetchone()["x"])
         query, params = self._window_query(heads=heads, xmin=xmin, ordered=ordered)
@@ -300,8 +302,9 @@ class LogReader:
     ) -> tuple[str, list[Any]]:
         """The query of what follows the position in the log below ``xmin`` (None: below the
         column ``w.x`` of the statement it is part of, its own snapshot's xmin), in the log's
-        order, and its parameters. The row comparison on (tx, notification_id), bounded by
-        xmin, is one range of their index, read in its order."""
+        order if ``ordered``, and its parameters. The row comparison on (tx, notification_id),
+        bounded by xmin, is one range of their index, read in its order (unordered, the
+        planner scans the table instead)."""
         columns = "notification_id, originator_id, originator_version, topic, tx::text AS tx_text"
         if not heads:
             columns += ", state"
