@@ -172,6 +172,26 @@ def test_a_scan_reads_in_one_pass_what_reads_page_by_page_do(games: Any) -> None
     assert len(heads) >= 8 and all(not hasattr(h, "state") for h in heads)
 
 
+def test_a_scan_reads_the_log_as_it_stood_when_it_began(games: Any) -> None:
+    """A scan is one statement in one transaction on either store (SQLite's once read a page
+    a statement, each reading to the end as it then stood): what is saved between its pages
+    is not in them, its position ends where its window did, and the next read begins there."""
+    start = LogReader(games.store.recorder)
+    start.skip_to_end()
+    before = [created_game(games) for _ in range(3)]
+    for game in before:
+        games.store.save(game)
+    created = get_topic(Game.GameCreated)
+    reader = LogReader(games.store.recorder, (created,), start.position)
+    pages = reader.scan(2)
+    first = next(pages)
+    later = created_game(games)
+    games.store.save(later)  # between the scan's pages
+    rest = [n for page in pages for n in page]
+    assert [n.originator_id for n in first + rest] == [game.id for game in before]
+    assert [n.originator_id for n in reader.read(10)] == [later.id]
+
+
 def test_a_narrowed_reader_leaves_out_the_other_games_events_of_some_topics(games: Any) -> None:
     """``narrow``: of some topics, only the events of some games (the rest of the log as it
     is); ``until``: no further than where another reader stopped, which is where it then ends
