@@ -88,7 +88,6 @@ TICK = 0.5
 HEADROOM = 256 * 1024 * 1024
 """Bytes past its budget at which a worker fails the job under way (checked at each report):
 one job of at most ``MAX_VERSIONS`` needs far less (docs/analysis.md)."""
-"""Seconds between a running job's progress reports (each renews its lease)."""
 
 STATUSES = ("queued", "running", "done", "failed")
 UNFINISHED = "('queued', 'running')"
