@@ -22,8 +22,8 @@ from service.persistence.log import LogReader, ScannedRow, ahead, notification
 
 
 def as_notification(read: Any) -> Notification:
-    """What the reader handed out, as the library's notification of the same fields (a scan on
-    PostgreSQL hands out its rows, ``ScannedRow``, read by the same names)."""
+    """What the reader handed out, as the library's notification of the same fields (a scan
+    hands out its rows, ``ScannedRow``, read by the same names)."""
     return Notification(
         id=read.id,
         originator_id=read.originator_id,
@@ -128,8 +128,8 @@ def test_the_reader_makes_the_librarys_own_notifications(games: Any) -> None:
     """The reader sets a notification's fields at once (``notification``): the objects equal,
     field by field and as a whole, those the library's recorder makes with the class's own
     ``__init__``, and have exactly the class's fields (a field the library adds fails here, not
-    as a notification without it). A scan on PostgreSQL hands out its rows (``ScannedRow``),
-    whose fields by those names are the same."""
+    as a notification without it). A scan hands out its rows (``ScannedRow``), whose fields
+    by those names are the same."""
     start = LogReader(games.store.recorder)
     start.skip_to_end()
     for _ in range(2):
@@ -144,8 +144,7 @@ def test_the_reader_makes_the_librarys_own_notifications(games: Any) -> None:
     for made in read:
         assert type(made) is Notification
         assert vars(made) == vars(Notification(**vars(made)))
-    if games.store.recorder.dialect == "postgres":  # a scan's rows, read by the same names
-        assert {type(made) for made in scanned} == {ScannedRow}
+    assert {type(made) for made in scanned} == {ScannedRow}  # read by the same names
     names = {field.name for field in dataclasses.fields(Notification)}
     made = notification(7, uuid.uuid4(), 3, "a:B", b"state")
     assert set(vars(made)) == names

@@ -92,8 +92,8 @@ def notification(
 
 
 class ScannedRow(tuple):  # type: ignore[type-arg]
-    """A notification as a rebuild's scan reads it (``LogReader.scan`` on PostgreSQL): the
-    row's own values (id, game, version, topic, the transaction as text, state), read as the
+    """A notification as a rebuild's scan reads it (``LogReader.scan``): the row's own values
+    (id, game, version, topic, the transaction as text or None on SQLite, state), read as the
     library's ``Notification`` is, by its fields' names. A rebuild reads millions: made by
     ``tuple.__new__`` without a Python call (``scanned``), one object where a ``Notification``
     is two (itself and its ``__dict__``), made and freed while the thread that applies the
@@ -257,11 +257,12 @@ class LogReader:
         page, so the WAL is not checkpointed past it meanwhile: it grows by what is written
         during the scan, as any long read lets it."""
         with self.recorder.datastore.transaction(commit=False) as cursor:
+            cursor.row_factory = None  # plain tuples, as PostgreSQL's scan reads
             query, params, end = self._window_sqlite(cursor, heads=heads)
             cursor.execute(query, params)
             while True:
                 rows = cursor.fetchmany(page)
-                found = self._items_sqlite(rows, heads=heads)
+                found = self._items_sqlite(rows, heads=heads, scanning=True)
                 if self._archives():  # a page may then hold more than ``page``
                     places = [Position(0, item.id) for item in found]
                     upto = places[-1] if len(rows) == page else Position(0, end)
@@ -303,8 +304,8 @@ class LogReader:
         return query, [*params, end], end
 
     @staticmethod
-    def _items_sqlite(rows: list[Any], *, heads: bool) -> list[Any]:
-        """The notifications (or heads) of SQLite's rows."""
+    def _items_sqlite(rows: list[Any], *, heads: bool, scanning: bool = False) -> list[Any]:
+        """The notifications (or heads) of SQLite's rows; ``scanning``, as ``ScannedRow``."""
         ids: dict[str, uuid.UUID] = {}  # each game's hex parsed once a page, not once a row
         found: list[Any] = []
         for row in rows:
@@ -312,6 +313,8 @@ class LogReader:
             originator_id = ids.get(hexed) or ids.setdefault(hexed, uuid.UUID(hexed))
             if heads:
                 found.append(Head(row[0], originator_id, row[2], row[3]))
+            elif scanning:
+                found.append(scanned((row[0], originator_id, row[2], row[3], None, row[4])))
             else:
                 found.append(notification(row[0], originator_id, row[2], row[3], row[4]))
         return found
