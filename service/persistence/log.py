@@ -159,11 +159,12 @@ class LogReader:
     def scan(self, page: int, *, heads: bool = False, ordered: bool = True) -> Iterator[list[Any]]:
         """The log from the position to its end as it stands now, ``page`` items at a time (as
         ``read``, or ``heads``), the position moved past each page as it is handed out; the
-        last page has fewer than ``page``. On PostgreSQL in one pass: one query, read through a
-        server-side cursor, ordered once (the planner reads the whole table and sorts the rows
-        that match), rather than a query per page, each an index range walked past every row of
-        other topics. For a rebuild: its transaction stays open until the last page, however
-        long the follower takes over each.
+        last page has fewer than ``page``. In one pass on either store: one query in one
+        transaction, its rows handed out as ``ScannedRow``, rather than a query per page. On
+        PostgreSQL read through a server-side cursor, ordered once (the planner reads the whole
+        table and sorts the rows that match), not an index range a page walked past every row
+        of other topics; on SQLite in rowid order (``_scan_sqlite``). For a rebuild: its
+        transaction stays open until the last page, however long the follower takes over each.
 
         ``ordered=False``: the same items, in no particular order on PostgreSQL (the server's
         own, a sequential scan of the table rather than its rows found in the log's order
