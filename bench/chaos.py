@@ -1084,7 +1084,9 @@ def fleet(
         "CANTSTOP_THREADS": "32",
         "CANTSTOP_PG_QUERY_TIMEOUT": "3",
         "CANTSTOP_STREAM_KEEPALIVE": "1",
-        "CANTSTOP_RATE_LIMITS": "signin=100000/minute,challenge=100000/minute,audit=100000/minute",
+        "CANTSTOP_RATE_LIMITS": (
+            "signin=100000/minute,challenge=100000/minute,audit=100000/minute,bots=100000/minute"
+        ),
     }
     try:
         for i in range(n):

@@ -161,7 +161,9 @@ def service(name: str, database_url: str, **extra: str) -> Server:
         **os.environ,
         "CANTSTOP_DATABASE_URL": database_url,
         "CANTSTOP_ACCESS_LOG": "",
-        "CANTSTOP_RATE_LIMITS": "off",
+        # off, but for the limits on by default: the bot games (BotGames) are made from one
+        # address for as long as the bench runs
+        "CANTSTOP_RATE_LIMITS": "bots=100000/minute",
         **extra,
     }
     env.pop("CANTSTOP_REDIS_URL", None)

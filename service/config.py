@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 DEFAULT_DATABASE_URL = "sqlite:///var/cantstop.sqlite"
 DEFAULT_MAX_BODY_BYTES = 256 * 1024
-SCOPES = ("create", "action", "audit", "signin", "challenge", "tournament", "webhook")
+SCOPES = ("create", "action", "audit", "signin", "challenge", "tournament", "webhook", "bots")
 # Sign-up and sign-in are always limited (guessing passwords), per handle and per client, unless
 # CANTSTOP_RATE_LIMITS names signin itself; so are challenges, per challenged account (a flood
 # of challenges to one account), unless it names challenge.
@@ -32,6 +32,10 @@ DEFAULT_TOURNAMENT = "tournament=10/hour"
 # Creating webhooks (each looks a host name up) is limited per account, three times the cap of
 # 10 webhooks an hour, unless CANTSTOP_RATE_LIMITS names webhook.
 DEFAULT_WEBHOOK = "webhook=30/hour"
+# Games that get a computer player are limited per client, unless CANTSTOP_RATE_LIMITS names
+# bots: the server plays every bot turn itself, so one request for a game of bots costs the
+# host's worker a whole game (~140 ms of CPU and ~140 events for two experts), not one action.
+DEFAULT_BOTS = "bots=60/hour"
 UNITS = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60, "h": 3600, "hour": 3600}
 UNITS |= {"d": 86400, "day": 86400}
 RULE = re.compile(r"^(?P<scope>[a-z_]+)=(?P<count>\d{1,9})/(?P<n>\d{0,6})(?P<unit>[a-z]+)$")
@@ -207,7 +211,7 @@ class Settings:
     def limits(self) -> dict[str, Limit]:
         defaults = parse_limits(
             f"{DEFAULT_SIGNIN},{DEFAULT_CHALLENGE},{DEFAULT_AUDIT},{DEFAULT_TOURNAMENT},"
-            f"{DEFAULT_WEBHOOK}"
+            f"{DEFAULT_WEBHOOK},{DEFAULT_BOTS}"
         )
         return defaults | parse_limits(self.rate_limits)
 

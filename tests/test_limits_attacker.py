@@ -216,3 +216,101 @@ def test_a_profiles_rating_history_is_its_newest_entries_oldest_first(
         history = client.get(f"/v1/accounts/{handle}").get_json()["rating_history"]
         assert [entry["game_id"] for entry in history] == games[1:]
         assert history[0]["finished_at"] < history[1]["finished_at"]
+
+
+# --------------------------------------------------------------------- computer players
+BOT_GAMES_AN_HOUR = 60  # service.config's default, on whatever CANTSTOP_RATE_LIMITS says
+WITH_BOTS = {"players": [{"name": "A", "bot": "expert"}, {"name": "B", "bot": "expert"}]}
+
+
+def test_games_of_computer_players_are_limited_per_address_by_default(client: FlaskClient) -> None:
+    """The attack: one request for a game of bots costs the host's worker a whole game (~140 ms
+    of CPU and ~140 events), so a client asking for them as fast as it can would hold every
+    clock of every game back. By default, 60 an hour from one address; another address has its
+    own count, and games without a bot are not counted."""
+    for n in range(BOT_GAMES_AN_HOUR):
+        made = client.post("/v1/games", json=WITH_BOTS, **at("10.6.0.1"))
+        assert made.status_code == 201, made.get_json()
+        assert made.headers["X-RateLimit-Remaining"] == str(BOT_GAMES_AN_HOUR - n - 1)
+    refused = client.post("/v1/games", json=WITH_BOTS, **at("10.6.0.1"))
+    assert refused.status_code == 429
+    assert refused.get_json()["code"] == "rate_limited"
+    assert int(refused.headers["Retry-After"]) > 0
+    plain = client.post("/v1/games", json={"players": ["a", "b"]}, **at("10.6.0.1"))
+    assert plain.status_code == 201  # no bot: not counted
+    assert "X-RateLimit-Limit" not in plain.headers
+    elsewhere = client.post("/v1/games", json=WITH_BOTS, **at("10.6.0.2"))
+    assert elsewhere.status_code == 201
+
+
+def test_every_way_of_giving_a_game_a_bot_counts_and_no_other(limited: Any) -> None:
+    """A creation naming a bot, a bot seated in a lobby, a rematch of a game with bot seats and
+    a challenge to a built-in bot each spend one of the address's count; the same requests
+    without a bot spend none."""
+    client = limited("bots=4/hour").test_client()
+    here = at("10.7.0.1")
+
+    def remaining(reply: Any) -> str | None:
+        value: str | None = reply.headers.get("X-RateLimit-Remaining")
+        return value
+
+    # a game against the computer: counted
+    game = client.post(
+        "/v1/games", json={"players": ["Ann", {"name": "Robo", "bot": "rule-of-28"}]}, **here
+    )
+    assert game.status_code == 201 and remaining(game) == "3"
+    # a lobby: a person's join is not counted, a bot seated by that person is
+    lobby = client.post("/v1/games", json={"seats": 3}, **here).get_json()
+    joined = client.post(f"/v1/games/{lobby['game']['id']}/players", json={"name": "Cy"}, **here)
+    assert joined.status_code == 201 and remaining(joined) is None
+    seated = client.post(
+        f"/v1/games/{lobby['game']['id']}/players",
+        json={"bot": "random"},
+        headers=bearer(joined.get_json()["token"]),
+        **here,
+    )
+    assert seated.status_code == 201 and remaining(seated) == "2"
+    # the game against the computer, finished, and its rematch (its bot seated at once)
+    state = game.get_json()
+    ann = next(s["token"] for s in state["seats"] if s["bot"] is None)
+    resigned = client.post(
+        f"/v1/games/{state['game']['id']}/actions", json={"type": "resign"}, headers=bearer(ann)
+    )
+    assert resigned.get_json()["game"]["status"] == "finished", resigned.get_json()
+    rematch = client.post(f"/v1/games/{state['game']['id']}/rematch", headers=bearer(ann), **here)
+    assert rematch.status_code == 201 and remaining(rematch) == "1", rematch.get_json()
+    # a challenge to a person is not counted here; one to a built-in bot is
+    dan = sign_up(client, "dan", "10.7.0.1")
+    sign_up(client, "eve", "10.7.0.2")
+    to_eve = client.post("/v1/challenges", json={"to": "eve"}, headers=bearer(dan), **here)
+    assert to_eve.status_code == 201
+    to_bot = client.post("/v1/challenges", json={"to": "expert"}, headers=bearer(dan), **here)
+    assert to_bot.status_code == 201 and to_bot.get_json()["status"] == "accepted"
+    # (its headers show the challenger's own count, the first it is held to; that the bot
+    # challenge was counted, and the one to eve not, the refusals below show: 4 of 4 spent)
+    # the count is spent: each way is refused now, and the ways without a bot are not
+    assert client.post("/v1/games", json=WITH_BOTS, **here).status_code == 429
+    refused_seat = client.post(
+        f"/v1/games/{lobby['game']['id']}/players",
+        json={"bot": "expert"},
+        headers=bearer(joined.get_json()["token"]),
+        **here,
+    )
+    assert refused_seat.status_code == 429
+    again = client.post("/v1/challenges", json={"to": "Expert"}, headers=bearer(dan), **here)
+    assert again.status_code == 429
+    assert client.post("/v1/games", json={"players": ["a", "b"]}, **here).status_code == 201
+    person = client.post(f"/v1/games/{lobby['game']['id']}/players", json={"name": "Fay"}, **here)
+    assert person.status_code == 201
+
+
+def test_games_of_bots_stay_capped_when_one_address_races(limited: Any) -> None:
+    app = limited("bots=5/hour")
+
+    def create() -> int:
+        reply = app.test_client().post("/v1/games", json=WITH_BOTS, **at("10.8.0.1"))
+        status: int = reply.status_code
+        return status
+
+    statuses = race_cleanly([create for _ in range(12)], timeout=60)
+    assert sorted(statuses) == [201] * 5 + [429] * 7, statuses

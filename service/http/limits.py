@@ -26,6 +26,12 @@ counted by the ``limits`` library in fixed windows, checked by the limited views
   valid personal token), on by default (10 an hour): per token, an account could mint tokens
   to make more. ``webhook`` covers ``POST /v1/account/webhooks`` (each looks a host name up),
   counted the same way, on by default (30 an hour, three times the cap of 10 webhooks).
+  ``bots`` covers the requests that give a game a computer player (``bot_games``): ``POST
+  /v1/games`` naming a bot among its players, ``POST /v1/games/{id}/players`` seating one,
+  ``POST /v1/games/{id}/rematch`` of a game with bot seats and ``POST /v1/challenges`` to a
+  built-in bot; counted per client address, the others not at all; on by default (60 an
+  hour). The server plays every bot turn itself: a game of two experts cost its worker ~140 ms
+  of CPU and ~140 events, asked for by a request of ~2 ms.
 - With Redis the counters live there, shared by every worker and host; without it, or while it is
   unreachable, each process counts in its own memory (the effective limit is then the configured
   one times the number of processes). Counting never touches the event store.
@@ -56,7 +62,8 @@ from limits.strategies import FixedWindowRateLimiter
 from werkzeug.exceptions import TooManyRequests
 
 from service.application.aggregates import token_hash
-from service.application.players.accounts import Principal
+from service.application.games.use_cases import parse_game_id
+from service.application.players.accounts import BOTS, Principal
 from service.config import Settings
 from service.errors import ApplicationError
 from service.http.core import (
@@ -79,6 +86,13 @@ SCOPES: dict[str, tuple[str, ...]] = {
     "challenge": ("matchmaking.challenge",),
     "tournament": ("tournaments.create_tournament",),
     "webhook": ("webhooks.create_webhook",),
+    # each counted only when it gives a game a computer player (``bot_games``)
+    "bots": (
+        "games.create_game",
+        "games.join_game",
+        "games.rematch",
+        "matchmaking.challenge",
+    ),
     "audit": (
         "audit.audit_game",
         "audit.export_game",
@@ -188,6 +202,39 @@ def challenged(req: flask.Request) -> str | None:
     return client_address(req) if handle is None else f"h:{handle}"
 
 
+def bot_games(req: flask.Request) -> str | None:
+    """The client's address when the request would give a game a computer player, whose every
+    turn the server then plays: a creation naming a bot among its players, a bot seated in a
+    lobby, a rematch of a game with bot seats (they sit in the rematch too), a challenge to a
+    built-in bot (it accepts at once). None otherwise: the request is not counted. Read the
+    way the view reads it (a body it will refuse names no bot here)."""
+    endpoint = req.endpoint
+    if endpoint == "games.rematch":
+        try:
+            game_id = parse_game_id(str((req.view_args or {}).get("game_id")))
+            players = runtime().games.state(game_id)["players"]
+        except ApplicationError:  # no such game: the view answers it
+            return None
+        has_bot = any(player.get("bot") is not None for player in players)
+        return client_address(req) if has_bot else None
+    if endpoint == "matchmaking.challenge":
+        return client_address(req) if handle_asked(req, "to") in BOTS else None
+    try:
+        body = parse_json(json_bytes(req))
+    except Exception:  # a body the view will refuse (413, 415, 422)
+        return None
+    if not isinstance(body, dict):
+        return None
+    if endpoint == "games.join_game":
+        asked = [body]
+    else:
+        players = body.get("players")
+        asked = players if isinstance(players, list) else []
+    if any(isinstance(player, dict) and player.get("bot") is not None for player in asked):
+        return client_address(req)
+    return None
+
+
 # A key of None: the request is not counted against that rule.
 KEYS: dict[str, Callable[[flask.Request], str | None]] = {
     "create": client_address,
@@ -200,6 +247,7 @@ KEYS: dict[str, Callable[[flask.Request], str | None]] = {
     "challenge": challenged,
     "tournament": account_or_address,
     "webhook": account_or_address,
+    "bots": bot_games,
 }
 # The scopes a configured limit is counted under, in order (a request refused by one is not
 # counted against those after it): a limit named alone is counted under its own name.
