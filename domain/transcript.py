@@ -1,14 +1,14 @@
 """Verify a transcript: a whole game with the dice written in (contract: Transcripts).
 
 ``verify(doc)`` replays every action through the Game aggregate (manual dice) and returns the
-verdict.
+verdict; ``Verification`` does it step by step, for a trace streamed as it is made.
 A document that is not even well formed raises MalformedTranscript (API 422, CLI exit 2).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from domain.commands import NewGame, parse_action
@@ -78,39 +78,60 @@ def apply_action(game: Game, action: Mapping[str, Any]) -> None:
     game.act(seat, parse_action(action))
 
 
-def verify(doc: Any, *, trace: bool = False, extra: frozenset[str] = frozenset()) -> dict[str, Any]:
-    check_transcript(doc, extra=extra)
-    try:
-        game = Game.start(
-            uuid.uuid4(),
-            NewGame(
-                players=doc["players"],
-                rules=doc.get("rules"),
-                dice="manual",
-                first_player=doc.get("first_player"),
-            ),
-        )
-    except InvalidRequest as exc:
-        raise MalformedTranscript(exc.detail) from None
-    actions = doc.get("actions", [])
-    states: list[dict[str, Any]] = []
-    error = None
-    applied = 0
-    for index, action in enumerate(actions):
+class Verification:
+    """A transcript replayed action by action: ``states`` applies them (yielding the state
+    after each one applied, when traced), then ``verdict`` says how it went. Raises
+    MalformedTranscript when made from a document that is not even well formed. The API streams
+    a trace from it, each state encoded as it comes, so that a long transcript's trace (~1.2 KB
+    a state) is never held whole (service/http/transcripts.py)."""
+
+    def __init__(self, doc: Any, *, extra: frozenset[str] = frozenset()) -> None:
+        check_transcript(doc, extra=extra)
         try:
-            apply_action(game, action)
-        except DomainError as exc:
-            error = {"index": index, "code": exc.code, "detail": exc.detail}
-            break
-        applied += 1
-        if trace:
-            states.append(game_state(game))
-    verdict: dict[str, Any] = {
-        "valid": error is None,
-        "applied": applied,
-        "error": error,
-        "game": game_state(game),
-    }
+            self.game = Game.start(
+                uuid.uuid4(),
+                NewGame(
+                    players=doc["players"],
+                    rules=doc.get("rules"),
+                    dice="manual",
+                    first_player=doc.get("first_player"),
+                ),
+            )
+        except InvalidRequest as exc:
+            raise MalformedTranscript(exc.detail) from None
+        self.actions: list[Any] = doc.get("actions", [])
+        self.applied = 0
+        self.error: dict[str, Any] | None = None
+
+    def states(self, *, trace: bool = True) -> Iterator[dict[str, Any]]:
+        """Apply the actions up to the first refused one, yielding the state after each applied
+        one (nothing without ``trace``). Once only."""
+        game = self.game
+        for index, action in enumerate(self.actions):
+            try:
+                apply_action(game, action)
+            except DomainError as exc:
+                self.error = {"index": index, "code": exc.code, "detail": exc.detail}
+                return
+            self.applied += 1
+            game.collect_events()  # nothing keeps them: a long transcript's would pile up
+            if trace:
+                yield game_state(game)
+
+    def verdict(self) -> dict[str, Any]:
+        """How the replay went, once ``states`` is exhausted."""
+        return {
+            "valid": self.error is None,
+            "applied": self.applied,
+            "error": self.error,
+            "game": game_state(self.game),
+        }
+
+
+def verify(doc: Any, *, trace: bool = False, extra: frozenset[str] = frozenset()) -> dict[str, Any]:
+    verification = Verification(doc, extra=extra)
+    states = list(verification.states(trace=trace))
+    verdict = verification.verdict()
     if trace:
         verdict["trace"] = states
     return verdict
