@@ -11,6 +11,7 @@ address; a profile's rating history is the newest ``RATING_HISTORY_LIMIT`` entri
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from functools import partial
 from typing import Any
@@ -314,3 +315,25 @@ def test_games_of_bots_stay_capped_when_one_address_races(limited: Any) -> None:
 
     statuses = race_cleanly([create for _ in range(12)], timeout=60)
     assert sorted(statuses) == [201] * 5 + [429] * 7, statuses
+
+
+@pytest.mark.redis
+def test_two_hosts_share_the_count_of_games_of_bots(database_url: str, redis_url: str) -> None:
+    """Two hosts on one store, counting in one Redis: twelve creations of bot games from one
+    address, six at each host at once, make exactly the five that the count allows."""
+    settings = Settings(database_url=database_url, redis_url=redis_url, rate_limits="bots=5/hour")
+    hosts = [create_app(settings, create_tables=True), create_app(settings)]
+    address = f"10.9.{uuid.uuid4().int % 250}.{uuid.uuid4().int % 250 + 1}"  # a count of its own
+    try:
+
+        def create(host: Flask) -> int:
+            reply = host.test_client().post("/v1/games", json=WITH_BOTS, **at(address))
+            status: int = reply.status_code
+            return status
+
+        calls = [partial(create, hosts[i % 2]) for i in range(12)]
+        statuses = race_cleanly(calls, timeout=60)
+        assert sorted(statuses) == [201] * 5 + [429] * 7, statuses
+    finally:
+        for host in hosts:
+            host.extensions["cantstop"].close()
