@@ -141,14 +141,22 @@ def account_or_address(req: flask.Request) -> str:
     return client_address(req) if principal is None else f"u:{principal.handle.lower()}"
 
 
-def handle_asked(req: flask.Request, field: str = "handle") -> str | None:
-    """The handle a request names in ``field`` of its JSON body (lower case; read the way the
-    view reads it, which then finds it read already); None if it names none."""
+def body_object(req: flask.Request) -> dict[str, Any] | None:
+    """The request's JSON body if it is an object, read the way the view reads it (which then
+    finds its bytes read already); None for any other body, which the view will refuse (413,
+    415, 422) or which names nothing a count looks for."""
     try:
         body = parse_json(json_bytes(req))
-    except Exception:  # a body the view will refuse (413, 415, 422)
+    except Exception:  # a body the view will refuse
         return None
-    handle = body.get(field) if isinstance(body, dict) else None
+    return body if isinstance(body, dict) else None
+
+
+def handle_asked(req: flask.Request, field: str = "handle") -> str | None:
+    """The handle a request names in ``field`` of its JSON body (lower case); None if it names
+    none."""
+    body = body_object(req)
+    handle = None if body is None else body.get(field)
     return handle.lower()[:40] if isinstance(handle, str) else None
 
 
@@ -219,11 +227,8 @@ def bot_games(req: flask.Request) -> str | None:
         return client_address(req) if has_bot else None
     if endpoint == "matchmaking.challenge":
         return client_address(req) if handle_asked(req, "to") in BOTS else None
-    try:
-        body = parse_json(json_bytes(req))
-    except Exception:  # a body the view will refuse (413, 415, 422)
-        return None
-    if not isinstance(body, dict):
+    body = body_object(req)
+    if body is None:
         return None
     if endpoint == "games.join_game":
         asked = [body]
