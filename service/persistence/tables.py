@@ -6,7 +6,7 @@ these and the views (service/persistence/views.py) write SQL through, the same o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from eventsourcing.persistence import IntegrityError, OperationalError, PersistenceError
@@ -104,3 +104,42 @@ class SideTable:
                 raise OperationalError(str(exc)) from exc
 
         return guarded(alone, breaker=BREAKER)
+
+    def add_columns(self, table: str, columns: dict[str, str]) -> None:
+        """Add the columns that a table made by an older version lacks, each only when missing
+        (on PostgreSQL even ``ADD COLUMN IF NOT EXISTS`` takes the table's lock first)."""
+
+        def work(sql: Sql) -> None:
+            if self.postgres:
+                found = sql.all(
+                    "SELECT attname AS name FROM pg_attribute WHERE attrelid = "
+                    "CAST(? AS regclass) AND attnum > 0 AND NOT attisdropped",
+                    (table,),
+                )
+            else:
+                found = sql.all(f"PRAGMA table_info({table})")
+            have = {str(row["name"]) for row in found}
+            for name, kind in columns.items():
+                if name not in have:
+                    exists = " IF NOT EXISTS" if self.postgres else ""
+                    sql.execute(f"ALTER TABLE {table} ADD COLUMN{exists} {name} {kind}")
+
+        self.transaction(work)  # (SQLite: with the write lock, so one process adds them)
+
+
+def in_a_free_slot(
+    cap: int, held: Callable[[], Iterable[int]], insert: Callable[[int], bool]
+) -> bool:
+    """Hold a cap of ``cap`` rows per account with a unique ``(account, slot)``: ``insert`` the
+    row in the first of the slots ``0 .. cap-1`` not ``held`` (a conditional insert: True if it
+    wrote the row, False if the slot was taken meanwhile, and then the next free one is tried).
+    False when every slot is held. Of two requests racing for the last slot, the store lets one
+    write it (on PostgreSQL the second waits for the first's row, then finds it taken)."""
+    for _ in range(cap + 1):
+        taken = set(held())
+        free = next((slot for slot in range(cap) if slot not in taken), None)
+        if free is None:
+            return False
+        if insert(free):
+            return True
+    return False  # (slots taken and freed faster than this loop: answered as full)

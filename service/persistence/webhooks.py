@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.persistence.sqlite import in_chunks
-from service.persistence.tables import SideTable, Sql
+from service.persistence.tables import SideTable, Sql, in_a_free_slot
 
 WEBHOOKS = "cantstop_webhooks"
 DELIVERIES = "cantstop_webhook_deliveries"
@@ -115,7 +115,7 @@ class WebhookTables(SideTable):
             "failures INTEGER NOT NULL DEFAULT 0, paused_until BIGINT NOT NULL DEFAULT 0, "
             "UNIQUE (account, slot))"
         )
-        self._add_columns(
+        self.add_columns(
             WEBHOOKS,
             {
                 "failures": "INTEGER NOT NULL DEFAULT 0",
@@ -146,27 +146,6 @@ class WebhookTables(SideTable):
             "duration_ms INTEGER NOT NULL, address TEXT, PRIMARY KEY (delivery_id, attempt))"
         )
 
-    def _add_columns(self, table: str, columns: dict[str, str]) -> None:
-        """Add the columns that a table made by an older version lacks, each only when missing
-        (on PostgreSQL even ``ADD COLUMN IF NOT EXISTS`` takes the table's lock first)."""
-
-        def work(sql: Sql) -> None:
-            if self.postgres:
-                found = sql.all(
-                    "SELECT attname AS name FROM pg_attribute WHERE attrelid = "
-                    "CAST(? AS regclass) AND attnum > 0 AND NOT attisdropped",
-                    (table,),
-                )
-            else:
-                found = sql.all(f"PRAGMA table_info({table})")
-            have = {str(row["name"]) for row in found}
-            for name, kind in columns.items():
-                if name not in have:
-                    exists = " IF NOT EXISTS" if self.postgres else ""
-                    sql.execute(f"ALTER TABLE {table} ADD COLUMN{exists} {name} {kind}")
-
-        self.transaction(work)  # (SQLite: with the write lock, so one process adds them)
-
     # ----------------------------------------------------------------------------- webhooks
     def count(self, account: str) -> int:
         """How many webhooks the account has (``add`` alone holds the cap, whatever races)."""
@@ -178,16 +157,14 @@ class WebhookTables(SideTable):
     def add(self, row: WebhookRow, cap: int) -> bool:
         """Store ``row`` in a free slot of its account; False if the account has ``cap``
         webhooks already. Two requests racing for the last slot: one gets it."""
-        for _ in range(cap + 1):
-            taken = {
-                int(found["slot"])
-                for found in self.execute(
-                    f"SELECT slot FROM {WEBHOOKS} WHERE account = ?", (row.account,), fetch="all"
-                )
-            }
-            free = [slot for slot in range(cap) if slot not in taken]
-            if not free:
-                return False
+
+        def held() -> list[int]:
+            rows = self.execute(
+                f"SELECT slot FROM {WEBHOOKS} WHERE account = ?", (row.account,), fetch="all"
+            )
+            return [int(found["slot"]) for found in rows]
+
+        def insert(slot: int) -> bool:
             stored = self.execute(
                 f"INSERT INTO {WEBHOOKS} (id, account, slot, url, events, description, secret, "
                 "created_at, created_us) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
@@ -195,7 +172,7 @@ class WebhookTables(SideTable):
                 (
                     row.id,
                     row.account,
-                    free[0],
+                    slot,
                     row.url,
                     json.dumps(list(row.events)),
                     row.description,
@@ -205,9 +182,9 @@ class WebhookTables(SideTable):
                 ),
                 fetch="one",
             )
-            if stored is not None:
-                return True
-        return False  # (slots taken and freed faster than this loop: answered as full)
+            return stored is not None
+
+        return in_a_free_slot(cap, held, insert)
 
     def webhooks(self, account: str) -> list[WebhookRow]:
         rows = self.execute(
