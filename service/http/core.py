@@ -97,6 +97,7 @@ STATUS = {
     "handle_taken": 409,
     "handle_reserved": 422,
     "insufficient_scope": 403,
+    "too_many_tokens": 409,
     "webhook_url_not_https": 422,
     "webhook_url_not_public": 422,
     "webhook_url_unresolvable": 422,

@@ -6,15 +6,26 @@ its tokens (an event is immutable).
 A token is found by its id (the part before its secret) and its secret compared with the stored
 hash in constant time; revoking one is a row update, read by every worker and host at the next
 request.
+
+**The cap on live tokens.** Each live token holds a slot of its account, ``(account, slot)``
+unique among the tokens not revoked (a partial unique index), so an account holds at most ``cap``
+live tokens however many sign-ins race (``add_token``, one conditional insert: see
+``tables.in_a_free_slot``); revoking a token (or closing the account) frees its slot. Tokens made
+before slots were get theirs when a release that has them first opens the store
+(``create_table``, under the schema lock): every slot from 0 up not held, oldest first, so an
+account that had more than ``cap`` keeps them all and is given new ones only as its slots under
+``cap`` free up.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from service.persistence.tables import SideTable
+from service.persistence.tables import SideTable, Sql, in_a_free_slot
 
 
 @dataclass(frozen=True)
@@ -41,9 +52,36 @@ class Credentials(SideTable):
             f"CREATE TABLE IF NOT EXISTS {self.TOKENS} (id TEXT PRIMARY KEY, "
             "account TEXT NOT NULL, digest TEXT NOT NULL, scopes TEXT NOT NULL, "
             "description TEXT NOT NULL, "
-            "created_at TEXT NOT NULL, revoked INTEGER NOT NULL)"
+            "created_at TEXT NOT NULL, revoked INTEGER NOT NULL, slot INTEGER)"
         )
         self.execute(f"CREATE INDEX IF NOT EXISTS {self.TOKENS}_account ON {self.TOKENS} (account)")
+        self.add_columns(self.TOKENS, {"slot": "INTEGER"})
+        self.execute(
+            f"CREATE UNIQUE INDEX IF NOT EXISTS {self.TOKENS}_slot ON {self.TOKENS} "
+            "(account, slot) WHERE revoked = 0"
+        )
+        self.transaction(self._slot_older_tokens)
+
+    def _slot_older_tokens(self, sql: Sql) -> None:
+        """A slot for each live token made before slots were (its ``slot`` NULL): the lowest of
+        its account's not held, oldest token first. Nothing to do once done: one query."""
+        rows = sql.all(
+            f"SELECT id, account, slot FROM {self.TOKENS} WHERE revoked = 0 AND account IN "
+            f"(SELECT account FROM {self.TOKENS} WHERE revoked = 0 AND slot IS NULL) "
+            "ORDER BY account, created_at, id"
+        )
+        held: defaultdict[str, set[int]] = defaultdict(set)
+        for row in rows:
+            if row["slot"] is not None:
+                held[str(row["account"])].add(int(row["slot"]))
+        given: list[tuple[int, str]] = []
+        for row in rows:
+            if row["slot"] is None:
+                taken = held[str(row["account"])]
+                slot = next(n for n in itertools.count() if n not in taken)
+                taken.add(slot)
+                given.append((slot, str(row["id"])))
+        sql.many(f"UPDATE {self.TOKENS} SET slot = ? WHERE id = ?", given)
 
     # ---------------------------------------------------------------------------- passwords
     def set_password(self, account: str, digest: str) -> None:
@@ -65,20 +103,38 @@ class Credentials(SideTable):
         self.execute(f"UPDATE {self.TOKENS} SET revoked = 1 WHERE account = ?", (account,))
 
     # ------------------------------------------------------------------------------- tokens
-    def add_token(self, row: TokenRow) -> None:
-        self.execute(
-            f"INSERT INTO {self.TOKENS} "
-            "(id, account, digest, scopes, description, created_at, revoked) "
-            "VALUES (?, ?, ?, ?, ?, ?, 0)",
-            (
-                row.id,
-                row.account,
-                row.digest,
-                json.dumps(row.scopes),
-                row.description,
-                row.created_at,
-            ),
-        )
+    def add_token(self, row: TokenRow, cap: int) -> bool:
+        """Store ``row`` in a free slot of its account; False if the account holds ``cap`` live
+        tokens already. Two sign-ins racing for the last slot: one gets it."""
+
+        def held() -> list[int]:
+            rows = self.execute(
+                f"SELECT slot FROM {self.TOKENS} WHERE account = ? AND revoked = 0 AND slot < ?",
+                (row.account, cap),
+                fetch="all",
+            )
+            return [int(found["slot"]) for found in rows]
+
+        def insert(slot: int) -> bool:
+            stored = self.execute(
+                f"INSERT INTO {self.TOKENS} "
+                "(id, account, digest, scopes, description, created_at, revoked, slot) "
+                "VALUES (?, ?, ?, ?, ?, ?, 0, ?) "
+                "ON CONFLICT (account, slot) WHERE revoked = 0 DO NOTHING RETURNING id",
+                (
+                    row.id,
+                    row.account,
+                    row.digest,
+                    json.dumps(row.scopes),
+                    row.description,
+                    row.created_at,
+                    slot,
+                ),
+                fetch="one",
+            )
+            return stored is not None
+
+        return in_a_free_slot(cap, held, insert)
 
     def token(self, token_id: str) -> TokenRow | None:
         row = self.execute(f"SELECT * FROM {self.TOKENS} WHERE id = ?", (token_id,), fetch="one")

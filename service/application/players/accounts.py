@@ -12,7 +12,10 @@ auditable under it. What is secret lives beside the events (``persistence.accoun
 - personal tokens, ``cst_<id>_<secret>``: 256 random bits, of which only a SHA-256 is kept and
   compared in constant time; each with scopes (``play``, ``account``), listed and revoked. No
   worker keeps a token: each request reads its row, so a revocation holds on every worker and
-  host from the next request on.
+  host from the next request on. An account holds at most ``MAX_TOKENS`` (100) live tokens: a
+  sign-in past them is 409 ``too_many_tokens`` (after the password is verified, so the refusal
+  tells nothing to whoever lacks it) until one is revoked. Without the cap, ten sign-ins a minute
+  (the ``signin`` limit) were ~14,000 live tokens a day, each listed by ``/v1/account/tokens``.
 """
 
 from __future__ import annotations
@@ -48,11 +51,17 @@ PASSWORD_LENGTH = (8, 1024)
 TOKEN_PREFIX = "cst_"
 TOKEN_SHAPE = re.compile(r"cst_([0-9a-f]{16})_([A-Za-z0-9_-]{43})")
 MAX_DESCRIPTION = 200
+MAX_TOKENS = 100
+"""Live (not revoked) personal tokens per account (``persistence.accounts``: slots)."""
 MAX_REASON = 500
 
 
 class HandleTaken(ApplicationError):
     code = "handle_taken"
+
+
+class TooManyTokens(ApplicationError):
+    code = "too_many_tokens"
 
 
 class InsufficientScope(ApplicationError):
@@ -113,9 +122,12 @@ def _digest(secret: str) -> str:
 
 
 class Accounts:
-    def __init__(self, store: Store, credentials: Credentials) -> None:
+    def __init__(
+        self, store: Store, credentials: Credentials, *, max_tokens: int = MAX_TOKENS
+    ) -> None:
         self.store = store
         self.credentials = credentials
+        self.max_tokens = max_tokens
         self.hasher = argon2.PasswordHasher()  # argon2id, the library's current defaults
         # Verified when a handle is unknown, so that a sign-in takes as long either way.
         self._stand_in = self.hasher.hash(secrets.token_urlsafe(16))
@@ -213,9 +225,12 @@ class Accounts:
         token_id = secrets.token_hex(8)
         secret = secrets.token_urlsafe(32)
         created = format_at(datetime.now(UTC))
-        self.credentials.add_token(
-            TokenRow(token_id, key, _digest(secret), tuple(scopes), description, created, False)
-        )
+        row = TokenRow(token_id, key, _digest(secret), tuple(scopes), description, created, False)
+        if not self.credentials.add_token(row, self.max_tokens):
+            raise TooManyTokens(
+                f"an account may have {self.max_tokens} live tokens: revoke one first",
+                limit=self.max_tokens,
+            )
         return Issued(
             token_id, f"{TOKEN_PREFIX}{token_id}_{secret}", tuple(scopes), created, description
         )
