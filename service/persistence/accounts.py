@@ -9,12 +9,13 @@ request.
 
 **The cap on live tokens.** Each live token holds a slot of its account, ``(account, slot)``
 unique among the tokens not revoked (a partial unique index), so an account holds at most ``cap``
-live tokens however many sign-ins race (``add_token``, one conditional insert: see
-``tables.in_a_free_slot``); revoking a token (or closing the account) frees its slot. Tokens made
-before slots were get theirs when a release that has them first opens the store
-(``create_table``, under the schema lock): every slot from 0 up not held, oldest first, so an
-account that had more than ``cap`` keeps them all and is given new ones only as its slots under
-``cap`` free up.
+live tokens however many sign-ins race (``add_token``: a conditional insert, see
+``tables.in_a_free_slot``). With every slot held, a new token takes the place of the oldest:
+it is revoked (a conditional update, so two sign-ins racing revoke one each), and its slot
+taken. Revoking a token (or closing the account) frees its slot. Tokens made before slots were
+get theirs when a release that has them first opens the store (``create_table``, under the
+schema lock): every slot from 0 up not held, oldest first, so an account that had more than
+``cap`` keeps the newest past the cap until they are revoked (the oldest, under it, make room).
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from service.persistence.tables import SideTable, Sql, in_a_free_slot
+
+ROOM_TRIES = 32
+"""Rounds of a sign-in's search for a slot, revoking the oldest token between them."""
 
 
 @dataclass(frozen=True)
@@ -103,9 +107,12 @@ class Credentials(SideTable):
         self.execute(f"UPDATE {self.TOKENS} SET revoked = 1 WHERE account = ?", (account,))
 
     # ------------------------------------------------------------------------------- tokens
-    def add_token(self, row: TokenRow, cap: int) -> bool:
-        """Store ``row`` in a free slot of its account; False if the account holds ``cap`` live
-        tokens already. Two sign-ins racing for the last slot: one gets it."""
+    def add_token(self, row: TokenRow, cap: int) -> tuple[bool, list[str]]:
+        """Store ``row`` in a free slot of its account, revoking its oldest live tokens under
+        the cap for room while every slot is held: whether it was stored, and the ids of those
+        revoked. Sign-ins racing for the last slots each get one (each revokes a token of its
+        own); not stored only if other sign-ins took every slot freed, ``ROOM_TRIES`` times
+        over (each sign-in takes one slot: it would take that many racing)."""
 
         def held() -> list[int]:
             rows = self.execute(
@@ -134,7 +141,20 @@ class Credentials(SideTable):
             )
             return stored is not None
 
-        return in_a_free_slot(cap, held, insert)
+        revoked: list[str] = []
+        for _ in range(ROOM_TRIES):
+            if in_a_free_slot(cap, held, insert):
+                return True, revoked
+            oldest = self.execute(
+                f"UPDATE {self.TOKENS} SET revoked = 1 WHERE revoked = 0 AND id = "
+                f"(SELECT id FROM {self.TOKENS} WHERE account = ? AND revoked = 0 AND slot < ? "
+                "ORDER BY created_at, id LIMIT 1) RETURNING id",
+                (row.account, cap),
+                fetch="one",
+            )
+            if oldest is not None:  # (else another sign-in revoked it first: look again)
+                revoked.append(str(oldest["id"]))
+        return False, revoked
 
     def token(self, token_id: str) -> TokenRow | None:
         row = self.execute(f"SELECT * FROM {self.TOKENS} WHERE id = ?", (token_id,), fetch="one")

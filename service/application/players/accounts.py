@@ -13,9 +13,11 @@ auditable under it. What is secret lives beside the events (``persistence.accoun
   compared in constant time; each with scopes (``play``, ``account``), listed and revoked. No
   worker keeps a token: each request reads its row, so a revocation holds on every worker and
   host from the next request on. An account holds at most ``MAX_TOKENS`` (100) live tokens: a
-  sign-in past them is 409 ``too_many_tokens`` (after the password is verified, so the refusal
-  tells nothing to whoever lacks it) until one is revoked. Without the cap, ten sign-ins a minute
-  (the ``signin`` limit) were ~14,000 live tokens a day, each listed by ``/v1/account/tokens``.
+  sign-in past them revokes the oldest (a client that signs in at every start and never signs
+  out goes on working, and nobody is locked out of an account whose tokens are all lost).
+  Without the cap, ten sign-ins a minute (the ``signin`` limit) were ~14,000 live tokens a
+  day, each listed by ``/v1/account/tokens``; whoever could make them has the password, and
+  with it can revoke them all already (a token with the ``account`` scope).
 """
 
 from __future__ import annotations
@@ -226,9 +228,14 @@ class Accounts:
         secret = secrets.token_urlsafe(32)
         created = format_at(datetime.now(UTC))
         row = TokenRow(token_id, key, _digest(secret), tuple(scopes), description, created, False)
-        if not self.credentials.add_token(row, self.max_tokens):
+        stored, revoked = self.credentials.add_token(row, self.max_tokens)
+        for gone in revoked:  # (a token's id is not its secret: the listing shows it)
+            log.info(
+                "token %s of %s revoked by a sign-in: at most %d live", gone, key, self.max_tokens
+            )
+        if not stored:  # every slot freed was taken by other sign-ins, again and again
             raise TooManyTokens(
-                f"an account may have {self.max_tokens} live tokens: revoke one first",
+                f"sign-ins to this account raced for its {self.max_tokens} live tokens: retry",
                 limit=self.max_tokens,
             )
         return Issued(
