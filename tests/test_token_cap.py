@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+import threading
 from collections.abc import Iterator
 from functools import partial
 from typing import Any
@@ -113,6 +114,43 @@ def test_sign_ins_racing_on_two_hosts_keep_the_cap(hosts: list[Flask]) -> None:
     alive = [token for token in tokens if status(hosts[1], token) == 200]
     assert len(alive) == 5 and len(listed(hosts[0], alive[0])) == 5
     assert sum(status(hosts[0], token) == 401 for token in tokens) == 8
+
+
+def test_a_host_frozen_mid_sign_in_leaves_the_cap_held(hosts: list[Flask]) -> None:
+    """Host A stops inside a sign-in at the cap, after revoking the oldest token for room and
+    before taking its slot; host B's sign-in takes the slot meanwhile. Thawed, A makes room
+    again (the next oldest) and answers: both have a token, and five stay live."""
+    first = sign_up(hosts[0], "Frozen")
+    made = [sign_in(hosts[0], "frozen").get_json()["token"] for _ in range(4)]
+    credentials = hosts[0].extensions["cantstop"].accounts.credentials
+    execute = credentials.execute
+    frozen, thawed = threading.Event(), threading.Event()
+
+    def stalled(sql: str, *args: Any, **kwargs: Any) -> Any:
+        result = execute(sql, *args, **kwargs)
+        if sql.startswith("UPDATE") and not frozen.is_set():  # the oldest revoked for room
+            frozen.set()
+            assert thawed.wait(30)
+        return result
+
+    credentials.execute = stalled
+    answers: list[Any] = []
+    request = threading.Thread(target=lambda: answers.append(sign_in(hosts[0], "frozen")))
+    request.start()
+    try:
+        assert frozen.wait(30)
+        assert status(hosts[1], first) == 401
+        other = sign_in(hosts[1], "frozen")
+        assert other.status_code == 201, other.get_json()
+        assert status(hosts[1], made[0]) == 200 and len(listed(hosts[1], made[0])) == 5
+    finally:
+        thawed.set()
+        request.join(timeout=30)
+        credentials.execute = execute
+    assert answers[0].status_code == 201, answers[0].get_json()
+    assert status(hosts[1], made[0]) == 401  # the next oldest made room for A's
+    mine = answers[0].get_json()["token"]
+    assert status(hosts[1], mine) == 200 and len(listed(hosts[1], mine)) == 5
 
 
 def older_token(app: Flask, account: str, created_at: str) -> str:
