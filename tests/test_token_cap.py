@@ -188,6 +188,7 @@ def test_tokens_made_before_the_cap_are_counted_and_kept(settings: Settings) -> 
         sign_up(old, "Young")
         credentials = old.extensions["cantstop"].accounts.credentials
         credentials.execute("DROP INDEX cantstop_tokens_slot")
+        credentials.execute("DROP INDEX cantstop_tokens_unslotted")
         credentials.execute("ALTER TABLE cantstop_tokens DROP COLUMN slot")
         # Six more of Elder's, older than its sign-up's, made a day apart.
         elder = [older_token(old, "elder", f"2026-11-0{day}T12:00:00Z") for day in range(1, 7)]

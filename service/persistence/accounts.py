@@ -64,6 +64,12 @@ class Credentials(SideTable):
             f"CREATE UNIQUE INDEX IF NOT EXISTS {self.TOKENS}_slot ON {self.TOKENS} "
             "(account, slot) WHERE revoked = 0"
         )
+        # The tokens still without a slot (none once a start has given them theirs), found at
+        # each start without reading the table through: revoked tokens are kept.
+        self.execute(
+            f"CREATE INDEX IF NOT EXISTS {self.TOKENS}_unslotted ON {self.TOKENS} (account) "
+            "WHERE slot IS NULL AND revoked = 0"
+        )
         self.transaction(self._slot_older_tokens)
 
     def _slot_older_tokens(self, sql: Sql) -> None:
@@ -71,7 +77,7 @@ class Credentials(SideTable):
         its account's not held, oldest token first. Nothing to do once done: one query."""
         rows = sql.all(
             f"SELECT id, account, slot FROM {self.TOKENS} WHERE revoked = 0 AND account IN "
-            f"(SELECT account FROM {self.TOKENS} WHERE revoked = 0 AND slot IS NULL) "
+            f"(SELECT account FROM {self.TOKENS} WHERE slot IS NULL AND revoked = 0) "
             "ORDER BY account, created_at, id"
         )
         held: defaultdict[str, set[int]] = defaultdict(set)
