@@ -25,6 +25,7 @@ from werkzeug.exceptions import HTTPException
 
 from service.config import Settings
 from service.http.app import create_app
+from tests.support.shared_postgres import one_at_a_time
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
@@ -47,6 +48,21 @@ def postgres_server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[st
         yield server.get_uri()
     finally:
         server.cleanup()
+
+
+@pytest.fixture(autouse=True)
+def _a_shared_postgres_one_test_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A server given by ``CANTSTOP_TEST_POSTGRES_URL`` is the workers' to share: each test
+    that uses it has it alone (tests/support/shared_postgres.py says why)."""
+    shared = os.environ.get("CANTSTOP_TEST_POSTGRES_URL")
+    uses = "postgres_server_url" in request.fixturenames or request.node.get_closest_marker(
+        "postgres"
+    )
+    if not shared or not uses:
+        yield
+        return
+    with one_at_a_time(shared):
+        yield
 
 
 def _with_database(url: str, dbname: str) -> str:
