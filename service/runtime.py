@@ -158,6 +158,7 @@ class Runtime:
                 self.challenges.expire_due,  # recorded, so announced, once whoever is first
                 self.seeks.expire_due,
                 self.notices.prune_now_and_then,
+                self.accounts.prune_now_and_then,  # revoked tokens, 30 days on
                 self.dispatcher().step,
                 self.fair_play.poll,  # finished rated games' analyses summed up
                 self.archiver.chore,  # finished games' events archived, a while after

@@ -9,6 +9,7 @@ import json
 import secrets
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -220,3 +221,50 @@ def test_tokens_made_before_the_cap_are_counted_and_kept(settings: Settings) -> 
         assert slots(again) == settled
     finally:
         again.extensions["cantstop"].close()
+
+
+def test_revoked_tokens_are_forgotten_thirty_days_on(settings: Settings) -> None:
+    """Tokens revoked by their owner, by a sign-in past the cap and by closing the account are
+    kept 30 days (told "revoked"), then forgotten (told "unknown"); live tokens stay, and the
+    tokens revoked before the time was kept go once they were made 30 days ago."""
+    app = host(settings, 2, create=True)
+    try:
+        rt = app.extensions["cantstop"]
+        credentials = rt.accounts.credentials
+        client = app.test_client()
+        owner = sign_up(app, "Keeper")
+        spare = sign_in(app, "keeper").get_json()["token"]
+        assert (
+            client.delete(f"/v1/account/tokens/{spare[4:20]}", headers=bearer(owner)).status_code
+            == 204
+        )
+        second = sign_in(app, "keeper").get_json()["token"]
+        third = sign_in(app, "keeper").get_json()["token"]  # past the cap: the sign-up's goes
+        closing = sign_up(app, "Closer")
+        assert client.delete("/v1/account", headers=bearer(closing)).status_code == 204
+        older = older_token(app, "keeper", "2026-10-01T12:00:00.000000Z")
+        credentials.execute("UPDATE cantstop_tokens SET revoked = 1 WHERE id = ?", (older[4:20],))
+        recent = older_token(app, "keeper", "2026-12-01T12:00:00.000000Z")
+        credentials.execute("UPDATE cantstop_tokens SET revoked = 1 WHERE id = ?", (recent[4:20],))
+
+        def detail(token: str) -> str:
+            reply = client.get("/v1/account", headers=bearer(token))
+            assert reply.status_code == 401
+            said: str = reply.get_json()["detail"]
+            return said
+
+        now = datetime.now(UTC).timestamp()
+        assert credentials.prune(now) == 1  # the one revoked (as kept) made two months ago
+        assert detail(older) == "unknown token"
+        assert {detail(t) for t in (spare, owner, closing, recent)} == {"this token was revoked"}
+        assert credentials.prune(now + 31 * 86_400) == 4
+        assert {detail(t) for t in (spare, owner, closing, recent)} == {"unknown token"}
+        assert status(app, second) == status(app, third) == 200
+        assert len(listed(app, third)) == 2
+        # The scheduler's chore, at most once an hour a process: nothing left to forget now.
+        assert rt.accounts.prune_now_and_then in rt.scheduler().chores
+        credentials.execute("UPDATE cantstop_tokens SET revoked = 1, revoked_at = 0")
+        assert rt.accounts.prune_now_and_then() == 2
+        assert rt.accounts.prune_now_and_then() == 0
+    finally:
+        app.extensions["cantstop"].close()

@@ -16,19 +16,29 @@ taken. Revoking a token (or closing the account) frees its slot. Tokens made bef
 get theirs when a release that has them first opens the store (``create_table``, under the
 schema lock): every slot from 0 up not held, oldest first, so an account that had more than
 ``cap`` keeps the newest past the cap until they are revoked (the oldest, under it, make room).
+
+**Revoked tokens are forgotten** ``REVOKED_KEPT`` (30 days) after their revocation (``prune``, an
+hourly chore of the scheduler): until then a request with one is told it was revoked, then that
+it is unknown (401 either way). So the table holds at most ``cap`` live tokens an account and
+the revocations of the last 30 days, which sign-ins past the cap add to.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from service.persistence.tables import SideTable, Sql, in_a_free_slot
 
 ROOM_TRIES = 32
+REVOKED_KEPT = 30 * 86_400.0
+"""Seconds a revoked token's row is kept (then it is unknown): ``prune``."""
+AT_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # ``created_at``, as domain.game.format_at writes it
 """Rounds of a sign-in's search for a slot, revoking the oldest token between them."""
 
 
@@ -56,10 +66,11 @@ class Credentials(SideTable):
             f"CREATE TABLE IF NOT EXISTS {self.TOKENS} (id TEXT PRIMARY KEY, "
             "account TEXT NOT NULL, digest TEXT NOT NULL, scopes TEXT NOT NULL, "
             "description TEXT NOT NULL, "
-            "created_at TEXT NOT NULL, revoked INTEGER NOT NULL, slot INTEGER)"
+            "created_at TEXT NOT NULL, revoked INTEGER NOT NULL, slot INTEGER, "
+            "revoked_at DOUBLE PRECISION)"
         )
         self.execute(f"CREATE INDEX IF NOT EXISTS {self.TOKENS}_account ON {self.TOKENS} (account)")
-        self.add_columns(self.TOKENS, {"slot": "INTEGER"})
+        self.add_columns(self.TOKENS, {"slot": "INTEGER", "revoked_at": "DOUBLE PRECISION"})
         self.execute(
             f"CREATE UNIQUE INDEX IF NOT EXISTS {self.TOKENS}_slot ON {self.TOKENS} "
             "(account, slot) WHERE revoked = 0"
@@ -110,7 +121,11 @@ class Credentials(SideTable):
     def erase(self, account: str) -> None:
         """Close an account's credentials: its password hash is deleted, its tokens revoked."""
         self.execute(f"DELETE FROM {self.PASSWORDS} WHERE account = ?", (account,))
-        self.execute(f"UPDATE {self.TOKENS} SET revoked = 1 WHERE account = ?", (account,))
+        self.execute(
+            f"UPDATE {self.TOKENS} SET revoked = 1, revoked_at = ? "
+            "WHERE account = ? AND revoked = 0",
+            (time.time(), account),
+        )
 
     # ------------------------------------------------------------------------------- tokens
     def add_token(self, row: TokenRow, cap: int) -> tuple[bool, list[str]]:
@@ -152,10 +167,10 @@ class Credentials(SideTable):
             if in_a_free_slot(cap, held, insert):
                 return True, revoked
             oldest = self.execute(
-                f"UPDATE {self.TOKENS} SET revoked = 1 WHERE revoked = 0 AND id = "
+                f"UPDATE {self.TOKENS} SET revoked = 1, revoked_at = ? WHERE revoked = 0 AND id = "
                 f"(SELECT id FROM {self.TOKENS} WHERE account = ? AND revoked = 0 AND slot < ? "
                 "ORDER BY created_at, id LIMIT 1) RETURNING id",
-                (row.account, cap),
+                (time.time(), row.account, cap),
                 fetch="one",
             )
             if oldest is not None:  # (else another sign-in revoked it first: look again)
@@ -189,12 +204,25 @@ class Credentials(SideTable):
 
     def revoke(self, account: str, token_id: str) -> bool:
         row = self.execute(
-            f"UPDATE {self.TOKENS} SET revoked = 1 WHERE account = ? AND id = ? AND revoked = 0 "
-            "RETURNING id",
-            (account, token_id),
+            f"UPDATE {self.TOKENS} SET revoked = 1, revoked_at = ? "
+            "WHERE account = ? AND id = ? AND revoked = 0 RETURNING id",
+            (time.time(), account, token_id),
             fetch="one",
         )
         return row is not None
+
+    def prune(self, now: float, kept: float = REVOKED_KEPT) -> int:
+        """Forget the tokens revoked more than ``kept`` seconds before ``now`` (those revoked
+        before the time was kept: made that long ago); how many."""
+        cut = now - kept
+        made = datetime.fromtimestamp(cut, UTC).strftime(AT_FORMAT)
+        rows = self.execute(
+            f"DELETE FROM {self.TOKENS} WHERE revoked = 1 AND (revoked_at < ? OR "
+            "(revoked_at IS NULL AND created_at < ?)) RETURNING id",
+            (cut, made),
+            fetch="all",
+        )
+        return len(rows)
 
 
 def _token(row: Any) -> TokenRow:

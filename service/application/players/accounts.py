@@ -17,7 +17,8 @@ auditable under it. What is secret lives beside the events (``persistence.accoun
   out goes on working, and nobody is locked out of an account whose tokens are all lost).
   Without the cap, ten sign-ins a minute (the ``signin`` limit) were ~14,000 live tokens a
   day, each listed by ``/v1/account/tokens``; whoever could make them has the password, and
-  with it can revoke them all already (a token with the ``account`` scope).
+  with it can revoke them all already (a token with the ``account`` scope). A revoked token is
+  forgotten 30 days later (``prune_now_and_then``, the scheduler's chore).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import hmac
 import logging
 import re
 import secrets
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -56,6 +58,8 @@ MAX_DESCRIPTION = 200
 MAX_TOKENS = 100
 """Live (not revoked) personal tokens per account (``persistence.accounts``: slots)."""
 MAX_REASON = 500
+PRUNE_EVERY = 3600.0
+"""Seconds between a process's prunings of the revoked tokens."""
 
 
 class HandleTaken(ApplicationError):
@@ -130,6 +134,7 @@ class Accounts:
         self.store = store
         self.credentials = credentials
         self.max_tokens = max_tokens
+        self._next_prune = 0.0
         self.hasher = argon2.PasswordHasher()  # argon2id, the library's current defaults
         # Verified when a handle is unknown, so that a sign-in takes as long either way.
         self._stand_in = self.hasher.hash(secrets.token_urlsafe(16))
@@ -261,6 +266,15 @@ class Accounts:
         if scope is not None:
             principal.require(scope)
         return principal
+
+    def prune_now_and_then(self) -> int:
+        """Forget the tokens revoked more than 30 days ago, at most once an hour per process
+        (the scheduler's chore); how many were."""
+        now = time.monotonic()
+        if now < self._next_prune:
+            return 0
+        self._next_prune = now + PRUNE_EVERY
+        return self.credentials.prune(time.time())
 
     def tokens(self, principal: Principal) -> list[TokenRow]:
         return self.credentials.tokens(principal.handle.lower())
