@@ -254,10 +254,10 @@ def test_revoked_tokens_are_forgotten_thirty_days_on(settings: Settings) -> None
             return said
 
         now = datetime.now(UTC).timestamp()
-        assert credentials.prune(now) == 1  # the one revoked (as kept) made two months ago
+        assert rt.accounts.prune(now) == 1  # the one revoked (as kept) made two months ago
         assert detail(older) == "unknown token"
         assert {detail(t) for t in (spare, owner, closing, recent)} == {"this token was revoked"}
-        assert credentials.prune(now + 31 * 86_400) == 4
+        assert rt.accounts.prune(now + 31 * 86_400) == 4
         assert {detail(t) for t in (spare, owner, closing, recent)} == {"unknown token"}
         assert status(app, second) == status(app, third) == 200
         assert len(listed(app, third)) == 2

@@ -17,10 +17,10 @@ get theirs when a release that has them first opens the store (``create_table``,
 schema lock): every slot from 0 up not held, oldest first, so an account that had more than
 ``cap`` keeps the newest past the cap until they are revoked (the oldest, under it, make room).
 
-**Revoked tokens are forgotten** ``REVOKED_KEPT`` (30 days) after their revocation (``prune``, an
-hourly chore of the scheduler): until then a request with one is told it was revoked, then that
-it is unknown (401 either way). So the table holds at most ``cap`` live tokens an account and
-the revocations of the last 30 days, which sign-ins past the cap add to.
+**Revoked tokens are forgotten** 30 days after their revocation (``prune``, an hourly chore of
+the scheduler: ``players.accounts.REVOKED_KEPT``): until then a request with one is told it was
+revoked, then that it is unknown (401 either way). So the table holds at most ``cap`` live
+tokens an account and the revocations of the last 30 days, which sign-ins past the cap add to.
 """
 
 from __future__ import annotations
@@ -30,15 +30,11 @@ import json
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from service.persistence.tables import SideTable, Sql, in_a_free_slot
 
 ROOM_TRIES = 32
-REVOKED_KEPT = 30 * 86_400.0
-"""Seconds a revoked token's row is kept (then it is unknown): ``prune``."""
-AT_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # ``created_at``, as domain.game.format_at writes it
 """Rounds of a sign-in's search for a slot, revoking the oldest token between them."""
 
 
@@ -211,15 +207,14 @@ class Credentials(SideTable):
         )
         return row is not None
 
-    def prune(self, now: float, kept: float = REVOKED_KEPT) -> int:
-        """Forget the tokens revoked more than ``kept`` seconds before ``now`` (those revoked
-        before the time was kept: made that long ago); how many."""
-        cut = now - kept
-        made = datetime.fromtimestamp(cut, UTC).strftime(AT_FORMAT)
+    def prune(self, before: float, made_before: str) -> int:
+        """Forget the tokens revoked before ``before`` (seconds since the epoch), and those
+        revoked before the time was kept that were made before ``made_before`` (a
+        ``created_at``); how many."""
         rows = self.execute(
             f"DELETE FROM {self.TOKENS} WHERE revoked = 1 AND (revoked_at < ? OR "
             "(revoked_at IS NULL AND created_at < ?)) RETURNING id",
-            (cut, made),
+            (before, made_before),
             fetch="all",
         )
         return len(rows)

@@ -58,6 +58,8 @@ MAX_DESCRIPTION = 200
 MAX_TOKENS = 100
 """Live (not revoked) personal tokens per account (``persistence.accounts``: slots)."""
 MAX_REASON = 500
+REVOKED_KEPT = 30 * 86_400.0
+"""Seconds a revoked token's row is kept (told "revoked"), then forgotten (told "unknown")."""
 PRUNE_EVERY = 3600.0
 """Seconds between a process's prunings of the revoked tokens."""
 
@@ -274,7 +276,14 @@ class Accounts:
         if now < self._next_prune:
             return 0
         self._next_prune = now + PRUNE_EVERY
-        return self.credentials.prune(time.time())
+        return self.prune()
+
+    def prune(self, now: float | None = None) -> int:
+        """Forget the tokens revoked more than ``REVOKED_KEPT`` before ``now`` (those revoked
+        before the time was kept: made that long ago, ``created_at`` as ``_issue`` writes it);
+        how many were."""
+        cut = (time.time() if now is None else now) - REVOKED_KEPT
+        return self.credentials.prune(cut, format_at(datetime.fromtimestamp(cut, UTC)))
 
     def tokens(self, principal: Principal) -> list[TokenRow]:
         return self.credentials.tokens(principal.handle.lower())
