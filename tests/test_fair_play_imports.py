@@ -5,12 +5,14 @@ webhooks; the server signs no receipt of it; importing is rate-limited by defaul
 from __future__ import annotations
 
 import threading
+import uuid
 from typing import Any
 
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
+from service.application.analysis.jobs import FINAL
 from service.config import Settings
 from service.http.app import create_app
 from tests.support.http import bearer
@@ -92,6 +94,11 @@ def test_repeated_and_forged_imports_of_a_rated_game_change_no_figure(
 
     after = figures(client, app, tokens)
     assert after == before
+    # Only the game played here is queued for its analysis (the fair-play figures'): a copy,
+    # importable by anyone again and again, would be a job of the uncapped system client.
+    jobs = app.extensions["cantstop"].analyst.jobs
+    assert jobs.get(uuid.UUID(game["id"]), FINAL) is not None
+    assert [jobs.get(uuid.UUID(copy), FINAL) for copy in [*copies, forged]] == [None] * 4
     assert after["cy"]["ratings"] == [] and after["cy"]["games"] == []
     assert after["cy"]["counts"] == {"games": 0, "finished": 0, "rated": 0}
     assert after["cy"]["export"] == b"" and after["cy"]["notices"] == 0

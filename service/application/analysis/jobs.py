@@ -587,8 +587,9 @@ FINISHED = get_topic(Game.GameFinished)
 
 
 class AnalysisFeed(View):
-    """Queues each finished rated game's analysis as it finishes (as the ``system`` client):
-    the fair-play figures read them. No tables of its own: only its place in the log."""
+    """Queues each finished rated game played here (never an imported one) for its analysis
+    as it finishes (as the ``system`` client): the fair-play figures read them. No tables of
+    its own: only its place in the log."""
 
     name = "analysis_feed"
     version = 1
@@ -606,17 +607,24 @@ class AnalysisFeed(View):
 
     def prepare(self, items: list[Any], read: Sql) -> list[str]:
         found = []
-        # Whether each was rated, from the creations read in one query (not two reads a game).
+        # Whether each was rated, from the creations read in one query (not two reads a game),
+        # and whether a rated one was imported, for the batch at once too.
         store = self.games.store
         firsts = store.creations([head.originator_id for head in items])
+        store.imported([game_id for game_id, first in firsts.items() if first.rated])
         for head in items:
             try:
                 first = firsts.get(head.originator_id) or store.at_creation(head.originator_id)
                 if not first.rated:
                     continue
+                if store.is_imported(head.originator_id):
+                    # Not played here (contract 1.3, "What is rated"), and importable again
+                    # and again by anyone: the system's jobs are not capped per client, so
+                    # each copy would be an analysis queued, worked out and kept for nobody.
+                    continue
                 game = self.games.game(head.originator_id)
                 if rated_game(game, self.games.history(head.originator_id)) is None:
-                    continue  # aborted, or not played here
+                    continue  # not a finished rated game
             except ApplicationError:
                 continue
             if game.version <= MAX_VERSIONS:
