@@ -337,3 +337,48 @@ def test_two_hosts_share_the_count_of_games_of_bots(database_url: str, redis_url
     finally:
         for host in hosts:
             host.extensions["cantstop"].close()
+
+
+# ------------------------------------------------------------------------------ scopes
+def test_a_token_without_the_scope_spends_only_its_addresss_count(database_url: str) -> None:
+    """``webhook`` and ``tournament`` count per account, but only for a token holding the scope
+    the view needs: a ``play`` token (a third party's client, say) refused 403 by the webhooks'
+    view must not use up its owner's webhooks of the hour, nor a token without ``play`` the
+    account's tournaments."""
+    settings = Settings(
+        database_url=database_url,
+        rate_limits="webhook=3/hour,tournament=3/hour",
+        extra_env={"CANTSTOP_WEBHOOK_ALLOW_PRIVATE": "1"},
+    )
+    app = create_app(settings, create_tables=True)
+    try:
+        client = app.test_client()
+        owner = sign_up(client, "ann", "10.5.0.1")
+
+        def token(scopes: list[str]) -> str:
+            body = {"handle": "ann", "password": PASSWORD, "scopes": scopes}
+            reply = client.post("/v1/tokens", json=body, **at("10.5.0.1"))
+            assert reply.status_code == 201, reply.get_json()
+            return str(reply.get_json()["token"])
+
+        play_only, account_only = token(["play"]), token(["account"])
+        hook = {"url": "http://127.0.0.1:9/hook", "events": ["game_finished"]}
+        for _ in range(3):
+            refused = client.post(
+                "/v1/account/webhooks", json=hook, headers=bearer(play_only), **at("10.5.0.2")
+            )
+            assert refused.status_code == 403, refused.get_json()
+            refused = client.post(
+                "/v1/tournaments", json={}, headers=bearer(account_only), **at("10.5.0.2")
+            )
+            assert refused.status_code == 403, refused.get_json()
+        made = client.post("/v1/account/webhooks", json=hook, headers=bearer(owner))
+        assert made.status_code == 201, made.get_json()
+        assert made.headers["X-RateLimit-Remaining"] == "2"  # the owner's first of three
+        # ... and the refused tokens' address has spent its own three
+        again = client.post(
+            "/v1/account/webhooks", json=hook, headers=bearer(play_only), **at("10.5.0.2")
+        )
+        assert again.status_code == 429, again.get_json()
+    finally:
+        app.extensions["cantstop"].close()

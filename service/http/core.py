@@ -6,6 +6,8 @@ Blueprints import this module and the application, never each other.
 
 from __future__ import annotations
 
+import functools
+import ipaddress
 import logging
 import re
 import uuid
@@ -664,6 +666,26 @@ def bearer_token(environ: Mapping[str, Any] | None = None) -> str | None:
     if scheme.lower() != "bearer" or not token.strip():
         return None
     return token.strip()
+
+
+@functools.lru_cache(maxsize=4096)
+def client_of(remote: str | None) -> str:
+    """A client's address as the rate limits and per-client caps count it: an IPv4 address (or
+    an IPv4-mapped IPv6 one) as it is, an IPv6 address by its /64 network. A /64 is what one
+    subscriber is handed (RFC 6177), and its 2^64 addresses cost nothing to rotate through: per
+    address, one host could sign in, create games or open streams without ever reaching a
+    count (tests/test_client_addresses.py)."""
+    if not remote:
+        return "unknown"
+    if ":" not in remote:
+        return remote
+    try:
+        address = ipaddress.IPv6Address(remote.partition("%")[0])
+    except ValueError:
+        return remote
+    if address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(ipaddress.IPv6Network((int(address) >> 64 << 64, 64)))
 
 
 # ------------------------------------------------------------------------------ conditionals

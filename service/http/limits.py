@@ -23,9 +23,12 @@ counted by the ``limits`` library in fixed windows, checked by the limited views
   not, could spend another account's count and so lock it out of being challenged. A
   challenger refused by its own count spends nothing of the challenged account's.
   ``tournament`` covers ``POST /v1/tournaments``, counted per account (per address without a
-  valid personal token), on by default (10 an hour): per token, an account could mint tokens
-  to make more. ``webhook`` covers ``POST /v1/account/webhooks`` (each looks a host name up),
-  counted the same way, on by default (30 an hour, three times the cap of 10 webhooks).
+  valid personal token holding ``play``, which the view needs), on by default (10 an hour): per
+  token, an account could mint tokens to make more. ``webhook`` covers ``POST
+  /v1/account/webhooks`` (each looks a host name up), counted the same way (the scope
+  ``account``), on by default (30 an hour, three times the cap of 10 webhooks).
+- A client's address is counted as it is, but an IPv6 address by its /64 network
+  (``client_of``).
   ``bots`` covers the requests that give a game a computer player (``bot_games``): ``POST
   /v1/games`` naming a bot among its players, ``POST /v1/games/{id}/players`` seating one,
   ``POST /v1/games/{id}/rematch`` of a game with bot seats and ``POST /v1/challenges`` to a
@@ -69,6 +72,7 @@ from service.errors import ApplicationError
 from service.http.core import (
     after_this_request,
     bearer_token,
+    client_of,
     json_bytes,
     parse_json,
     runtime,
@@ -110,7 +114,7 @@ FIRST_RECHECK, LAST_RECHECK = 1.0, 32.0
 
 
 def client_address(req: flask.Request) -> str:
-    return f"a:{req.remote_addr or 'unknown'}"
+    return f"a:{client_of(req.remote_addr)}"
 
 
 def seat_or_address(req: flask.Request) -> str:
@@ -134,11 +138,19 @@ def signed_in(req: flask.Request) -> Principal | None:
     return principal
 
 
-def account_or_address(req: flask.Request) -> str:
-    """The account the personal token speaks for (any of its tokens counts alike); the client's
-    address without a valid one (the view then answers 401)."""
-    principal = signed_in(req)
-    return client_address(req) if principal is None else f"u:{principal.handle.lower()}"
+def account_with(scope: str) -> Callable[[flask.Request], str]:
+    """The account the personal token speaks for (any of its tokens counts alike), when the
+    token holds ``scope``, which the view needs; else the client's address (the view then
+    answers 401 or 403). So a token the view refuses spends only its caller's own count, never
+    the account's: a third party's ``play`` token cannot use up its owner's webhooks."""
+
+    def key(req: flask.Request) -> str:
+        principal = signed_in(req)
+        if principal is None or scope not in principal.scopes:
+            return client_address(req)
+        return f"u:{principal.handle.lower()}"
+
+    return key
 
 
 def body_object(req: flask.Request) -> dict[str, Any] | None:
@@ -250,8 +262,8 @@ KEYS: dict[str, Callable[[flask.Request], str | None]] = {
     "signin_stranger": stranger,
     "challenger": challenger,
     "challenge": challenged,
-    "tournament": account_or_address,
-    "webhook": account_or_address,
+    "tournament": account_with("play"),
+    "webhook": account_with("account"),
     "bots": bot_games,
 }
 # The scopes a configured limit is counted under, in order (a request refused by one is not

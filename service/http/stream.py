@@ -10,7 +10,7 @@ from flask import Blueprint, Response, request
 
 from service.application.errors import NotFound
 from service.application.games.use_cases import parse_game_id
-from service.http.core import BadRequest, error_problem, me, runtime
+from service.http.core import BadRequest, client_of, error_problem, me, runtime
 from service.live.hub import ShuttingDown, StreamBody, TooManyClientStreams, TooManyStreams
 
 stream_api = Blueprint("stream", __name__)
@@ -61,7 +61,7 @@ def stream(game_id: str) -> Response:
         return _head()
     return _served(
         lambda: hub.stream(
-            gid, after, version=version, finished=finished, client=request.remote_addr or ""
+            gid, after, version=version, finished=finished, client=client_of(request.remote_addr)
         )
     )
 
@@ -92,7 +92,7 @@ def account_stream() -> Response:
             principal.handle,
             after,
             latest=latest,
-            client=request.remote_addr or "",
+            client=client_of(request.remote_addr),
             token_id=principal.token_id,  # the stream ends when this token dies (hub.py)
         )
     )
@@ -151,7 +151,7 @@ def tournament_stream(tournament_id: str) -> Response:
             after,
             version=version,
             finished=finished,
-            client=request.remote_addr or "",
+            client=client_of(request.remote_addr),
             records=lambda after, limit: tournaments.records(tid, after, limit),
         )
     )
