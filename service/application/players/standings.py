@@ -419,10 +419,15 @@ def _rating(row: Any) -> dict[str, Any]:
 
 class AccountGames(View):
     """Each account's games (a seat it holds), newest first. Never an imported game (contract
-    1.3): its marker comes before its events in the log, and removes it if it came after."""
+    1.3): its marker comes before its events in the log, and removes it if it came after.
+
+    A finished game's seats carry ``finished``: the game's place among the finishes, numbered
+    from 1 in the order this view meets them in the log (``{finishes}`` keeps the last number).
+    A number never changes and none is given below one already given, so the bulk export, which
+    pages by it (``finished_page``), misses and repeats no game while others finish meanwhile."""
 
     name = "account_games"
-    version = 2  # 2: imported games left out
+    version = 3  # 2: imported games left out; 3: the finishes numbered (the export's pages)
     topics = (
         *(
             get_topic(c)
@@ -441,10 +446,14 @@ class AccountGames(View):
         "seats": [
             "CREATE TABLE IF NOT EXISTS {seats} (account TEXT NOT NULL, game_id TEXT NOT NULL, "
             "seq BIGINT NOT NULL, seat INTEGER NOT NULL, rated INTEGER NOT NULL, "
-            "status TEXT NOT NULL, created_at TEXT NOT NULL, PRIMARY KEY (account, game_id))",
+            "status TEXT NOT NULL, created_at TEXT NOT NULL, finished BIGINT, "
+            "PRIMARY KEY (account, game_id))",
             "CREATE INDEX IF NOT EXISTS {seats}_newest ON {seats} (account, seq)",
             "CREATE INDEX IF NOT EXISTS {seats}_game ON {seats} (game_id)",
+            "CREATE INDEX IF NOT EXISTS {seats}_finished ON {seats} (account, finished)",
         ],
+        # The last finish numbered (one row, once a game has finished).
+        "finishes": ["CREATE TABLE IF NOT EXISTS {finishes} (n BIGINT NOT NULL)"],
         # Every game's creation, for the seats taken later (a lobby's).
         "games": [
             "CREATE TABLE IF NOT EXISTS {games} (game_id TEXT PRIMARY KEY, seq BIGINT NOT NULL, "
@@ -454,6 +463,8 @@ class AccountGames(View):
     }
 
     def apply(self, sql: Sql, prepared: list[tuple[int, Any]]) -> None:
+        last: int | None = None  # the last finish numbered: read at the batch's first finish
+        kept = False  # whether {finishes} holds its row yet
         for seq, event in prepared:
             if isinstance(event, IMPORTED):
                 key = str(event.game_id)
@@ -481,9 +492,23 @@ class AccountGames(View):
                 self._seat(sql, event.account, key, event.seat)
             elif isinstance(event, Game.SeatLeft):
                 sql.execute("DELETE FROM {seats} WHERE game_id = ? AND seat = ?", [key, event.seat])
-            elif isinstance(event, Head):
-                status = "in_progress" if event.topic == STARTED else "finished"
-                sql.execute("UPDATE {seats} SET status = ? WHERE game_id = ?", [status, key])
+            elif isinstance(event, Head) and event.topic == STARTED:
+                sql.execute("UPDATE {seats} SET status = 'in_progress' WHERE game_id = ?", [key])
+            elif isinstance(event, Head):  # finished: the next number
+                if last is None:
+                    row = sql.one("SELECT n FROM {finishes}")
+                    kept = row is not None
+                    last = int(row["n"]) if kept else 0
+                last += 1
+                sql.execute(
+                    "UPDATE {seats} SET status = 'finished', finished = ? WHERE game_id = ?",
+                    [last, key],
+                )
+        if last is not None:
+            if kept:
+                sql.execute("UPDATE {finishes} SET n = ?", [last])
+            else:
+                sql.execute("INSERT INTO {finishes} (n) VALUES (?)", [last])
 
     @staticmethod
     def _seat(sql: Sql, handle: str, game_id: str, seat: int) -> None:
@@ -556,17 +581,31 @@ class AccountGames(View):
                 counts["rated"] += row["n"]
         return counts
 
-    def finished_ids(self, views: Views, handle: str) -> list[uuid.UUID]:
-        """The account's finished games, oldest first (the bulk export)."""
+    def finished_page(
+        self, views: Views, handle: str, *, after: int, limit: int
+    ) -> tuple[list[uuid.UUID], int | None]:
+        """The account's games finished after finish number ``after``, at most ``limit`` of
+        them, in the order they finished (the bulk export's page), and the number to ask the
+        next page ``after``; None when no more had finished. A game that finishes later is
+        numbered past every game before it: it comes on a later page, never on one read."""
+        if views.stale(self):
+            raise StoreUnavailable(
+                "the account's export awaits `cantstop projections rebuild account_games` "
+                "(an upgrade)"
+            )
 
         def run(sql: Sql) -> list[Any]:
             return sql.all(
-                "SELECT game_id FROM {seats} WHERE account = ? AND status = 'finished' "
-                "ORDER BY seq",
-                [handle.lower()],
+                "SELECT game_id, finished FROM {seats} WHERE account = ? AND finished > ? "
+                "ORDER BY finished LIMIT ?",
+                [handle.lower(), after, limit + 1],
             )
 
-        return [uuid.UUID(row["game_id"]) for row in views.read(self, run)]
+        rows = views.read(self, run)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        ids = [uuid.UUID(row["game_id"]) for row in rows]
+        return ids, (int(rows[-1]["finished"]) if more else None)
 
 
 __all__ = ["AccountGames", "Ratings", "RatingsView", "rated_game"]

@@ -357,9 +357,21 @@ class Client:
         """The game's export (NDJSON: a header line, then every event): save it as it is."""
         return self._call("GET", f"/v1/games/{game_id}/export", auth=False).text
 
-    def account_export(self, handle: str) -> str:
-        """The exports of an account's finished games, one after another."""
-        return self._call("GET", f"/v1/accounts/{handle}/games/export", auth=False).text
+    def account_export(self, handle: str, *, limit: int | None = None) -> str:
+        """The exports of an account's finished games, one after another, in the order they
+        finished: every page (``limit`` games each, the server's default if None), each
+        ``Link: <…>; rel="next"`` followed to the last page. Save it as it is."""
+        path = f"/v1/accounts/{handle}/games/export"
+        params: dict[str, Any] = {"limit": limit}
+        pages: list[str] = []
+        while True:
+            response = self._call("GET", path, params=params, auth=False)
+            pages.append(response.text)
+            link = response.links.get("next")
+            if link is None:
+                return "".join(pages)
+            # The next page's query, asked of the same path (under this client's base URL).
+            params = dict(httpx.URL(link["url"]).params)
 
     def audit(self, game_id: str) -> Verdict:
         """The server's own audit of a stored game (chain, rules, dice, snapshots)."""
