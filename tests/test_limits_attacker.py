@@ -207,6 +207,31 @@ def test_an_accounts_bulk_export_counts_against_audit_as_a_games_export_does(app
     assert elsewhere.status_code == 200
 
 
+def test_an_accounts_bulk_export_counts_each_game_it_exports(limited: Any) -> None:
+    """A page of the bulk export counts a game's export each against ``audit``, as each game's
+    own export would be counted: a built-in bot's account, which sits in every game against the
+    computer, is not 200 games' work for one count. A page holds no more games than the
+    limit's count, which it could never be answered past."""
+    app = limited("audit=5/minute")
+    client = app.test_client()
+    tokens = {h: sign_up(client, h, f"10.9.0.{n}") for n, h in enumerate(("ann", "bob"))}
+    for _ in range(3):
+        finished_rated_game(client, tokens)
+    first = client.get("/v1/accounts/ann/games/export", **at("10.9.1.1"))
+    assert first.status_code == 200
+    assert first.get_data(as_text=True).count('"format"') == 3  # one header line a game
+    assert first.headers["X-RateLimit-Remaining"] == "2"
+    again = client.get("/v1/accounts/ann/games/export", **at("10.9.1.1"))
+    assert again.status_code == 429 and again.get_json()["code"] == "rate_limited"
+    assert int(again.headers["Retry-After"]) >= 1
+
+    small = limited("audit=2/minute").test_client()
+    page = small.get("/v1/accounts/ann/games/export?limit=100", **at("10.9.1.2"))
+    assert page.status_code == 200
+    assert page.get_data(as_text=True).count('"format"') == 2
+    assert "after=" in page.headers["Link"] and "limit=2" in page.headers["Link"]
+
+
 def test_a_profiles_rating_history_is_its_newest_entries_oldest_first(
     client: FlaskClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:

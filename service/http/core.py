@@ -13,7 +13,7 @@ import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from io import BytesIO
-from typing import Any
+from typing import Any, cast
 
 import flask
 import orjson
@@ -666,6 +666,25 @@ def bearer_token(environ: Mapping[str, Any] | None = None) -> str | None:
     if scheme.lower() != "bearer" or not token.strip():
         return None
     return token.strip()
+
+
+HELD = "cantstop.limits.held"
+"""The environ's ``limits.Held`` of a rate-limited view's request (service/http/limits.py)."""
+
+
+def limit_count(scope: str) -> int | None:
+    """The count of the ``scope`` rate limit this request is held to; None if none holds it."""
+    held = this_request().environ.get(HELD)
+    return None if held is None else cast("int | None", held.most(scope))
+
+
+def spend(scope: str, cost: int) -> None:
+    """Count this request ``cost`` more times against its ``scope`` rate limits, once the view
+    knows what it costs, before doing the work; 429 ``rate_limited`` past them. Nothing where
+    no such limit holds the request."""
+    held = this_request().environ.get(HELD)
+    if held is not None and cost > 0:
+        held.spend(scope, cost)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -70,6 +70,7 @@ from service.application.players.accounts import BOTS, Principal
 from service.config import Settings
 from service.errors import ApplicationError
 from service.http.core import (
+    HELD,
     after_this_request,
     bearer_token,
     client_of,
@@ -345,9 +346,10 @@ class Limiter:
                 self.recheck_at = self.down_since + FIRST_RECHECK
                 self.recheck_after = FIRST_RECHECK * 2
 
-    def check(self, req: flask.Request, rules: Iterable[Rule]) -> None:
-        """Count the request against each rule (in order, up to the first it breaks); its
-        answer says the one broken, else the first (``X-RateLimit-*``). 429 when broken."""
+    def check(self, req: flask.Request, rules: Iterable[Rule], cost: int = 1) -> None:
+        """Count the request ``cost`` times against each rule (in order, up to the first it
+        breaks); its answer says the one broken, else the first (``X-RateLimit-*``). 429 when
+        broken."""
         method = req.method
         keyed = [
             (rule, key)
@@ -356,7 +358,7 @@ class Limiter:
         ]
         if not keyed:  # (no ``X-RateLimit-*`` either: nothing was counted)
             return
-        shown, broken = self._counting(lambda counter: self.count(counter, keyed))
+        shown, broken = self._counting(lambda counter: self.count(counter, keyed, cost))
         limit, remaining, reset = shown
         headers = {
             "X-RateLimit-Limit": str(limit.amount),
@@ -397,11 +399,11 @@ class Limiter:
 
     @staticmethod
     def count(
-        counter: FixedWindowRateLimiter, keyed: list[tuple[Rule, str]]
+        counter: FixedWindowRateLimiter, keyed: list[tuple[Rule, str]], cost: int = 1
     ) -> tuple[tuple[RateLimitItem, int, float], bool]:
         shown: tuple[RateLimitItem, int, float] | None = None
         for rule, key in keyed:
-            passed = counter.hit(rule.item, KEY_PREFIX, key, rule.scope)
+            passed = counter.hit(rule.item, KEY_PREFIX, key, rule.scope, cost=cost)
             if shown is None or not passed:
                 reset, remaining = counter.get_window_stats(rule.item, KEY_PREFIX, key, rule.scope)
                 shown = (rule.item, remaining, reset)
@@ -415,6 +417,24 @@ class Limiter:
 LEARNS = frozenset({"accounts.sign_in", "accounts.sign_up"})
 
 
+@dataclass(frozen=True)
+class Held:
+    """What a limited view's request is held to, for the view to count its cost once it knows
+    it (``core.spend``): an account's bulk export counts a game's export each, as one game's
+    export is counted, not a page of up to 200 as one."""
+
+    limiter: Limiter
+    rules: tuple[Rule, ...]
+
+    def most(self, scope: str) -> int | None:
+        return next((rule.item.amount for rule in self.rules if rule.scope == scope), None)
+
+    def spend(self, scope: str, cost: int) -> None:
+        self.limiter.check(
+            this_request(), [rule for rule in self.rules if rule.scope == scope], cost
+        )
+
+
 def limited(
     view: Callable[..., Any], limiter: Limiter, rules: tuple[Rule, ...], learns: bool = False
 ) -> Callable[..., Any]:
@@ -426,6 +446,7 @@ def limited(
     def checked(**kwargs: Any) -> Any:
         req = this_request()
         limiter.check(req, rules)
+        req.environ[HELD] = Held(limiter, rules)
         answer = view(**kwargs)
         if learns and getattr(answer, "status_code", None) == 201:
             handle = handle_asked(req)
