@@ -74,8 +74,11 @@ def create_webhook() -> Response:
     principal = manager()
     data = load(WEBHOOK_REQUEST, json_body())
     # (a WebhookLookupsBusy is 503 with Retry-After: the server is busy, the URL may be good)
+    # The token is judged again once the row is stored (``confirm``): an account closed, or
+    # this token revoked, during the lookup is 401, as a request sent after it, and the row
+    # is deleted (Webhooks.create says why no interleaving leaves one).
     created = runtime().webhooks.create(
-        principal.handle, data["url"], data["events"], data["description"]
+        principal.handle, data["url"], data["events"], data["description"], confirm=manager
     )
     body = webhook_json(created.webhook) | {"secret": created.secret}
     headers = {"Location": f"/v1/account/webhooks/{created.webhook.id}", **NO_STORE}

@@ -413,8 +413,17 @@ class Webhooks:
 
     # ---------------------------------------------------------------------------- managing
     def create(
-        self, account: str, url: str, events: Sequence[str], description: str = ""
+        self,
+        account: str,
+        url: str,
+        events: Sequence[str],
+        description: str = "",
+        *,
+        confirm: Callable[[], object] | None = None,
     ) -> Created:
+        """A new webhook of ``account``. ``confirm`` (the HTTP layer's: the caller's token
+        authenticated again) runs once the row is stored; if it raises, the row is deleted and
+        its error raised: a creation that its account's closure overtook leaves nothing."""
         unknown = [kind for kind in events if kind not in EVENT_TYPES]
         if unknown or not events:
             raise InvalidWebhook(f"events must be one or more of {', '.join(EVENT_TYPES)}")
@@ -452,6 +461,26 @@ class Webhooks:
                 f"an account may have {self.config.max_per_account} webhooks: delete one first",
                 limit=self.config.max_per_account,
             )
+        if confirm is not None:
+            # The caller was judged before the lookup, which may take seconds; its account may
+            # have closed since. A close records the account closed and revokes every token of
+            # it (both committed), and only then reads its webhooks and deletes them
+            # (``forget``). So the caller is judged again now, after our insert committed, and
+            # the row is deleted here if it fails. Every interleaving ends with no row of the
+            # closed account:
+            # - the judgement reads the token revoked or the account closed: we delete it;
+            # - it reads the token live and the account open: the close committed after those
+            #   reads began, so after our insert committed (it came before, in this thread),
+            #   and ``forget`` reads after the close: it finds our row and deletes it.
+            # (Both deleting is harmless: the second finds nothing.) No lock and no cross-table
+            # condition is needed. An insert conditional on a live token would not do: on
+            # PostgreSQL (READ COMMITTED) its check may read before the revocation commits and
+            # its row commit after ``forget``'s read, unless it locked the token's row.
+            try:
+                confirm()
+            except BaseException:
+                self.tables.delete(row.account, row.id)
+                raise
         return Created(row, secret)
 
     def of_account(self, account: str) -> list[WebhookRow]:

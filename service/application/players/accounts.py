@@ -43,7 +43,12 @@ from domain import strategies
 from domain.errors import InvalidRequest
 from domain.game import check_handle, format_at
 from service.application.aggregates import Account, account_id
-from service.application.errors import ApplicationError, NotFound, Unauthorized
+from service.application.errors import (
+    ApplicationError,
+    ConcurrentAction,
+    NotFound,
+    Unauthorized,
+)
 from service.application.store import Store
 from service.persistence.accounts import Credentials, TokenRow
 
@@ -62,6 +67,8 @@ REVOKED_KEPT = 30 * 86_400.0
 """Seconds a revoked token's row is kept (told "revoked"), then forgotten (told "unknown")."""
 PRUNE_EVERY = 3600.0
 """Seconds between a process's prunings of the revoked tokens."""
+CLOSE_TRIES = 2
+"""Saves of an account's Closed event a close tries when other events take its version."""
 
 
 class HandleTaken(ApplicationError):
@@ -296,10 +303,27 @@ class Accounts:
         """Close the account: its tokens die, its password hash is erased, its handle is never
         registered again; its games stay as they were recorded."""
         principal.require("account")
-        account = self.account(principal.handle)
-        if not account.closed:
+        # Two closes at once (two tabs, a client's retry) both find the account open and save
+        # its Closed event at the same version: the store takes one, the other's save is an
+        # IntegrityError. That one reads the account again and finds it closed; if another
+        # event took the version (an operator's exclusion), it closes on top of it, once more.
+        for attempt in range(CLOSE_TRIES):
+            account = self.account(principal.handle)
+            if account.closed:
+                break
             account.close()
-            self.store.save(account)
+            try:
+                self.store.save(account)
+            except IntegrityError:
+                if attempt + 1 < CLOSE_TRIES:
+                    continue
+                if self.account(principal.handle).closed:
+                    break
+                # Nothing erased: the account is open, its credentials must keep working.
+                raise ConcurrentAction(
+                    f"{account.handle} changed at the same moment: it is not closed, try again"
+                ) from None
+            break
         self.credentials.erase(principal.handle.lower())
 
     # ---------------------------------------------------------------------------- moderation
