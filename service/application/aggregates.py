@@ -71,12 +71,24 @@ class Vault(Aggregate):
 
     @event("TokenIssued")
     def issue(self, seat: int, digest: str) -> None:
+        """The seat's token, of a new holder: it starts with no Idempotency-Key answered."""
         self.token_hashes[str(seat)] = digest
+        self._forget_keys(seat)
 
     @event("TokenRevoked")
     def revoke(self, seat: int) -> None:
-        """The seat was given back (a lobby): its token stops working."""
+        """The seat was given back (a lobby): its token stops working, and the answers kept for
+        its keys go with it, in the same event, so on every host at once: whoever takes the
+        seat next never gets its last holder's answers (tests/test_seat_secrets.py)."""
         self.token_hashes = {k: v for k, v in self.token_hashes.items() if k != str(seat)}
+        self._forget_keys(seat)
+
+    def _forget_keys(self, seat: int) -> None:
+        """Forget the seat's Idempotency-Keys: they were its holder's (an action of a lobby
+        is refused, and a refusal is kept as the key's answer). Keys are scoped "seat:key"
+        (``_keep``). A replay of older vaults' events forgets them alike."""
+        prefix = f"{seat}:"
+        self.keys = {k: v for k, v in self.keys.items() if not k.startswith(prefix)}
 
     @event("Sealed")
     def seal(self) -> None:
@@ -109,10 +121,6 @@ class Vault(Aggregate):
         if len(mine) > KEYS_PER_SEAT:
             for old in mine[: len(mine) - KEYS_PER_SEAT]:
                 del keys[old]
-
-    def seat_for(self, token: str) -> int | None:
-        """The seat holding ``token``."""
-        return match_token(self.token_hashes, token)
 
     def recall(self, scoped_key: str, now: datetime) -> dict[str, Any] | None:
         record = self.keys.get(scoped_key)

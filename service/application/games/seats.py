@@ -84,10 +84,15 @@ class Seats:
             raise NotFound(f"no game {game_id}") from None
         if not token:
             raise Unauthorized("send the seat's token: Authorization: Bearer <token>")
-        # A lobby's seats may be given back, so its vault is read afresh (Secrets.sealed).
+        # ``of`` reads a lobby's vault afresh (its seats change hands, on any host) and keeps a
+        # sealed one (the game started). A token no seat of a sealed vault holds is refused
+        # without reading it again: its hashes never change. Sealed is saved in the transaction
+        # that took the last seat (a join, a rematch's claim, a new game of named players, with
+        # its token), a started game takes no seat again, and a seat is given back only in a
+        # lobby: no host adds a seat to a sealed vault, and the read that first found it sealed
+        # saw every seat. So bogus tokens cost a started game no read of the store, on any
+        # host (tests/test_seat_secrets.py).
         seat = match_token(secrets_.token_hashes, token)
-        if seat is None and secrets_.sealed:  # joined through another worker: ask the vault
-            seat = self.secrets.read(game_id).seat_for(token)
         if seat is None:
             raise Unauthorized("unknown token for this game")
         return seat

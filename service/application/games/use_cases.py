@@ -363,7 +363,8 @@ class Games:
                         if replay is not None:
                             return replay
                         if game.status != "finished":  # a game over refuses every copy alike
-                            self._refused(game_id, key, refused, now)
+                            assert vault is not None
+                            self._refused(game_id, seat, vault, key, refused, now)
                     raise
                 if vault is not None:
                     assert key is not None
@@ -423,13 +424,25 @@ class Games:
         return None if versions is None else self._replay(game_id, *versions)
 
     def _refused(
-        self, game_id: uuid.UUID, key: Key, refused: DomainError | ApplicationError, now: datetime
+        self,
+        game_id: uuid.UUID,
+        seat: int,
+        seen: Vault,
+        key: Key,
+        refused: DomainError | ApplicationError,
+        now: datetime,
     ) -> None:
         """Keep a key's refusal as its answer: a late copy of the request (a host that froze
         with it, a retry) is then refused alike on every host, never recorded in a later turn.
         The game's history gains nothing. If another answer was kept first, that one stands
-        (read again by whoever asks)."""
+        (read again by whoever asks).
+
+        A seat's keys are its holder's (``Vault.revoke`` forgets them): a lobby seat given back
+        or taken by someone else since the request read the vault (``seen``) keeps nothing,
+        or its next holder could be answered with this refusal."""
         vault = self.secrets.read(game_id)
+        if vault.token_hashes.get(str(seat)) != seen.token_hashes.get(str(seat)):
+            return
         refuse(vault, key, refused, now)
         with suppress(IntegrityError):
             self.store.save(vault)
