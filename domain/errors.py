@@ -83,3 +83,19 @@ class TournamentNotReady(DomainError):
     table, or not over yet (409). Its detail says which."""
 
     code = "tournament_not_ready"
+
+
+class TooManySeatChanges(DomainError):
+    """A lobby whose seats changed ``domain.game.MAX_SEAT_CHANGES`` times gives no seat back
+    (409); its open seats are still taken: joining and leaving for ever would grow its history
+    without end."""
+
+    code = "too_many_seat_changes"
+
+
+class TooManyPauses(DomainError):
+    """An arena's entrant who paused ``domain.tournament.MAX_PAUSES`` times pauses no more (409);
+    resuming stays allowed: pausing and resuming for ever would grow the tournament's history
+    past what its audit reads."""
+
+    code = "too_many_pauses"

@@ -35,6 +35,7 @@ from domain.errors import (
     InvalidRequest,
     NotYourTurn,
     TimedOut,
+    TooManySeatChanges,
 )
 from domain.fairness import commitment
 from domain.moves import UNCLAIMED, Board, Sums
@@ -45,6 +46,22 @@ MAX_NAME_LENGTH = 40
 DICE_MODES = ("server", "manual")
 CLOCK_RANGE = (5, 604_800)  # a turn's time: 5 seconds to a week
 TIMEOUTS_TO_RESIGN = 3
+MAX_SEAT_CHANGES = 100
+"""The seat changes (``SeatJoined`` and ``SeatLeft``: a person or an account joining or
+leaving, a bot's seat added or removed, a rematch's seat claimed) after which a game gives no
+seat back (409 ``too_many_seat_changes``, recording nothing). A seat is still taken: each join
+fills one, so without leaves the lobby fills and starts, and its changes stay under this plus
+its seats. Only leaves are refused, so that nobody freezes someone else's open lobby by joining
+and leaving it a hundred times (refused joins would shut it until abandoned). Far above any
+honest lobby: eight seats each taken, given back and taken again a few times is under 50. Far
+below what would push a game near the longest history analysed (``MAX_VERSIONS``, 1,000, in
+service/application/analysis/jobs.py): a played game is ~130 events, so 108 changes before it
+starts leave it ~760 versions, where joining and leaving for ever (the creator of a rated lobby
+left and rejoined 500 times) made a rated game too long to analyse, out of the fair-play
+figures, and grew any open lobby's history without end. Counted by the events themselves
+(``seat_changes``), so a replay counts as the live game did. Not a rule of the recorded game:
+a replay (the audit) replays the changes recorded, and an account that is closing gives its
+seat back whatever the count (``leave``), once per account."""
 
 OPTIONAL_FIELDS = frozenset(
     {
@@ -203,11 +220,20 @@ def check_handle(handle: Any) -> str:
     return handle
 
 
+BOTS_ALONE_ARE_NOT_RATED = (
+    "a rated game seats at least one person's account: built-in bots alone play unrated games"
+)
+
+
 def check_accounts(
-    setup: Any, seats: int, named: bool, bots: Mapping[str, str]
+    setup: Any, seats: int, named: bool, bots: Mapping[str, str], *, replay: bool = False
 ) -> tuple[list[str | None] | None, bool]:
     """Each seat's account (None where anonymous; a bot's seat plays as the bot's account once
-    any seat has one) and whether the game is rated, as ``setup`` asks (contract 1.2)."""
+    any seat has one) and whether the game is rated, as ``setup`` asks (contract 1.2).
+
+    A rated game of built-in bots only is refused: nobody's rating is at stake, and anyone could
+    move the bots' ratings, the baseline everyone is rated against, at will. A rule for games
+    made from now on: a ``replay`` (the audit) creates the game its history recorded."""
     rated = setup.rated
     if not isinstance(rated, bool):
         raise InvalidRequest("rated must be true or false")
@@ -235,6 +261,8 @@ def check_accounts(
             raise InvalidRequest("a rated game has two or more seats")
         if named and any(a is None for a in accounts):
             raise InvalidRequest("in a rated game every seat is an account or a built-in bot")
+        if named and len(bots) >= seats and not replay:
+            raise InvalidRequest(BOTS_ALONE_ARE_NOT_RATED)
     return (accounts if any(a is not None for a in accounts) else None), rated
 
 
@@ -315,6 +343,7 @@ class Game(Aggregate):
             game._played = [False] * self.seats
             game._timeouts = [0] * self.seats
             game._turn_started_at = None
+            game._seat_changes = 0
 
     class SeatJoined(Event):
         seat: int
@@ -330,6 +359,7 @@ class Game(Aggregate):
                 game._accounts = accounts
             if self.bot is not None:
                 game._bots = {**game.bots, str(self.seat): self.bot}
+            game._seat_changes = game.seat_changes + 1
 
     class SeatLeft(Event):
         """A player gave their lobby seat back before the game started (or a bot was removed)."""
@@ -343,6 +373,7 @@ class Game(Aggregate):
                 accounts = list(game.accounts)
                 accounts[self.seat] = None
                 game._accounts = accounts
+            game._seat_changes = game.seat_changes + 1
 
     class TurnOrderDecided(Event):
         first_player: int
@@ -510,6 +541,7 @@ class Game(Aggregate):
         self._timeouts: list[int]
         self._turn_started_at: datetime | None
         self._replay_times: deque[datetime] | None
+        self._seat_changes: int
 
     @property
     def clock_seconds(self) -> int | None:
@@ -559,6 +591,28 @@ class Game(Aggregate):
             if held is not None and held.lower() == wanted:
                 return seat
         return None
+
+    @property
+    def seat_changes(self) -> int:
+        """How many seat changes (``SeatJoined``, ``SeatLeft``) the game has recorded: counted by
+        those events as they apply, so a replay of any store counts the same. A game restored
+        from a snapshot taken before the count existed counts its versions after the first while
+        it waits: every event a lobby (or a rematch) records until it starts is a seat change.
+        (Only a waiting game's count decides anything: seats change only then.)"""
+        found: int | None = self.__dict__.get("_seat_changes")
+        if found is not None:
+            return found
+        return self.version - 1 if self.status == "waiting" else 0
+
+    def _check_seat_changes(self) -> None:
+        """Refuse to give a seat back once ``MAX_SEAT_CHANGES`` are recorded (not in a replay:
+        the changes recorded are replayed, those of games stored before the rule too)."""
+        if self.seat_changes >= MAX_SEAT_CHANGES and not self.replay_times:
+            raise TooManySeatChanges(
+                f"the seats of this game have changed {self.seat_changes} times, the most after "
+                f"which one is given back ({MAX_SEAT_CHANGES}): its seats are still taken, and "
+                "the game starts once they all are"
+            )
 
     @property
     def timeouts(self) -> list[int]:
@@ -665,7 +719,9 @@ class Game(Aggregate):
         if bots and dice != "server":
             raise InvalidRequest("computer players play server-dice games only")
         clock = check_clock(setup.clock, n)
-        accounts, rated = check_accounts(setup, n, names is not None, bots)
+        accounts, rated = check_accounts(
+            setup, n, names is not None, bots, replay=times is not None
+        )
         abortable = rated if setup.abortable is None else setup.abortable
         if not isinstance(abortable, bool) or (abortable and not rated):
             raise InvalidRequest("abortable is true for a rated game only")
@@ -761,13 +817,23 @@ class Game(Aggregate):
     ) -> int:
         if bot is not None and self.dice_mode != "server":
             raise InvalidRequest("computer players play server-dice games only")
+        if (
+            self.rated
+            and bot is not None
+            and self.names.count(None) == 1
+            and len(self.bots) == self.seats - 1
+            and not self.replay_times
+        ):
+            raise InvalidRequest(BOTS_ALONE_ARE_NOT_RATED)
         self.trigger_event(self.SeatJoined, seat=seat, name=name, bot=bot, account=account)
         if None not in self.names:
             self._decide_turn_order(draw)
         return seat
 
-    def check_leave(self, seat: int) -> None:
-        """Whether seat ``seat`` can be given back now (IllegalAction if not)."""
+    def check_leave(self, seat: int, *, closing: bool = False) -> None:
+        """Whether seat ``seat`` can be given back now (IllegalAction if not; once the game
+        has recorded ``MAX_SEAT_CHANGES``, TooManySeatChanges unless its account is
+        ``closing``)."""
         if self.status == "finished":
             raise GameOver("the game is finished: there is no seat to give back")
         if self.status != "waiting":
@@ -777,10 +843,14 @@ class Game(Aggregate):
             raise IllegalAction(f"this game has no seat {seat}: its seats are 0 to {last}")
         if self.names[seat] is None:
             raise IllegalAction(f"seat {seat} is not taken")
+        if not closing:
+            self._check_seat_changes()
 
-    def leave(self, seat: int) -> None:
-        """Give a lobby seat back before the game starts: it is open again."""
-        self.check_leave(seat)
+    def leave(self, seat: int, *, closing: bool = False) -> None:
+        """Give a lobby seat back before the game starts: it is open again. ``closing``: the
+        seat's account is closing, and the contract gives its seats back, whatever the count
+        of seat changes (``MAX_SEAT_CHANGES``; an account closes once)."""
+        self.check_leave(seat, closing=closing)
         self.trigger_event(self.SeatLeft, seat=seat)
 
     def is_bot(self, seat: int | None) -> bool:

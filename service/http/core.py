@@ -119,6 +119,7 @@ STATUS = {
     "not_tournament_creator": 403,
     "account_excluded": 403,
     "shutting_down": 503,
+    "too_many_seat_changes": 409,
     # HTTP
     "malformed_request": 400,
     "not_acceptable": 406,

@@ -157,7 +157,7 @@ class Lobby:
                 if seat is None or game.status != "waiting":
                     return False
                 vault = games.secrets.vault(game_id)
-                game.leave(seat)
+                game.leave(seat, closing=True)  # given back whatever the count of seat changes
                 if str(seat) in vault.token_hashes:
                     vault.revoke(seat)
                 self._save(game, vault)
