@@ -46,6 +46,7 @@ from domain.errors import (
     AlreadyRegistered,
     InvalidRequest,
     NotRegistered,
+    TooManyPauses,
     TournamentFinished,
     TournamentFull,
     TournamentNotReady,
@@ -75,6 +76,18 @@ split found (the first split, the top-down fill, is always complete): a round of
 players whose repeats are unavoidable costs a bounded time, here and in the audit."""
 DEFAULT_RATING = 25.0
 FIRE_STREAK = 2  # arena: a win after this many wins in a row counts double
+MAX_PAUSES = 50
+"""The most times an arena's entrant pauses in one tournament; one more pause is refused (409
+``too_many_pauses``, nothing recorded), while resuming stays allowed, so a paused player can
+always come back. An honest player pauses for a break: 50 is one every half hour through the
+longest arena the service creates (a day). A pause and its resume are two events, each moving
+the tournaments' view and every open tournament page (which reads the tournament again): without
+a bound one account looping on them grew the history without end, and past ``MAX_LINES`` the
+export no longer audits. With it, even 512 entrants (``MAX_PLAYERS``) pausing and resuming all
+they may record 51,200 events, about half of ``MAX_LINES``. Counted from the ``Paused`` events
+as they apply (``pauses``), so a replay counts as the live tournament did. Not a rule of the
+recorded tournament: the audit replays the pauses recorded, those of tournaments stored before
+the bound too."""
 
 
 # ------------------------------------------------------------------------------ pure rules
@@ -421,8 +434,12 @@ class Tournament(Aggregate):
         handle: str
 
         def update(self, tournament: Tournament) -> None:
-            tournament.entrants[_key(self.handle)]["paused"] = True
-            tournament.idle.pop(_key(self.handle), None)
+            key = _key(self.handle)
+            tournament.entrants[key]["paused"] = True
+            tournament.idle.pop(key, None)
+            # (setdefault: a tournament restored from a snapshot taken before the count)
+            counts = tournament.__dict__.setdefault("pause_counts", {})
+            counts[key] = counts.get(key, 0) + 1
 
     class Resumed(Event):
         handle: str
@@ -505,6 +522,7 @@ class Tournament(Aggregate):
         self.results: dict[str, dict[str, Any]] = {}  # game id -> the ResultRecorded fields
         self.round_list: list[dict[str, Any]] = []  # {"number", "tables": [game ids]}
         self.round_byes: list[list[str]] = []
+        self.pause_counts: dict[str, int] = {}  # key -> its Paused events (``pauses``)
 
     @classmethod
     def create(
@@ -581,6 +599,14 @@ class Tournament(Aggregate):
 
     def entrant(self, handle: str) -> dict[str, Any] | None:
         return self.entrants.get(_key(handle))
+
+    def pauses(self, handle: str) -> int:
+        """How many times ``handle`` paused in this tournament: counted by the ``Paused`` events
+        as they apply, so a replay of the events counts the same. A tournament restored from a
+        snapshot taken before the count existed counts the pauses after that snapshot only (an
+        arena under way when the bound came gives its players up to ``MAX_PAUSES`` more)."""
+        counts: dict[str, int] = self.__dict__.get("pause_counts") or {}
+        return counts.get(_key(handle), 0)
 
     @property
     def ends_at(self) -> str | None:
@@ -890,11 +916,18 @@ class Tournament(Aggregate):
         if reason == "completed":
             self._trigger(self.Finished, at, reason=reason)
 
-    def pause(self, handle: str, at: datetime | None = None) -> None:
-        """Arena: ``handle`` is seated at no new table until they resume."""
+    def pause(self, handle: str, at: datetime | None = None, *, replay: bool = False) -> None:
+        """Arena: ``handle`` is seated at no new table until they resume; at most
+        ``MAX_PAUSES`` times in the tournament (not in a ``replay``: the audit replays the
+        pauses recorded, those of tournaments stored before the bound too)."""
         found = self._arena_entrant(handle)
         if found["paused"]:
             raise TournamentNotReady(f"{found['handle']} is paused already")
+        if not replay and self.pauses(found["handle"]) >= MAX_PAUSES:
+            raise TooManyPauses(
+                f"{found['handle']} has paused {MAX_PAUSES} times, the most in a tournament: "
+                "play on, or withdraw"
+            )
         self._trigger(self.Paused, at, handle=found["handle"])
 
     def resume(self, handle: str, at: datetime | None = None) -> None:
@@ -1261,7 +1294,7 @@ class _Replay:
                 at=at,
             )
         elif kind == "Paused":
-            tournament.pause(data["handle"], at=at)
+            tournament.pause(data["handle"], at=at, replay=True)
         elif kind == "Resumed":
             tournament.resume(data["handle"], at=at)
         else:

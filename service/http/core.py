@@ -120,6 +120,7 @@ STATUS = {
     "account_excluded": 403,
     "shutting_down": 503,
     "too_many_seat_changes": 409,
+    "too_many_pauses": 409,
     # HTTP
     "malformed_request": 400,
     "not_acceptable": 406,

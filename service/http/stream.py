@@ -122,8 +122,9 @@ def _served(open_stream: Callable[[], StreamBody]) -> Response:
 
 @stream_api.get("/v1/tournaments/<tournament_id>/stream")
 def tournament_stream(tournament_id: str) -> Response:
-    """The tournament's events (registrations, rounds, results, its end), each that may move
-    the standings with them; ends after ``Finished``. Resumed with ``Last-Event-ID``."""
+    """The tournament's events (registrations, rounds, results, its end); of each page read,
+    the last that may move the standings carries them (``Tournaments.records``); ends after
+    ``Finished``. Resumed with ``Last-Event-ID``."""
     try:
         tid = uuid.UUID(tournament_id)
     except ValueError:

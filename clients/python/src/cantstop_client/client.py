@@ -511,8 +511,10 @@ class Client:
         self, tournament_id: str, *, after: int | None = None, max_failures: int | None = 10
     ) -> EventStream[dict[str, Any]]:
         """A tournament's events as they are recorded (registrations, rounds, results, its
-        end), each that may move the standings with them (``standings``); it ends after
-        ``Finished`` (after version ``after`` when given, else from now)."""
+        end); it ends after ``Finished`` (after version ``after`` when given, else from now).
+        Of the events the server sends together, the last that may move the standings carries
+        them (``standings``), the earlier ones not: read them from the newest event that has
+        them, or from ``standings(id)``."""
         return EventStream(
             self._http,
             f"/v1/tournaments/{tournament_id}/stream",
