@@ -389,6 +389,7 @@ def test_old_notices_are_pruned_but_each_accounts_numbering_goes_on(app: Flask) 
     rt.notices.prune(now=datetime.now(UTC) + timedelta(days=8))
     assert [n.seq for n in rt.notices.after("ann", 0, 100)] == [newest]  # the newest is kept
     assert rt.notices.first_kept("ann") == newest
+    assert rt.notices.first_kept("Ann") == newest  # the account stream asks as registered
     client.post("/v1/challenges", json={"to": "expert"}, headers=bearer(ann))
     assert rt.notices.latest("ann") >= newest + 2
 

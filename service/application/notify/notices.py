@@ -717,10 +717,13 @@ class Notices:
         return result
 
     def first_kept(self, account: str) -> int:
-        """The number of the account's oldest notice still kept (older ones are pruned)."""
+        """The number of the account's oldest notice still kept (older ones are pruned), by
+        its handle in any case (the stream asks by the handle as registered)."""
 
         def run(sql: Sql) -> int:
-            row = sql.one("SELECT min(seq) AS s FROM {notices} WHERE account = ?", [account])
+            row = sql.one(
+                "SELECT min(seq) AS s FROM {notices} WHERE account = ?", [account.lower()]
+            )
             return int(row["s"]) if row and row["s"] is not None else 0
 
         result: int = self.views.read(self.view, run, fresh=False)
