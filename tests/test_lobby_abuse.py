@@ -32,7 +32,7 @@ from domain.errors import DomainError, InvalidRequest, TooManySeatChanges
 from domain.game import MAX_SEAT_CHANGES, Game, event_records
 from service.application.aggregates import Vault, new_token, token_hash
 from tests.support.games import history
-from tests.support.http import bearer, ok
+from tests.support.http import bearer, ok, refused
 from tests.support.rated import CLOCK, sign_up
 
 Json = dict[str, Any]
@@ -42,13 +42,6 @@ PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[Healt
 
 
 # ------------------------------------------------------------------------------ helpers
-def refused(response: Any, status: int, code: str) -> Json:
-    assert response.status_code == status, response.get_data(as_text=True)
-    body: Json = response.get_json()
-    assert body["code"] == code, body
-    return body
-
-
 def seat_events(client: FlaskClient, game_id: str) -> int:
     return sum(1 for e in history(client, game_id) if e["type"] in SEAT_EVENTS)
 

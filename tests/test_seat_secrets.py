@@ -30,7 +30,7 @@ from domain.errors import IllegalAction
 from service.application.aggregates import Vault
 from service.config import Settings
 from service.http.app import create_app
-from tests.support.http import Json, bearer, ok
+from tests.support.http import Json, bearer, ok, refused
 
 ROLL = {"type": "roll", "dice": [1, 2, 3, 4]}
 
@@ -73,13 +73,6 @@ def seat_of(client: FlaskClient, game_id: str, token: str) -> int:
 def join(client: FlaskClient, game_id: str, name: str) -> Json:
     joined: Json = ok(client.post(f"/v1/games/{game_id}/players", json={"name": name}), 201)
     return joined
-
-
-def refused(response: TestResponse, status: int, code: str) -> Json:
-    assert response.status_code == status, response.get_data(as_text=True)
-    body: Json = response.get_json()
-    assert body["code"] == code, body
-    return body
 
 
 # ------------------------------------------------------------------------------ token checks

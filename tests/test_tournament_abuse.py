@@ -33,7 +33,7 @@ from domain.tournament import (
     replayed,
 )
 from service.application.tournaments.use_cases import STANDINGS_CHANGE
-from tests.support.http import bearer
+from tests.support.http import bearer, refused
 from tests.support.rated import sign_up
 from tests.support.sse import frame_fields
 
@@ -79,13 +79,6 @@ def arena_with_results(entrants: int, results: int) -> Tournament:
     for index, game_id in enumerate(tables[:results]):
         record(tournament, game_id, index + 1)
     return tournament
-
-
-def refused(response: Any, status: int, code: str) -> Json:
-    assert response.status_code == status, response.get_data(as_text=True)
-    body: Json = response.get_json()
-    assert body["code"] == code, body
-    return body
 
 
 class Reader:

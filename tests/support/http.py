@@ -99,3 +99,11 @@ def bearer(token: str) -> dict[str, str]:
 def ok(response: Any, status: int = 200) -> Any:
     assert response.status_code == status, response.get_data(as_text=True)
     return response.get_json()
+
+
+def refused(response: Any, status: int, code: str) -> Json:
+    """The test client's problem answer, checked: its status and stable ``code``."""
+    assert response.status_code == status, response.get_data(as_text=True)
+    body: Json = response.get_json()
+    assert body["code"] == code, body
+    return body
