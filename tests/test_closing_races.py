@@ -14,12 +14,21 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from service.application.aggregates import Account
+from service.application.notify.delivery import Dispatcher
 from service.application.players.accounts import Principal
 from service.persistence.webhooks import WebhookRow
 from service.runtime import Runtime
 from tests.support.http import bearer
 from tests.support.racing import race_cleanly
-from tests.support.webhooks import PASSWORD, PUBLIC_ADDRESS, runtime_of, sign_up
+from tests.support.webhooks import (
+    PASSWORD,
+    PUBLIC_ADDRESS,
+    add_webhook,
+    enqueue,
+    notice,
+    runtime_of,
+    sign_up,
+)
 
 WAIT = 30.0  # seconds any held request or thread is waited for: a bound, not a pause
 HOOK = {"url": "https://hooks.example/in", "events": ["your_turn"]}
@@ -248,3 +257,36 @@ def test_a_close_overtaken_once_closes_and_twice_is_refused_whole(
     assert client.delete("/v1/account", headers=bearer(bob)).status_code == 204
     assert closed(client, "bob")
     assert_erased(client, rt, "bob", bob)
+
+
+# ------------------------------------------------------------- a close cut short before forget
+def test_webhooks_left_by_a_close_cut_short_are_swept(
+    app: Flask, client: FlaskClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process that died between the close and ``forget`` (the route's last step) left the
+    account's webhooks, their secrets stored and deliveries queued, and nobody could list or
+    delete them (the account's tokens are revoked). The dispatcher's pruning deletes them, and
+    only them: a person's or a bot account's webhooks, with a live credential, stay."""
+    rt = runtime_of(app)
+    monkeypatch.setattr(rt.webhooks, "resolver", lambda host, port: [PUBLIC_ADDRESS])
+    ann, bob = sign_up(client, "Ann"), sign_up(client, "Bob")
+    made = client.post("/v1/accounts", json={"handle": "Robo", "bot": True})
+    assert made.status_code == 201, made.get_json()
+    robo = made.get_json()["token"]
+    for token in (ann, bob, robo):
+        add_webhook(client, token, HOOK["url"])
+    enqueue(rt.webhooks, notice("ann", 1))
+    assert rt.webhooks.tables.counts() == {"pending": 1}
+
+    rt.closing.close(rt.accounts.authenticate(ann, "account"))  # and the process dies here
+    assert closed(client, "ann") and len(rt.webhooks.of_account("ann")) == 1  # left behind
+
+    dispatcher = Dispatcher(rt.webhooks)
+    try:
+        assert dispatcher.step() == 0  # its pruning came first: nothing of Ann's to claim
+    finally:
+        dispatcher.close()
+    assert rt.webhooks.of_account("ann") == [] and rt.webhooks.tables.count("ann") == 0
+    assert rt.webhooks.tables.counts() == {}
+    assert [len(rt.webhooks.of_account(handle)) for handle in ("bob", "robo")] == [1, 1]
+    assert rt.webhooks.tables.sweep_unreachable() == 0  # again: nothing more to delete

@@ -46,6 +46,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from service.persistence.accounts import Credentials
 from service.persistence.sqlite import in_chunks
 from service.persistence.tables import SideTable, Sql, in_a_free_slot
 
@@ -506,6 +507,33 @@ class WebhookTables(SideTable):
                 (before_us,),
             )
             return len(rows)
+
+        return self.transaction(work)
+
+    def sweep_unreachable(self) -> int:
+        """Delete the webhooks of accounts nobody can act for any more (no password, tokens
+        all revoked: closed, or a bot account that revoked its every token), with their
+        deliveries and log: how many. A close deletes its account's webhooks once its
+        credentials are erased (``Webhooks.forget``); a process that died between the two left
+        them, their secrets stored and deliveries still enqueued, and nobody could list or
+        delete them. Revoked tokens are kept 30 days (``Accounts.prune``), this runs every few
+        minutes. A webhook is made only by a token of its account, so no account being made is
+        swept."""
+        tokens = f"SELECT 1 FROM {Credentials.TOKENS} t WHERE t.account = w.account"
+        unreachable = (
+            f"SELECT id FROM {WEBHOOKS} w WHERE NOT EXISTS "
+            f"(SELECT 1 FROM {Credentials.PASSWORDS} p WHERE p.account = w.account) "
+            f"AND EXISTS ({tokens}) AND NOT EXISTS ({tokens} AND t.revoked = 0)"
+        )
+
+        def work(sql: Sql) -> int:
+            ids = [str(row["id"]) for row in sql.all(unreachable, ())]
+            for chunk, marks in in_chunks(ids):
+                deliveries = f"SELECT id FROM {DELIVERIES} WHERE webhook_id IN ({marks})"
+                sql.execute(f"DELETE FROM {ATTEMPTS} WHERE delivery_id IN ({deliveries})", chunk)
+                sql.execute(f"DELETE FROM {DELIVERIES} WHERE webhook_id IN ({marks})", chunk)
+                sql.execute(f"DELETE FROM {WEBHOOKS} WHERE id IN ({marks})", chunk)
+            return len(ids)
 
         return self.transaction(work)
 

@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import logging
+import math
 import random
 import socket
 import ssl
@@ -382,7 +383,7 @@ class Dispatcher:
         )
         self._lock = threading.Lock()
         self._busy = 0
-        self._pruned = 0.0
+        self._pruned = -math.inf  # the first step prunes, however soon after boot
         self.attempted = 0  # attempts finished by this dispatcher (tests read it)
 
     @property
@@ -472,8 +473,12 @@ class Dispatcher:
         self._pruned = now
         try:
             self.tables.prune(micros(self.clock() - RETAIN))
+            swept = self.tables.sweep_unreachable()
         except ApplicationError as exc:
             log.warning("webhooks: pruning the log: %s", exc.detail)
+            return
+        if swept:
+            log.info("webhooks: %d of closed accounts deleted", swept)
 
     def run(self, stop: threading.Event, poll: float = 0.25) -> None:
         """``step`` until ``stop`` is set (a dispatcher alone, without a scheduler's loop)."""
