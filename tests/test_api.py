@@ -26,6 +26,8 @@ from service.http.core import dumps
 from tests.support.games import UNKNOWN
 from tests.support.racing import race_cleanly
 
+OCTET = "application/octet-stream"
+
 Json = dict[str, Any]
 
 
@@ -904,3 +906,26 @@ def test_an_answer_with_keys_that_are_not_strings_writes_them_as_strings() -> No
     """Answers are encoded without orjson's slower key check unless a payload needs it."""
     assert dumps({"seat": 0, "markers": {"7": 3}}) == b'{"seat":0,"markers":{"7":3}}'
     assert dumps({7: [1], "odds": {2: None}}) == b'{"7":[1],"odds":{"2":null}}'
+
+
+def test_downloads_typed_by_accept_say_so_to_caches(app: Flask) -> None:
+    """One URL answers its own media type or application/octet-stream, as ``Accept`` asks:
+    each answer says ``Vary: Accept``, so a cache never hands one to a request for the other
+    (found by a review: board.svg's two answers had the same ETag and no Vary). (A client not
+    checked against openapi.yaml: its checker reads an octet-stream body as not a string.)"""
+    client = app.test_client()
+    created = client.post("/v1/games", json={"players": ["Ann", "Bob"]})
+    assert created.status_code == 201, created.get_json()
+    gid = created.get_json()["game"]["id"]
+    downloads = {
+        f"/v1/games/{gid}/board.svg": "image/svg+xml",
+        f"/v1/games/{gid}/export": "application/x-ndjson",
+        "/v1/ratings/ledger": "application/x-ndjson",
+        "/openapi.yaml": "application/yaml",
+    }
+    for path, native in downloads.items():
+        for accept, expected in (("*/*", native), ("application/octet-stream", OCTET)):
+            answer = client.get(path, headers={"Accept": accept})
+            assert answer.status_code == 200, (path, answer.status_code)
+            assert answer.mimetype == expected, (path, accept, answer.mimetype)
+            assert "Accept" in answer.vary, (path, answer.headers)

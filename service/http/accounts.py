@@ -16,7 +16,7 @@ from service.application.players.standings import LEDGER_LIMIT
 from service.http import schemas
 from service.http.core import (
     BadRequest,
-    download_type,
+    download,
     int_arg,
     json_body,
     json_response,
@@ -199,7 +199,7 @@ def export_account_games(handle: str) -> Response:
         for game_id in ids:
             yield export_lines(rt.games, game_id).encode("utf-8")
 
-    return Response(lines(), mimetype=download_type("application/x-ndjson"), headers=headers)
+    return download(lines(), "application/x-ndjson", headers)
 
 
 @accounts_api.get("/v1/ratings/ledger")
@@ -219,7 +219,7 @@ def ratings_ledger() -> Response:
         query = {"after": lines[-1]["seq"], "limit": limit} | ({"pool": pool} if pool else {})
         headers["Link"] = f'</v1/ratings/ledger?{urlencode(query)}>; rel="next"'
     body = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
-    return Response(body, mimetype=download_type("application/x-ndjson"), headers=headers)
+    return download(body, "application/x-ndjson", headers)
 
 
 @accounts_api.get("/v1/leaderboards/<pool>")

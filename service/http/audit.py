@@ -17,7 +17,7 @@ from service.http import schemas
 from service.http.core import (
     BadRequest,
     UnsupportedMediaType,
-    download_type,
+    download,
     is_json,
     json_body,
     json_response,
@@ -58,10 +58,8 @@ def audit_game(game_id: str) -> Response:
 def export_game(game_id: str) -> Response:
     gid = parse_game_id(game_id)
     text = export_lines(runtime().games, gid)
-    return Response(
-        text,
-        mimetype=download_type(NDJSON),
-        headers={"Content-Disposition": f'attachment; filename="cantstop-{gid}.ndjson"'},
+    return download(
+        text, NDJSON, {"Content-Disposition": f'attachment; filename="cantstop-{gid}.ndjson"'}
     )
 
 
@@ -98,8 +96,4 @@ def import_game() -> Response:
 @audit_api.get("/v1/games/<game_id>/board.svg")
 def board_svg(game_id: str) -> Response:
     state = runtime().games.state(parse_game_id(game_id), version_arg())
-    return Response(
-        render_board(state),
-        mimetype=download_type("image/svg+xml"),
-        headers={"ETag": f'"{state["version"]}"'},
-    )
+    return download(render_board(state), "image/svg+xml", {"ETag": f'"{state["version"]}"'})

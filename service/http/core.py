@@ -260,6 +260,15 @@ def download_type(native: str) -> str:
     return accepted().best_match([native, OCTET_STREAM]) or native
 
 
+def download(body: Any, native: str, headers: dict[str, str] | None = None) -> Response:
+    """A download's answer, typed by ``download_type``: one URL, two media types, so it says
+    ``Vary: Accept`` (a cache must not hand the octet-stream answer to a page that asked for
+    the picture, nor the other way round)."""
+    response = Response(body, mimetype=download_type(native), headers=headers)
+    response.vary.add("Accept")
+    return response
+
+
 def wants_page() -> bool:
     """A browser asking for a page, not the API: it prefers text/html to JSON (``*/*`` and no
     ``Accept`` mean JSON), and the path is not under ``/v1``."""

@@ -10,7 +10,7 @@ from flask import Blueprint, Flask, Response
 from flask_swagger_ui import get_swaggerui_blueprint
 
 from domain.game import format_at
-from service.http.core import download_type, json_response, runtime
+from service.http.core import download, json_response, runtime
 from service.persistence.guard import WriteHealth
 from service.runtime import Runtime
 
@@ -26,7 +26,7 @@ def openapi_text() -> str:
 
 @meta_api.get("/openapi.yaml")
 def openapi() -> Response:
-    return Response(openapi_text(), mimetype=download_type("application/yaml"))
+    return download(openapi_text(), "application/yaml")
 
 
 @meta_api.get("/v1/keys")

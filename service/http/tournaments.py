@@ -13,7 +13,7 @@ from service.application.errors import NotFound
 from service.http import schemas
 from service.http.core import (
     BadRequest,
-    download_type,
+    download,
     int_arg,
     json_body,
     json_response,
@@ -115,8 +115,8 @@ def export(tournament_id: str) -> Response:
     key = parsed(tournament_id)
     lines = runtime().tournaments.export(key)
     text = b"".join(orjson.dumps(line) + b"\n" for line in lines)
-    return Response(
+    return download(
         text,
-        mimetype=download_type(NDJSON),
-        headers={"Content-Disposition": f'attachment; filename="cantstop-tournament-{key}.ndjson"'},
+        NDJSON,
+        {"Content-Disposition": f'attachment; filename="cantstop-tournament-{key}.ndjson"'},
     )
