@@ -311,6 +311,14 @@ def _key(handle: str) -> str:
 
 
 # ------------------------------------------------------------------------------ the aggregate
+
+# The events that may move a standing: ``Tournament.standings`` reads only what these change
+# (a pause, a resumption or an arena's table seated moves none).
+STANDINGS_CHANGE = frozenset(
+    {"Registered", "Withdrawn", "Started", "RoundPaired", "ResultRecorded", "Finished"}
+)
+
+
 class Tournament(Aggregate):
     # ---------------------------------------------------------------------------------- events
     class Event(Aggregate.Event):

@@ -27,12 +27,12 @@ from flask.testing import FlaskClient
 from domain.errors import TooManyPauses, TournamentNotReady
 from domain.tournament import (
     MAX_PAUSES,
+    STANDINGS_CHANGE,
     Tournament,
     audit_tournament,
     parse_tournament_export,
     replayed,
 )
-from service.application.tournaments.use_cases import STANDINGS_CHANGE
 from tests.support.http import bearer, refused
 from tests.support.rated import sign_up
 from tests.support.sse import frame_fields
@@ -288,3 +288,36 @@ def test_an_old_tournament_with_more_pauses_loads_and_audits(
     assert client.delete(path, headers=bearer(token)).status_code == 204  # resumed
     refused(client.post(path, headers=bearer(token)), 409, "too_many_pauses")
     assert client.get(f"/v1/tournaments/{tid}").get_json()["version"] == tournament.version + 1
+
+
+# ------------------------------------------------------------------------------ the view
+def test_the_view_writes_a_batchs_tables_and_moved_standings_only(app: Flask) -> None:
+    """The tournaments view's batch writes the tables its events seated, and the standings only
+    when one of its events may move them: a batch of pauses and resumptions writes neither (it
+    had rewritten every table and every standing, O(tables) statements a batch in an arena)."""
+    rt = app.extensions["cantstop"]
+    store, view, views = rt.store, rt.tournaments.view, rt.views
+    tournament = arena("ann", "bob", "cyd", "dee", "eve")
+    seated = [tournament.seat_next_table(at=T0), tournament.seat_next_table(at=T0)]
+    tournament.pause("eve", at=T0)
+    tournament.resume("eve", at=T0)
+    tournament.pause("eve", at=T0)
+    events = list(tournament.pending_events)
+    store.save(tournament)
+
+    def prepared(batch: list[Any]) -> Json:
+        items = [(index + 1, event_) for index, event_ in enumerate(batch)]
+        rows = views.read(view, lambda sql: view.prepare(items, sql), fresh=False)["rows"]
+        assert [row["id"] for row in rows] == [str(tournament.id)]
+        return cast(Json, rows[0])
+
+    pauses = prepared(events[-3:])
+    assert pauses["tables"] == [] and pauses["standings"] is None
+    tables = prepared(events[-5:-3])  # two TableSeated: the two tables, no standings moved
+    assert tables["tables"] == [t["game_id"] for t in seated if t is not None]
+    assert tables["standings"] is None
+    everything = prepared(events)
+    assert everything["tables"] == tables["tables"]
+    assert [s["handle"] for s in everything["standings"]] == [
+        s["handle"] for s in tournament.standings()
+    ]

@@ -35,7 +35,7 @@ from domain.commands import NewGame
 from domain.errors import DomainError, InvalidRequest
 from domain.game import format_at, parse_at
 from domain.rules import normalize_rules
-from domain.tournament import Tournament, event_line, export_lines
+from domain.tournament import STANDINGS_CHANGE, Tournament, event_line, export_lines
 from service.application.errors import ApplicationError, ConcurrentAction, NotFound
 from service.application.games.use_cases import Games
 from service.application.players.accounts import Accounts, Principal
@@ -576,11 +576,6 @@ class Tournaments:
             accounts=list(handles),
             rated=rated,
         )
-
-
-STANDINGS_CHANGE = frozenset(
-    {"Registered", "Withdrawn", "Started", "RoundPaired", "ResultRecorded", "Finished"}
-)
 
 
 def _plays(tournament: Any, handle: str) -> bool:

@@ -24,7 +24,7 @@ from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.utils import get_topic
 
 from domain.game import Game, parse_at
-from domain.tournament import Tournament
+from domain.tournament import STANDINGS_CHANGE, Tournament
 from service.application.store import Store
 from service.persistence.sqlite import in_chunks
 from service.persistence.views import Sql, View
@@ -51,11 +51,6 @@ def micros(at: datetime) -> int:
 
 def at_micros(value: int) -> datetime:
     return EPOCH + value * MICROSECOND
-
-
-def table_ids(tournament: Any) -> list[str]:
-    """Every table's game id, in the order they were seated."""
-    return [str(t["game_id"]) for t in tournament.tables]
 
 
 def due_of(tournament: Any) -> int | None:
@@ -114,10 +109,20 @@ class TournamentsView(View):
         """Each tournament the batch touched, read as it stands; the tournaments whose table's
         game ended in it."""
         touched: dict[uuid.UUID, int] = {}
+        seated: dict[uuid.UUID, list[str]] = {}  # the tables the batch's events seated
+        moved: set[uuid.UUID] = set()  # tournaments whose standings the batch may move
         ended: list[str] = []
         for seq, event_ in items:
             if isinstance(event_, Tournament.Event):
-                touched[event_.originator_id] = seq
+                key = event_.originator_id
+                touched[key] = seq
+                tables = seated.setdefault(key, [])
+                if isinstance(event_, Tournament.RoundPaired):
+                    tables.extend(str(table["game_id"]) for table in event_.tables)
+                elif isinstance(event_, Tournament.TableSeated):
+                    tables.append(str(event_.game_id))
+                if type(event_).__name__ in STANDINGS_CHANGE:
+                    moved.add(key)
             else:
                 ended.append(str(event_.originator_id))
         poked: set[str] = set()
@@ -133,7 +138,7 @@ class TournamentsView(View):
             except AggregateNotFoundError:
                 log.warning("tournaments: %s vanished", tournament_id)
                 continue
-            row = self.row(found, seq)
+            row = self.row(found, seq, seated[tournament_id], tournament_id in moved)
             open_tables = {str(g) for g in found.open_tables()} if row["due_at"] != NOW else set()
             if open_tables:  # a table whose game ended, its result not recorded yet: due now
                 done = read.all(
@@ -146,7 +151,11 @@ class TournamentsView(View):
         return {"rows": out, "ended": ended, "poked": sorted(poked)}
 
     @staticmethod
-    def row(tournament: Any, seq: int) -> dict[str, Any]:
+    def row(tournament: Any, seq: int, tables: list[str], moved: bool) -> dict[str, Any]:
+        """The tournament's listing row, the tables seated by the batch's events (each event is
+        in one batch: a table is written once, not every table at every batch, which in an
+        arena of thousands of tables cost thousands of statements a batch), and its standings
+        if the batch may have moved them (None: kept as written)."""
         return {
             "id": str(tournament.id),
             "name": tournament.name,
@@ -157,8 +166,8 @@ class TournamentsView(View):
             "players": len(tournament.players),
             "seq": seq,
             "due_at": due_of(tournament),
-            "tables": table_ids(tournament),
-            "standings": tournament.standings(),
+            "tables": tables,
+            "standings": tournament.standings() if moved else None,
         }
 
     def apply(self, sql: Sql, prepared: dict[str, Any]) -> None:
@@ -188,6 +197,8 @@ class TournamentsView(View):
                     "ON CONFLICT (game_id) DO NOTHING",
                     [game_id, key],
                 )
+            if row["standings"] is None:
+                continue
             sql.execute("DELETE FROM {standings} WHERE tournament_id = ?", [key])
             for entry in row["standings"]:
                 sql.execute(
