@@ -139,6 +139,9 @@ async function check() {
 
 $("#sign-in-form").addEventListener("submit", (event) => submit(event, false));
 $("#sign-up-form").addEventListener("submit", (event) => submit(event, true));
+// The page serves the forms' buttons disabled, so that no form is sent without the handlers
+// above (account.html): they are on now.
+for (const button of document.querySelectorAll("#signed-out button[type=submit]")) button.disabled = false;
 $("#sign-out").addEventListener("click", signOut);
 render();
 check();

@@ -2,7 +2,8 @@
 //
 // A seat's token is sent only in the Authorization header of an API call. It reaches a page in
 // the address's fragment (#token=…, which browsers never send to a server); takeSeatFromAddress()
-// moves it to localStorage at once and removes it from the address bar (history.replaceState).
+// removes it from the address bar at once (history.replaceState) and moves it to localStorage,
+// but never silently in place of a token already held for the game (see there).
 // An account's personal token (contract 1.2) comes in the answer to signing up or in (the account
 // page, account.js) and is kept the same way, in localStorage, until signing out: it too is sent
 // only in the Authorization header, never in an address. Nothing here logs either.
@@ -173,19 +174,59 @@ function store() {
   }
 }
 
-/** Move #token=…[&seat=N] from the address to this browser's storage for the game. */
-export function takeSeatFromAddress(gameId) {
-  if (!location.hash.includes("token=")) return;
+/**
+ * Move #token=…[&seat=N] from the address to this browser's storage for the game. The fragment
+ * leaves the address bar at once, whatever comes of its token.
+ *
+ * Game ids are public, so anyone can send a player a link to their own game with a token of
+ * their choosing: a link's token must never silently replace the token this browser already
+ * holds for the game (the player would lose their seat, and on a clocked game time out). So a
+ * different token is first checked with the server (GET /v1/games/{id}/seat): one that holds no
+ * seat is dropped, one that does replaces the held token only if the person confirms it, naming
+ * the seat (`describe(seat)`: its words, e.g. "Bob (seat 1)"). With nothing held for the game,
+ * the link's token is taken as it comes (the game page then asks which seat it holds).
+ *
+ * Resolves to a message for the page to show when the link's token was not taken, else null.
+ */
+export async function takeSeatFromAddress(gameId, describe = (seat) => `seat ${seat}`) {
+  if (!location.hash.includes("token=")) return null;
   const params = new URLSearchParams(location.hash.slice(1));
   const token = params.get("token");
-  const seat = params.get("seat");
+  const seatText = params.get("seat");
   params.delete("token");
   params.delete("seat");
   const rest = params.toString();
   history.replaceState(history.state, "", location.pathname + location.search + (rest ? `#${rest}` : ""));
-  if (token) rememberSeat(gameId, token, seat !== null && /^\d+$/.test(seat) ? Number(seat) : null);
+  if (!token) return null;
+  const before = heldSeat(gameId);
+  if (!before) {
+    rememberSeat(gameId, token, seatText !== null && /^\d+$/.test(seatText) ? Number(seatText) : null);
+    return null;
+  }
+  if (before.token === token) return null; // the seat this browser holds already
+  const kept = before.seat === null ? "the seat it holds" : describe(before.seat);
+  let seat;
+  try {
+    ({ seat } = await api(`/v1/games/${gameId}/seat`, { token }));
+  } catch (e) {
+    // Refused (401): a token of no seat, perhaps sent to take this browser's seat away.
+    // Not answered: it cannot be checked now, and the held one stays (the link can be opened again).
+    return e.status === 401
+      ? `The link's token holds no seat of this game: this browser keeps ${kept}.`
+      : `The link's token could not be checked (${e.detail}): this browser keeps ${kept}.`;
+  }
+  if (!Number.isInteger(seat)) return `The link's token could not be checked: this browser keeps ${kept}.`;
+  const question =
+    `This link plays ${describe(seat)} of this game, but this browser holds ${kept}.\n\n` +
+    `Play ${describe(seat)} from now on in this browser? (Cancel keeps ${kept}.)`;
+  if (!window.confirm(question)) return `This browser keeps ${kept}; the link's seat was not taken.`;
+  rememberSeat(gameId, token, seat);
+  return null;
 }
 
+/** Keep `token` (of `seat`, or null when not known yet) as this browser's token for the game,
+ * in place of any held: only for a token this browser itself was given by the server (taking a
+ * seat, creating a game) or one already checked (takeSeatFromAddress), never a link's as such. */
 export function rememberSeat(gameId, token, seat) {
   write(KEY(gameId), JSON.stringify({ token, seat }));
 }

@@ -29,12 +29,15 @@ import { describe, moveName, rulesText, solitaireText, turnText } from "./story.
 
 const root = $("#game");
 const gameId = root.dataset.gameId;
-takeSeatFromAddress(gameId); // first of all: a token in the address leaves it at once
+let state = JSON.parse($("#initial-state").textContent);
+// First of all: a token in the address leaves it at once. A link's token that would replace the
+// one this browser holds is checked and confirmed first (api.js), so the page waits for that
+// before it reads which seat it holds; a link's token not taken is said below.
+const linkRefused = await takeSeatFromAddress(gameId, (seat) => playerLabel(state, seat));
 
 const NAME_KEY = "cantstop:name";
 const NOT_A_SEAT = "This browser's token does not hold a seat of this game.";
 
-let state = JSON.parse($("#initial-state").textContent);
 let account = heldAccount(); // the account this browser is signed in as, or null
 let held = heldSeat(gameId) || accountHeld(); // {token, seat, account?} or null: a watcher
 const notMine = new Set(); // seats this token turned out not to hold (seat unknown)
@@ -863,5 +866,6 @@ async function findSeat() {
 
 setInterval(renderDeadline, 1000);
 render();
+if (linkRefused) say(linkRefused);
 findSeat();
 loadHistory();
