@@ -599,3 +599,28 @@ def test_account_feeds_read_again_when_the_notices_view_was_rebuilt() -> None:
     assert feed.resyncs == 2
     poll((4, {"ann": 8}))  # and it goes on from the new count
     assert feed.hints == [7, 8]
+
+
+def test_a_new_viewer_never_makes_the_open_streams_skip_what_another_host_recorded(
+    make_app: Callable[..., Flask], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No Redis and no poll within the test: another host records an event this process was not
+    told of, then a new viewer opens a stream here (having read the newer version from the
+    store). The streams already open get that event at once, and the new one starts after it.
+    (Opening moved the feed's newest version on to the store's, so the open streams skipped the
+    event until the next one came, and for ever if none came.)"""
+    monkeypatch.setenv("CANTSTOP_STREAM_POLL", "300")
+    here, elsewhere = make_app(), make_app()
+    game_id, tokens = create(here.test_client())
+    response, reader = open_stream(here.test_client(), game_id)
+    play(elsewhere.test_client(), game_id, tokens)  # this process is not told
+    everything = history(here.test_client(), game_id)
+    newest = everything[-1]["version"]
+    late, late_reader = open_stream(here.test_client(), game_id)
+    assert_exactly(reader.up_to(newest, timeout=3), everything[2:])
+    play(here.test_client(), game_id, tokens)
+    after = history(here.test_client(), game_id)
+    assert_exactly(late_reader.up_to(after[-1]["version"], timeout=3), after[newest:])
+    assert_exactly(reader.up_to(after[-1]["version"], timeout=3), after[2:])
+    late.close()
+    response.close()

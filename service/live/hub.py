@@ -291,7 +291,12 @@ class Hub:
                 if self._pubsub is not None:
                     self.spawn(self._subscribe(feed))
             else:
-                feed.last = max(feed.last, version)
+                # The store holds ``version`` (read for the new stream): if the feed is behind
+                # (another worker or host recorded events this process has not been told of),
+                # it reads them once for every stream. Moving ``feed.last`` on instead would
+                # make it skip them: the streams already open would lack them until the next
+                # event, and for ever if none came.
+                feed.hint(version)
             stream = Stream(self, feed, after, finished=finished, client=client)
             stream.token_id = token_id
             feed.streams.add(stream)
