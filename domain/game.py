@@ -802,15 +802,27 @@ class Game(Aggregate):
             raise InvalidRequest("a rated game seats accounts only: join with a personal token")
         return self._seat(self.names.index(None), name, draw, bot, account)
 
-    def claim(self, seat: int, name: str, draw: Draw | None = None, bot: str | None = None) -> int:
-        """Take seat ``seat`` of a rematch (the service checks who may)."""
+    def claim(
+        self,
+        seat: int,
+        name: str,
+        draw: Draw | None = None,
+        bot: str | None = None,
+        account: str | None = None,
+    ) -> int:
+        """Take seat ``seat`` of a rematch (the service checks who may), held by ``account``
+        if the old game's seat was: the same players, so the rematch is in their histories."""
         if self.status == "finished":
             raise GameOver("the game is finished: nobody joins it any more")
         if self.status != "waiting" or self.rematch_of is None:
             raise IllegalAction("only the seats of a rematch waiting for its players are claimed")
         if not 0 <= seat < self.seats or self.names[seat] is not None:
             raise IllegalAction(f"seat {seat} is not open")
-        return self._seat(seat, check_name(name), draw, bot)
+        if account is not None:
+            account = check_handle(account)
+            if self.seat_of_account(account) is not None:
+                raise AlreadySeated(f"the account {account} already holds a seat of this game")
+        return self._seat(seat, check_name(name), draw, bot, account)
 
     def _seat(
         self, seat: int, name: str, draw: Draw | None, bot: str | None, account: str | None = None

@@ -20,6 +20,7 @@ from service.http.app import create_app
 from tests.support.games import history
 from tests.support.polling import poll
 from tests.support.racing import race_cleanly
+from tests.support.rated import sign_up
 from tests.support.servers import run_scheduler
 
 Json = dict[str, Any]
@@ -434,6 +435,38 @@ def test_a_rematch_waits_for_every_person_and_refuses_unfinished_games(
         409,
         "illegal_action",
     )
+
+
+def test_a_rematch_seats_the_accounts_that_held_the_old_seats(client: FlaskClient) -> None:
+    """The same players: a seat an account held is that account's in the rematch too (its
+    bot's seat as well), so the rematch is in the account's history; a person's seat without
+    an account stays without one. (The rematch had seated nobody's account.)"""
+    ann = sign_up(client, "ann")
+    made = client.post(
+        "/v1/games",
+        json={"players": [{"account": "ann"}, "Bob", {"name": "R", "bot": "random"}]},
+        headers=bearer(ann),
+    )
+    assert made.status_code == 201, made.get_json()
+    old = made.get_json()["game"]
+    tokens = [seat["token"] for seat in made.get_json()["seats"]]
+    for token in tokens[:2]:
+        client.post(
+            f"/v1/games/{old['id']}/actions", json={"type": "resign"}, headers=bearer(token)
+        )
+    claims = [client.post(f"/v1/games/{old['id']}/rematch", headers=bearer(t)) for t in tokens[:2]]
+    assert [c.status_code for c in claims] == [201, 201]
+    rematch = claims[-1].get_json()["game"]
+    assert rematch["status"] == "in_progress"
+    assert [p["account"] for p in rematch["players"]] == [p["account"] for p in old["players"]]
+    assert rematch["players"][0]["account"] == "ann" and rematch["players"][1]["account"] is None
+    fresh = [c.get_json()["token"] for c in claims]
+    for token in fresh:
+        client.post(
+            f"/v1/games/{rematch['id']}/actions", json={"type": "resign"}, headers=bearer(token)
+        )
+    listed = client.get("/v1/accounts/ann/games").get_json()["games"]
+    assert {rematch["id"], old["id"]} <= {row["game_id"] for row in listed}
 
 
 def test_the_claim_that_creates_a_rematch_may_bring_a_committed_seed(

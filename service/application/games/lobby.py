@@ -252,7 +252,8 @@ class Lobby:
         if server_seed is not None:
             draw = self.games.secrets.dicer_for(server_seed, game.client_seed or "")
         for seat_key, bot in sorted(old.bots.items()):
-            game.claim(int(seat_key), old.names[int(seat_key)] or bot, draw=draw, bot=bot)
+            seat = int(seat_key)
+            game.claim(seat, old.names[seat] or bot, draw=draw, bot=bot, account=old.accounts[seat])
         self._sealed_if_started(game, vault)
         self.games.store.save(game, vault)
 
@@ -265,7 +266,12 @@ class Lobby:
         with games.store.owned(new_id) as game:
             if game.names[seat] is not None:
                 raise IllegalAction(f"seat {seat} of the rematch is claimed already")
-            game.claim(seat, old.names[seat] or f"Seat {seat}", draw=games.secrets.dicer(game))
+            game.claim(
+                seat,
+                old.names[seat] or f"Seat {seat}",
+                draw=games.secrets.dicer(game),
+                account=old.accounts[seat],  # the same player: the rematch is in their history
+            )
             issued = self._issue(vault, seat, None)
             self._sealed_if_started(game, vault)
             self._save(game, vault)
