@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Dialog, Page, Request, Route, expect
 
-from tests.support.browser import ACCESS_LOG, PASSWORD, Server, started_server
+from tests.support.browser import ACCESS_LOG, PASSWORD, Server, sign_up, started_server
 
 pytestmark = pytest.mark.slow
 
@@ -183,6 +183,39 @@ def test_a_link_is_taken_as_before_by_a_browser_that_holds_no_token_of_the_game(
         assert "token" not in page.url
         expect(page.locator("#action-message")).to_be_hidden()
         assert not seen.dialogs
+
+
+@pytest.mark.parametrize("accepted", [False, True], ids=["dismissed", "accepted"])
+def test_a_link_never_silently_moves_a_signed_in_player_off_their_accounts_seat(
+    server: Server, browser: Browser, accepted: bool
+) -> None:
+    """Signed in, the account holds seat 0 and the browser keeps no seat token for the game: a
+    link with Bob's token asks first, as a held seat token does. Dismissed, the page plays the
+    account's seat and keeps no token; accepted, the browser holds Bob's. (It was taken
+    silently, the player moved off their own seat.)"""
+    handle = f"h{uuid.uuid4().hex[:12]}"
+    with browsing(browser, server) as (ctx, seen):
+        page = ctx.new_page()
+        personal = sign_up(page, handle)
+        created = server.api(
+            "POST", "/v1/games", {**ANN_AND_BOB, "players": [{"account": handle}, "Bob"]}, personal
+        )
+        game_id, bob = created["game"]["id"], created["seats"][1]["token"]
+        page.close()
+        seen.answer = accepted
+        page = open_link(ctx, f"/games/{game_id}#token={bob}&seat=1")
+        if accepted:
+            expect(page.get_by_text("You play Bob (seat 1), orange.")).to_be_visible()
+            assert kept_seat(page, game_id) == {"token": bob, "seat": 1}
+        else:
+            expect(page.get_by_text("the link's seat was not taken")).to_be_visible()
+            expect(page.get_by_text("your account holds this seat")).to_be_visible()
+            expect(page.get_by_text(re.compile(r"You play .* \(seat 0\), blue\."))).to_be_visible()
+            assert page.evaluate(f"localStorage.getItem('cantstop:seat:{game_id}')") is None
+        assert "token" not in page.url
+        assert len(seen.dialogs) == 1, seen.dialogs
+        assert "Bob (seat 1)" in seen.dialogs[0] and "(seat 0)" in seen.dialogs[0]
+    assert bob not in server.log() and personal not in server.log()
 
 
 def test_without_its_script_the_account_page_never_sends_a_password_in_an_address(

@@ -183,12 +183,14 @@ function store() {
  * holds for the game (the player would lose their seat, and on a clocked game time out). So a
  * different token is first checked with the server (GET /v1/games/{id}/seat): one that holds no
  * seat is dropped, one that does replaces the held token only if the person confirms it, naming
- * the seat (`describe(seat)`: its words, e.g. "Bob (seat 1)"). With nothing held for the game,
- * the link's token is taken as it comes (the game page then asks which seat it holds).
+ * the seat (`describe(seat)`: its words, e.g. "Bob (seat 1)"); one of the seat already held is
+ * taken. The seat the signed-in account holds (`accountSeat`) counts as held. With nothing held
+ * for the game, the link's token is taken as it comes (the game page then asks which seat it
+ * holds).
  *
  * Resolves to a message for the page to show when the link's token was not taken, else null.
  */
-export async function takeSeatFromAddress(gameId, describe = (seat) => `seat ${seat}`) {
+export async function takeSeatFromAddress(gameId, describe = (seat) => `seat ${seat}`, accountSeat = null) {
   if (!location.hash.includes("token=")) return null;
   const params = new URLSearchParams(location.hash.slice(1));
   const token = params.get("token");
@@ -198,7 +200,9 @@ export async function takeSeatFromAddress(gameId, describe = (seat) => `seat ${s
   const rest = params.toString();
   history.replaceState(history.state, "", location.pathname + location.search + (rest ? `#${rest}` : ""));
   if (!token) return null;
-  const before = heldSeat(gameId);
+  // A seat the signed-in account holds (`accountSeat`, played with its personal token) is held
+  // as much as a stored seat token is.
+  const before = heldSeat(gameId) || (accountSeat === null ? null : { token: null, seat: accountSeat });
   if (!before) {
     rememberSeat(gameId, token, seatText !== null && /^\d+$/.test(seatText) ? Number(seatText) : null);
     return null;
@@ -216,6 +220,10 @@ export async function takeSeatFromAddress(gameId, describe = (seat) => `seat ${s
       : `The link's token could not be checked (${e.detail}): this browser keeps ${kept}.`;
   }
   if (!Number.isInteger(seat)) return `The link's token could not be checked: this browser keeps ${kept}.`;
+  if (seat === before.seat) {
+    rememberSeat(gameId, token, seat); // the same seat: nothing is taken away
+    return null;
+  }
   const question =
     `This link plays ${describe(seat)} of this game, but this browser holds ${kept}.\n\n` +
     `Play ${describe(seat)} from now on in this browser? (Cancel keeps ${kept}.)`;

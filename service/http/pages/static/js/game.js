@@ -33,12 +33,18 @@ let state = JSON.parse($("#initial-state").textContent);
 // First of all: a token in the address leaves it at once. A link's token that would replace the
 // one this browser holds is checked and confirmed first (api.js), so the page waits for that
 // before it reads which seat it holds; a link's token not taken is said below.
-const linkRefused = await takeSeatFromAddress(gameId, (seat) => playerLabel(state, seat));
+// The seat the signed-in account holds counts as held too: a link must not silently switch a
+// signed-in player to another seat either.
+let account = heldAccount(); // the account this browser is signed in as, or null
+const linkRefused = await takeSeatFromAddress(
+  gameId,
+  (seat) => playerLabel(state, seat),
+  accountHeld()?.seat ?? null,
+);
 
 const NAME_KEY = "cantstop:name";
 const NOT_A_SEAT = "This browser's token does not hold a seat of this game.";
 
-let account = heldAccount(); // the account this browser is signed in as, or null
 let held = heldSeat(gameId) || accountHeld(); // {token, seat, account?} or null: a watcher
 const notMine = new Set(); // seats this token turned out not to hold (seat unknown)
 let lastVersion = 0; // the last event shown in the history
