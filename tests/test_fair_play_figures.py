@@ -21,6 +21,7 @@ from domain.commands import Move, Roll, Stop
 from domain.fairplay import CONTESTED, percentile, seat_figures
 from domain.position import Position
 from domain.strategies.expert import ExpertStrategy
+from service.application.analysis import analyst, fairplay, jobs
 from service.application.analysis.fairplay import POOL_MINIMUM, SCAN_EVERY
 from service.config import Settings
 from service.http.app import create_app
@@ -279,6 +280,32 @@ def test_unrated_imported_and_aborted_games_never_count(client: FlaskClient) -> 
     for handle in ("ann", "bob"):
         [pool] = figures(client, handle)["pools"]
         assert pool["games"] == 1 and pool["contested"] == 10  # the rated game played here
+
+
+def test_a_rated_game_longer_than_the_analysis_takes_counts_by_its_first_versions(
+    client: FlaskClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rated game past MAX_VERSIONS (here lowered to 40, for a test's game) is analysed by the
+    workers up to there, and those decisions count in both seats' figures; the endpoint still
+    refuses its analysis as too long. (Such a game was never queued: padding a rated game past
+    the maximum took it out of the fair-play figures.)"""
+    for module in (jobs, analyst, fairplay):
+        monkeypatch.setattr(module, "MAX_VERSIONS", 40)
+    ann, bob = sign_up(client, "ann"), sign_up(client, "bob")
+    game_id = rated_game(client, ann, bob)
+    players = {"ann": (ann, EXPERT), "bob": (bob, EXPERT)}
+    assert play_with(client, game_id, players, seed=1)["version"] > 40
+    analyse_finished(client)
+    kept = runtime_of(client).analyst.kept(uuid.UUID(game_id))
+    assert kept is not None and kept["version"] == 40 and not kept["finished"]
+    for handle in ("ann", "bob"):
+        [pool] = figures(client, handle)["pools"]
+        assert pool["games"] == 1 and pool["decisions"] > 0
+        assert pool["matched"] == pool["contested"]  # the expert against itself
+    mine = [d for d in kept["decisions"] if d["seat"] == 0]
+    assert figures(client, "ann")["pools"][0]["decisions"] == len(mine)
+    refused = client.get(f"/v1/games/{game_id}/analysis")
+    assert refused.status_code == 422 and refused.get_json()["code"] == "game_too_long"
 
 
 def test_an_unknown_account_is_404_and_one_without_rated_games_has_no_pools(

@@ -35,6 +35,7 @@ from domain.analysis import KEY as ANALYSIS_KEY
 from domain.fairplay import CONTESTED, percentile, seat_figures
 from domain.strategies.expert import ExpertStrategy
 from service.application.analysis.analyst import Analyst, StoredAnalyses
+from service.application.analysis.jobs import MAX_VERSIONS
 from service.application.errors import ApplicationError, NotFound
 from service.application.games.use_cases import Games
 from service.application.players.accounts import Accounts
@@ -217,9 +218,13 @@ class FairPlay:
         log.warning("fair play: game %s is not summarised: %s", game_id, why)
 
     def _kept(self, game_id: uuid.UUID) -> dict[str, Any] | None:
-        """The finished game's kept analysis, or None; never computed here."""
+        """The finished game's kept analysis, or None; never computed here. A game longer than
+        ``MAX_VERSIONS`` is kept analysed up to there, not to its finish (jobs.AnalysisFeed):
+        its first ``MAX_VERSIONS`` versions count."""
         found = self.analyst.kept(game_id)
-        return found if found is not None and found.get("finished") else None
+        if found is None:
+            return None
+        return found if found.get("finished") or found.get("version") == MAX_VERSIONS else None
 
     # ------------------------------------------------------------------------------ reading
     def figures(self, handle: str) -> dict[str, Any]:

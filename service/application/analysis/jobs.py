@@ -475,7 +475,10 @@ class Worker:
         started = time.process_time()
         deadline = started + self.config.cpu_seconds
         records = self.games.history(job.game_id)  # CorruptGame where a stored event is damaged
-        upto = len(records) if job.version == FINAL else job.version
+        # A finished game's analysis stops at MAX_VERSIONS: only the system queues one of a longer
+        # game (a rated one, for its fair-play figures: AnalysisFeed), which the endpoint
+        # still refuses as game_too_long (a kept row serves only its own version).
+        upto = min(len(records), MAX_VERSIONS) if job.version == FINAL else job.version
         if not 1 <= upto <= min(len(records), MAX_VERSIONS):
             raise AnalysisRefused(upto, f"no version {upto} to analyse")
         running = self._following.pop(job.game_id, None)
@@ -588,8 +591,9 @@ FINISHED = get_topic(Game.GameFinished)
 
 class AnalysisFeed(View):
     """Queues each finished rated game played here (never an imported one) for its analysis
-    as it finishes (as the ``system`` client): the fair-play figures read them. No tables of
-    its own: only its place in the log."""
+    as it finishes (as the ``system`` client): the fair-play figures read them. A game longer
+    than ``MAX_VERSIONS`` is analysed up to there. No tables of its own: only its place in the
+    log."""
 
     name = "analysis_feed"
     version = 1
@@ -627,8 +631,10 @@ class AnalysisFeed(View):
                     continue  # not a finished rated game
             except ApplicationError:
                 continue
-            if game.version <= MAX_VERSIONS:
-                found.append(str(head.originator_id))
+            # A game longer than MAX_VERSIONS is analysed up to there (Worker._work_out): its
+            # first 1,000 versions still count in the fair-play figures, so play padded past
+            # the maximum does not take a rated game out of them.
+            found.append(str(head.originator_id))
         return found
 
     def apply(self, sql: Sql, prepared: list[str]) -> list[str]:
