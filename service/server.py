@@ -39,7 +39,7 @@ from gunicorn.workers.base import Worker
 from werkzeug.exceptions import BadRequest
 
 from service import collector
-from service.config import ServerSettings
+from service.config import ServerSettings, Settings
 from service.http.metrics import REQUEST_ID, REQUEST_ID_KEY, new_request_id
 from service.http.stream import ADOPT
 from service.live.streams import Pacer
@@ -50,7 +50,12 @@ from service.live.streams import Pacer
 # connection may make the worker hold.
 MAX_FIELDS = 100
 MAX_FIELD = 64 * 1024
-MAX_HEAD = 1024 * 1024 + MAX_FIELDS * MAX_FIELD
+# The request line and header fields a connection may make the worker buffer: the app's own
+# limits (CANTSTOP_MAX_URI_BYTES + CANTSTOP_MAX_HEADER_BYTES, so the app still answers a head
+# over them with its own detail) and this much more for the method, the version and the line
+# ends; past it, 431 at once. It was 7.5 MB whatever the settings: a client could make each
+# connection hold megabytes before its head was judged.
+HEAD_MARGIN = 4 * 1024
 RECV = 64 * 1024
 # A body the app did not read is read and dropped before the answer, so the connection can be
 # kept; past this many bytes the connection is closed instead (and the answer says so).
@@ -73,6 +78,12 @@ PROBLEM_CODES = {
     500: "internal_error",
     501: "not_implemented",
 }
+# A body's length said two ways (Content-Length and Transfer-Encoding, or Transfer-Encoding in
+# HTTP/1.0), a Transfer-Encoding other than chunked alone, or Content-Lengths that disagree or
+# are not a number: a proxy in front may have framed the request otherwise, so what follows
+# its body could be another request smuggled past the proxy (RFC 9112 §6.1, §6.3). Refused,
+# 400 with this code, and the connection closed: no guess at where the body ends.
+BAD_FRAMING = "bad_framing"
 REASONS = {
     400: "Bad Request",
     408: "Request Timeout",
@@ -106,10 +117,13 @@ def logged_target(target: str) -> str:
     return f"{path}?{'&'.join(parts)}"
 
 
-def problem_bytes(status: int, detail: str, request_id: str | None = None) -> bytes:
-    """A whole HTTP answer, problem+json with a stable code, closing the connection; with the
-    request's id (a new one if the request never reached the app), as the app's answers have."""
-    code = PROBLEM_CODES.get(status, "malformed_request")
+def problem_bytes(
+    status: int, detail: str, request_id: str | None = None, *, code: str | None = None
+) -> bytes:
+    """A whole HTTP answer, problem+json with a stable code (the status's, unless ``code``),
+    closing the connection; with the request's id (a new one if the request never reached the
+    app), as the app's answers have."""
+    code = code or PROBLEM_CODES.get(status, "malformed_request")
     reason = REASONS.get(status, "Bad Request")
     body = json.dumps(
         {
@@ -136,13 +150,17 @@ class MalformedBody(BadRequest):
 class Connection:
     """One client connection: its socket and its HTTP/1.1 state."""
 
-    __slots__ = ("addr", "deadline", "h11", "local", "pending", "retire", "sock", "waiting")
+    __slots__ = (
+        *("addr", "deadline", "h11", "local", "max_head", "pending", "retire", "sock"),
+        "waiting",
+    )
 
-    def __init__(self, sock: socket.socket, addr: Any, retire: float) -> None:
+    def __init__(self, sock: socket.socket, addr: Any, retire: float, max_head: int) -> None:
         self.sock = sock
         self.addr = addr
         self.retire = retire  # monotonic time after which its next answer closes it
-        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+        self.max_head = max_head  # bytes of a head buffered at most (HEAD_MARGIN)
+        self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=max_head)
         self.pending = b""  # received after the request before: the next one's start
         self.local: tuple[str, str] | None = None
         self.deadline = 0.0
@@ -152,7 +170,7 @@ class Connection:
         """A new parser for the next request, given what was received after the last one.
         h11 reads requests; the worker writes the answers itself (``ServiceWorker._respond``):
         going through h11's writer, which checks every header again, cost as much as reading."""
-        h = self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+        h = self.h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=self.max_head)
         if self.pending:
             h.receive_data(self.pending)
             self.pending = b""
@@ -168,7 +186,9 @@ class Connection:
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
-            if self.h11.their_state is h11.SEND_BODY:  # the client may still be sending
+            # The client may still be sending: its body, or the rest of a head or body refused
+            # mid-way (ERROR: too long, bad framing), whose reset could lose the answer.
+            if self.h11.their_state in (h11.SEND_BODY, h11.ERROR):
                 self._linger()
             self.sock.close()
 
@@ -295,6 +315,8 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
         server = ServerSettings.from_env()
         self.read_timeout = server.read_timeout
         self.keepalive_time = server.keepalive_time
+        limits = Settings.from_env()  # (`cantstop serve` refused a bad value before gunicorn)
+        self.max_head = limits.max_uri_bytes + limits.max_header_bytes + HEAD_MARGIN
         # The kernel's receive and send timeouts, not Python's: a socket with a Python timeout
         # polls before every read and write (a system call and a GIL hand-over more each); a
         # blocking one with SO_RCVTIMEO fails a read that waited that long with EAGAIN
@@ -392,7 +414,7 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, self.io_timeout)
         with self.lock:
             self.connections += 1
-        conn = Connection(sock, addr, time.monotonic() + self.keepalive_time)
+        conn = Connection(sock, addr, time.monotonic() + self.keepalive_time, self.max_head)
         self._wait(conn, self.fresh, self.read_timeout)
 
     def _wait(
@@ -504,7 +526,16 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
                 )
             return False
         except h11.RemoteProtocolError as exc:
-            self._send(conn, problem_bytes(exc.error_status_hint, str(exc)))
+            detail = str(exc)
+            if exc.error_status_hint == 431:  # h11's "Receive buffer too long"
+                detail = f"the request line and header fields are over {conn.max_head} bytes"
+                self._send(conn, problem_bytes(431, detail))
+            elif "Content-Length" in detail or "Transfer-Encoding" in detail:
+                # h11's refusals of those two headers (BAD_FRAMING): 400, not its 501 for an
+                # unknown coding: chunked is not the last, so the body's end is unknown (§6.3).
+                self._send(conn, problem_bytes(400, detail, code=BAD_FRAMING))
+            else:
+                self._send(conn, problem_bytes(exc.error_status_hint, detail))
             return False
         except OSError:
             return False
@@ -520,6 +551,12 @@ class ServiceWorker(Worker):  # type: ignore[misc]  # gunicorn has no types
         if environ is None:
             self._send(conn, problem_bytes(431, f"a header field over {MAX_FIELD} bytes"))
             return False
+        if "HTTP_TRANSFER_ENCODING" in environ and (
+            "CONTENT_LENGTH" in environ or request.http_version != b"1.1"
+        ):  # h11 would read the body by its Transfer-Encoding alone; a proxy may not (§6.1)
+            detail = "Transfer-Encoding with a Content-Length, or in an HTTP/1.0 request"
+            self._send(conn, problem_bytes(400, detail, code=BAD_FRAMING))
+            return False  # closed, lingering over the body it did not read (Connection.close)
         head: list[Any] = []
 
         def start_response(

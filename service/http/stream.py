@@ -16,6 +16,7 @@ from service.live.hub import ShuttingDown, StreamBody, TooManyClientStreams, Too
 stream_api = Blueprint("stream", __name__)
 
 LAST_EVENT_ID_MAX = 10**12
+LAST_EVENT_ID_DIGITS = len(str(LAST_EVENT_ID_MAX))
 ADOPT = "cantstop.stream"  # the environ key under which a stream waits to be handed over
 
 
@@ -31,9 +32,17 @@ def _resume_point() -> int | None:
             raw = raw.strip()
             if not raw:  # an empty one, as an event with an empty id sets: no resume point
                 continue
-        if not raw.isdigit() or not raw.isascii() or int(raw) > LAST_EVENT_ID_MAX:
+        # Its digits past the leading zeros, at most LAST_EVENT_ID_MAX's, counted before int()
+        # reads them: int() refuses a string of over 4300 digits (ValueError: it was a 500).
+        digits = raw.lstrip("0") or "0"
+        if (
+            not raw.isdigit()
+            or not raw.isascii()
+            or len(digits) > LAST_EVENT_ID_DIGITS
+            or int(digits) > LAST_EVENT_ID_MAX
+        ):
             raise BadRequest(f"{name} must be a version: a non-negative integer")
-        return int(raw)
+        return int(digits)
     return None
 
 
