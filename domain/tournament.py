@@ -64,7 +64,11 @@ is created once however many schedulers race to create it."""
 KINDS = ("swiss", "arena")
 STATUSES = ("created", "started", "finished")
 WITHDRAW_REASONS = ("withdrew", "account_closed", "excluded")
-FINISH_REASONS = ("completed", "not_enough_players", "window_closed", "cancelled")
+FINISH_REASONS = ("completed", "not_enough_players", "window_closed", "cancelled", "abandoned")
+IDLE = timedelta(days=30)
+"""A tournament its creator is to start (``starts_at`` null) that records no event for this long,
+as far ahead as a start may be planned, is due to finish as ``abandoned``: else one never
+started is listed as open for ever (its players, its page, the scheduler's index)."""
 TABLE_SIZES = (2, 8)
 MAX_ROUNDS = 50
 MINUTES_RANGE = (1, 10_080)  # an arena's window: a minute to a week
@@ -958,7 +962,12 @@ class Tournament(Aggregate):
         the last round has every result; arena: the window closed with no table open and some
         table played), ``window_closed`` (an arena that closed without a single table), or
         ``not_enough_players`` (a started Swiss with fewer than two players left and no table
-        open). The scheduler asks this and calls ``finish``."""
+        open), or ``abandoned`` (one its creator was to start, ``IDLE`` after its last event).
+        The scheduler asks this and calls ``finish``."""
+        if self.status == "created":
+            now = at if at is not None else datetime.now(UTC)
+            idle = self.starts_at is None and now >= self.modified_on + IDLE
+            return "abandoned" if idle else None
         if self.status != "started" or self.open_ids:
             return None
         if self.kind == "swiss":

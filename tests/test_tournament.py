@@ -19,6 +19,7 @@ from domain.errors import (
     TournamentStarted,
 )
 from domain.tournament import (
+    IDLE,
     TABLE_NAMESPACE,
     Tournament,
     event_line,
@@ -417,6 +418,24 @@ def test_cancel_at_any_time_and_nothing_after() -> None:
     tournament.finish("cancelled")
     with pytest.raises(TournamentFinished):
         tournament.start()
+
+
+def test_only_one_its_creator_was_to_start_is_abandoned_once_idle() -> None:
+    """``abandoned`` is due IDLE after the last event of a tournament with no planned start,
+    never before, and never for one with a start planned (it starts then); it is refused
+    (not due) otherwise, as the audit replays it."""
+    waiting = swiss(3)
+    last = waiting.modified_on
+    assert waiting.finish_due(last + IDLE - timedelta(seconds=1)) is None
+    with pytest.raises(TournamentNotReady):
+        waiting.finish("abandoned", last + IDLE - timedelta(seconds=1))
+    assert waiting.finish_due(last + IDLE) == "abandoned"
+    waiting.finish("abandoned", last + IDLE)
+    assert (waiting.status, waiting.finish_reason) == ("finished", "abandoned")
+    again = replayed(waiting.collect_events())
+    assert again is not None and again.as_json() == waiting.as_json()
+    planned = swiss(3, starts_at=T0 + timedelta(days=29))
+    assert planned.finish_due(T0 + 10 * IDLE) is None
 
 
 # ------------------------------------------------------------------------------ the views

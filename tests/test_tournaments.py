@@ -453,6 +453,34 @@ def test_a_tournament_due_starts_by_itself(app: Flask) -> None:
     )
 
 
+def test_one_its_creator_never_starts_is_abandoned_after_a_month_untouched(app: Flask) -> None:
+    """A tournament to be started by its creator, left alone: due IDLE after its last event (a
+    registration moves that on), then finished as abandoned by the scheduler's chore, which the
+    audit accepts; not a moment before. (It was listed as open for ever.)"""
+    client = client_of(app)
+    creator = sign_up(client, "host11", bot=False)
+    tid = create(client, creator, kind="swiss", players_per_table=2, rounds=1)["id"]
+    offset = [timedelta(days=20)]
+    tournaments = app.extensions["cantstop"].tournaments
+    tournaments.clock = lambda: datetime.now(UTC) + offset[0]
+    register(client, tid, sign_up(client, "idle1"))  # an event, 20 days on: IDLE from here
+    tournaments.views.catch_up(tournaments.view)
+    for days in (31, 49):
+        offset[0] = timedelta(days=days)
+        assert tournaments.poll() == 0
+    assert client.get(f"/v1/tournaments/{tid}").get_json()["status"] == "created"
+    offset[0] = timedelta(days=50, minutes=1)
+    assert tournaments.poll() == 1
+    body = client.get(f"/v1/tournaments/{tid}").get_json()
+    assert (body["status"], body["finish_reason"]) == ("finished", "abandoned")
+    assert body["players"] == ["idle1"] and body["rounds"] == []
+    listed = client.get("/v1/tournaments?status=created").get_json()["tournaments"]
+    assert tid not in {t["id"] for t in listed}
+    header, records = parse_tournament_export(client.get(f"/v1/tournaments/{tid}/export").data)
+    verdict = audit_tournament(header, records, {})  # (no tables: no --games file for the CLI)
+    assert verdict["valid"], verdict
+
+
 def test_a_player_who_never_moves_is_timed_out_and_the_round_ends(app: Flask) -> None:
     """Two players at a 5 s clock: one never acts; three timeouts resign it, the game ends, and
     the Swiss (one round) finishes with its result."""

@@ -476,7 +476,11 @@ class Tournaments:
         now = self.clock()
         if tournament.status == "created":
             starts = tournament.starts_at
-            if starts is None or parse_at(starts) > now:
+            if starts is None:  # its creator starts it: unless left untouched too long
+                if tournament.finish_due(now) == "abandoned":
+                    tournament.finish("abandoned", now)
+                return []
+            if parse_at(starts) > now:
                 return []
             tournament.start(now)  # fewer than 2 players: finished at once
         if tournament.status != "started":

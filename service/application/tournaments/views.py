@@ -7,7 +7,7 @@ hundreds) and writes its row, its tables and its standings afresh; a batch that 
 a table's game marks its tournament due at once. So the scheduler's chore, at each poll, reads
 the tournaments due by now (one indexed query) and nothing else when nothing is due: a Swiss
 waits on its tables' games, an arena on its window's close or on a player waiting, a tournament
-not started on its start time.
+not started on its start time (or, its creator to start it, on ``IDLE`` after its last event).
 
 ``due_at`` is in epoch microseconds; NULL: nothing is due until an event says so.
 """
@@ -24,7 +24,7 @@ from eventsourcing.application import AggregateNotFoundError
 from eventsourcing.utils import get_topic
 
 from domain.game import Game, parse_at
-from domain.tournament import STANDINGS_CHANGE, Tournament
+from domain.tournament import IDLE, STANDINGS_CHANGE, Tournament
 from service.application.store import Store
 from service.persistence.sqlite import in_chunks
 from service.persistence.views import Sql, View
@@ -61,7 +61,9 @@ def due_of(tournament: Any) -> int | None:
         return None
     if status == "created":
         starts = tournament.starts_at
-        return None if starts is None else micros(parse_at(starts))
+        if starts is None:  # its creator starts it; untouched for IDLE, it is abandoned
+            return micros(tournament.modified_on + IDLE)
+        return micros(parse_at(starts))
     open_tables = tournament.open_tables()
     if tournament.kind == "swiss":
         return NOW if not open_tables else None
