@@ -121,7 +121,7 @@ def redis_fanout(url: str) -> None:
         ) -> None:
             client = redis.Redis.from_url(url)
             # redis-py leaves Redis.pubsub() unannotated: the PubSub it returns, named here
-            pubsub: redis.client.PubSub = client.pubsub()  # type: ignore[no-untyped-call]
+            pubsub: redis.client.PubSub = client.pubsub()  # type: ignore[no-untyped-call,unused-ignore]
             pubsub.subscribe("bench")
             pubsub.get_message(timeout=1)
             ready.wait()

@@ -46,7 +46,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from service.persistence.accounts import Credentials
 from service.persistence.sqlite import in_chunks
 from service.persistence.tables import SideTable, Sql, in_a_free_slot
 
@@ -510,7 +509,7 @@ class WebhookTables(SideTable):
 
         return self.transaction(work)
 
-    def sweep_unreachable(self) -> int:
+    def sweep_unreachable(self, passwords: str, tokens: str) -> int:
         """Delete the webhooks of accounts nobody can act for any more (no password, tokens
         all revoked: closed, or a bot account that revoked its every token), with their
         deliveries and log: how many. A close deletes its account's webhooks once its
@@ -518,12 +517,13 @@ class WebhookTables(SideTable):
         them, their secrets stored and deliveries still enqueued, and nobody could list or
         delete them. Revoked tokens are kept 30 days (``Accounts.prune``), this runs every few
         minutes. A webhook is made only by a token of its account, so no account being made is
-        swept."""
-        tokens = f"SELECT 1 FROM {Credentials.TOKENS} t WHERE t.account = w.account"
+        swept. ``passwords`` and ``tokens`` name the credentials' tables (``Credentials``: the
+        accounts' module, which this layer does not import)."""
+        held = f"SELECT 1 FROM {tokens} t WHERE t.account = w.account"
         unreachable = (
             f"SELECT id FROM {WEBHOOKS} w WHERE NOT EXISTS "
-            f"(SELECT 1 FROM {Credentials.PASSWORDS} p WHERE p.account = w.account) "
-            f"AND EXISTS ({tokens}) AND NOT EXISTS ({tokens} AND t.revoked = 0)"
+            f"(SELECT 1 FROM {passwords} p WHERE p.account = w.account) "
+            f"AND EXISTS ({held}) AND NOT EXISTS ({held} AND t.revoked = 0)"
         )
 
         def work(sql: Sql) -> int:

@@ -79,6 +79,7 @@ from service.application.notify.webhooks import (
     system_resolver,
     utcnow,
 )
+from service.persistence.accounts import Credentials
 from service.persistence.webhooks import AttemptRow, Claimed
 
 log = logging.getLogger("cantstop.webhooks")
@@ -473,7 +474,7 @@ class Dispatcher:
         self._pruned = now
         try:
             self.tables.prune(micros(self.clock() - RETAIN))
-            swept = self.tables.sweep_unreachable()
+            swept = self.tables.sweep_unreachable(Credentials.PASSWORDS, Credentials.TOKENS)
         except ApplicationError as exc:
             log.warning("webhooks: pruning the log: %s", exc.detail)
             return
