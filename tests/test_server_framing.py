@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.bare_worker import bare_server, exchange
 from tests.support.http import HOST
-from tests.test_server_worker import bare_server, exchange
 
 # What follows each body: a request smuggled past a proxy that framed the body otherwise.
 SMUGGLED = b"GET /smuggled HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
