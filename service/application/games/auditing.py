@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import logging
+import unicodedata
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from eventsourcing.utils import get_topic
@@ -29,11 +30,34 @@ from domain.game import Game, event_record, parse_at
 from domain.transcript import MalformedTranscript, apply_action, verify
 from domain.view import game_state
 from service.application.aggregates import ImportedGame, Vault
-from service.application.errors import ImportInvalid, NotFound, describe
+from service.application.errors import ApplicationError, ImportInvalid, NotFound, describe
 from service.application.games.use_cases import Games
 from service.application.store import GAME_EVENT_CLASSES, GAME_TOPICS
 
 log = logging.getLogger("cantstop.audit")
+
+MAX_IMPORT_EVENTS = 8_000
+"""The most events an import may hold; more is 422 ``game_too_long``. An export's 2 MiB holds
+~7,000 events, and 256 KiB of transcript ~8,000 actions; but a transcript of busts records two
+events an action (DiceRolled, TurnBusted), so 256 KiB of it expanded to 15,881 events, whose
+import and every later audit each cost seconds of CPU (docs/auditing.md, "Sizes";
+tests/test_import_limits.py)."""
+
+
+class ImportTooLong(ApplicationError):
+    """An import of more than ``MAX_IMPORT_EVENTS`` events: the code the analysis answers for a
+    history longer than it works through."""
+
+    code = "game_too_long"
+
+
+def _no_charge(events: int) -> None:
+    """The default ``charge`` of an import: nothing counted (the HTTP view passes its own)."""
+
+
+def _within_limit(events: int, what: str) -> None:
+    if events > MAX_IMPORT_EVENTS:
+        raise ImportTooLong(f"an import holds at most {MAX_IMPORT_EVENTS} events: {what} {events}")
 
 
 # ------------------------------------------------------------------------------ reading
@@ -167,13 +191,20 @@ def _event(game_id: uuid.UUID, record: Mapping[str, Any]) -> Game.Event:
     return recorded
 
 
-def import_export(games: Games, body: bytes) -> tuple[uuid.UUID, str | None]:
-    """Audit an export offline; store it as a new read-only game when it verifies."""
+def import_export(
+    games: Games, body: bytes, charge: Callable[[int], None] = _no_charge
+) -> tuple[uuid.UUID, str | None]:
+    """Audit an export offline; store it as a new read-only game when it verifies. ``charge``
+    is told the number of events before they are audited (the view counts them against the
+    ``audit`` rate limit); more than ``MAX_IMPORT_EVENTS`` is refused before that."""
     try:
         header, records = parse_export(body)
     except MalformedExport as exc:
         raise InvalidRequest(f"not a game export: {exc}") from None
+    _within_limit(len(records), "the export has")
     source = header["game_id"]
+    _canonical_if_uuid(source)
+    charge(len(records))
     origin = _origin(games, source, records)
     verdict = audit_records(records, extra=[] if origin is None else [origin])
     if not verdict["valid"]:
@@ -189,6 +220,31 @@ def import_export(games: Games, body: bytes) -> tuple[uuid.UUID, str | None]:
     # the source's id is the exporter's words (any text): quoted, so no line of it is forged
     log.info("imported game %s from the export of game %r: %d events", game_id, source, len(events))
     return game_id, source
+
+
+def _canonical_if_uuid(source: str) -> None:
+    """An export's ``game_id`` that holds a UUID (its 32 hex digits) must be written as this
+    server writes it, ``str(uuid.UUID(...))``: else invalid_request. ``_origin`` compares only
+    under that spelling, so a look-alike (a trailing space, U+200B zero-width space, U+2011
+    non-breaking hyphens) let a rewrite of a game played here import as "from" it, judged as
+    another server's game (tests/test_import_limits.py). Other ids (any text) still are."""
+    # Any form uuid.UUID reads, once look-alikes are undone: compatibility forms folded (NFKC),
+    # invisible and space characters dropped, every dash a hyphen. (Not any 32 hex digits in
+    # the text: an id of words may hold as many of a-f.)
+    folded = unicodedata.normalize("NFKC", source)
+    cleaned = "".join(
+        "-" if unicodedata.category(c) == "Pd" else c
+        for c in folded
+        if not c.isspace() and unicodedata.category(c) not in ("Cf", "Cc", "Zs")
+    )
+    try:
+        canonical: str | None = str(uuid.UUID(cleaned))
+    except ValueError:
+        canonical = None
+    if canonical is not None and source != canonical:
+        raise InvalidRequest(
+            f"the export's game_id {source!r} is not a UUID as written here: {canonical}"
+        )
 
 
 def _origin(games: Games, source: Any, records: list[Any]) -> Check | None:
@@ -221,14 +277,26 @@ def _origin(games: Games, source: Any, records: list[Any]) -> Check | None:
     return Check("origin", True, f"the events this server recorded of game {source_id}")
 
 
-def import_transcript(games: Games, transcript: Any) -> uuid.UUID:
-    """Verify a transcript; store the game it describes as a new read-only game when valid."""
+def import_transcript(
+    games: Games, transcript: Any, charge: Callable[[int], None] = _no_charge
+) -> uuid.UUID:
+    """Verify a transcript; store the game it describes as a new read-only game when valid.
+    ``charge`` is told the number of events before each replay: first the fewest the actions
+    can record (one each, and GameCreated), then how many they did. More than
+    ``MAX_IMPORT_EVENTS`` is refused, before any replay when there are that many actions."""
+    actions = transcript.get("actions") if isinstance(transcript, Mapping) else None
+    fewest = 1 + (len(actions) if isinstance(actions, list) else 0)
+    _within_limit(fewest, "the transcript records at least")
+    charge(fewest)
     try:
         verdict = verify(transcript)
     except MalformedTranscript as exc:
         raise InvalidRequest(f"not a transcript: {exc}") from None
     if not verdict["valid"]:
         raise ImportInvalid("the transcript does not verify", verdict=verdict)
+    events = verdict["game"]["version"]
+    _within_limit(events, "the transcript records")  # before it is replayed again and stored
+    charge(events)
     game_id = uuid.uuid4()
     game = Game.start(
         game_id,
