@@ -81,6 +81,10 @@ def verify_dice(events):
         print("chain OK; manual dice: no server draws")
         return None
     faces = created["rules"]["dice_faces"]
+    # One byte a die: more than 256 faces never draws one (the loop below runs for ever), 0 or 1
+    # divides by zero or draws nothing but ones. A forger's export may say anything.
+    if type(faces) is not int or not 2 <= faces <= 256:
+        return 1, f"rules.dice_faces is {faces!r}: dice are drawn from bytes, of 2 to 256 faces"
     draws = [(e["version"], d) for e in events for d in draws_in(e["data"])]
     for expected, (version, entry) in enumerate(draws):
         if entry["nonce"] != expected:

@@ -4,6 +4,7 @@ compute, and the script judges exports as the doc says (exit 0 OK, 1 a bad versi
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -99,3 +100,49 @@ def test_the_script_checks_a_manual_game_chain_and_refuses_what_is_not_an_export
         done = run(path)
         assert done.returncode == 2 and "Traceback" not in done.stderr
     assert run(tmp_path / "missing.ndjson").returncode == 2
+
+
+def test_the_script_refuses_dice_faces_no_byte_can_draw_without_hanging_or_crashing(
+    tmp_path: Path,
+) -> None:
+    """A forger's export may state any ``dice_faces``, its chain and commitment recomputed: 300
+    faces drew for ever (no byte is below 256 - 256 % 300 = 0), 0 raised ZeroDivisionError.
+    Like the audit (domain.fairness.draw), the script draws dice of 2 to 256 faces only, and
+    fails anything else at version 1."""
+    game_id = uuid.uuid4()
+    draw = functools.partial(fairness.draw, EXAMPLE_SEED, str(game_id))
+    game = Game.start(game_id, NewGame(players=["Ann", "Bob"]), server_seed=EXAMPLE_SEED, draw=draw)
+    assert game.current is not None
+    game.roll(game.current, draw=draw)
+    game.resign(1)
+    game.reveal_seed(EXAMPLE_SEED)
+    records = event_records(game.collect_events())
+    header = {"format": "cantstop-game", "format_version": 1, "game_id": str(game_id)}
+    path = tmp_path / "forged.ndjson"
+
+    def judged(faces: object) -> subprocess.CompletedProcess[str]:
+        forged = json.loads(json.dumps(records))
+        forged[0]["data"]["rules"]["dice_faces"] = faces
+        previous = ZERO_HASH
+        for record in forged:
+            record["prev_hash"] = previous
+            record["hash"] = previous = chain_hash(
+                previous, record["version"], record["type"], record["at"], record["data"]
+            )
+        lines = [json.dumps(x) for x in [header, *forged]]
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return subprocess.run(
+            [sys.executable, str(SCRIPT), str(path)],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+
+    done = judged(6)
+    assert done.returncode == 0 and done.stdout.strip().endswith("OK"), done
+    for faces in (300, 257, 0, 1, -6, True, 6.0, "6"):
+        done = judged(faces)
+        assert done.returncode == 1, (faces, done)
+        assert done.stdout.startswith("FAIL at version 1: rules.dice_faces"), (faces, done.stdout)
+        assert "Traceback" not in done.stderr
