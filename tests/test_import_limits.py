@@ -206,3 +206,18 @@ def test_an_export_of_a_game_played_elsewhere_is_still_judged_by_the_audit_alone
         )
         assert response.status_code == 201, response.get_json()
         assert response.get_json()["source"]["game_id"] == other
+
+
+def test_a_transcripts_verification_counts_against_audit_once_a_thousand_actions(
+    limited: Any,
+) -> None:
+    """POST /v1/transcripts/verify replays as an import does: 2,1xx actions count 3 before
+    the replay (it counted one whatever its length, ~16,000 events of busts for one)."""
+    client = limited("audit=5/minute")
+    long = client.post("/v1/transcripts/verify", json=busts(2_100))
+    assert long.status_code == 200 and long.get_json()["valid"], long.get_json()
+    assert long.headers["X-RateLimit-Remaining"] == "2"
+    refused = client.post("/v1/transcripts/verify", json=busts(2_100))
+    assert problem_code(refused, 429) == "rate_limited"
+    short = limited("audit=5/minute").post("/v1/transcripts/verify", json=busts(1))
+    assert short.status_code == 200 and short.headers["X-RateLimit-Remaining"] == "4"

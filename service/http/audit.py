@@ -6,7 +6,6 @@ Imported games are read-only: the application refuses every action on one, and e
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from flask import Blueprint, Response, request
@@ -18,14 +17,13 @@ from service.http import schemas
 from service.http.core import (
     BadRequest,
     UnsupportedMediaType,
+    audit_charge,
     download,
     is_json,
     json_body,
     json_response,
-    limit_count,
     load,
     runtime,
-    spend,
     this_request,
     utf8_only,
     version_arg,
@@ -43,11 +41,6 @@ NDJSON = "application/x-ndjson"
 # well let 1.7 MB of transcript import as a 64,000-event game, each audit of which then cost
 # seconds of CPU (docs/auditing.md, "Imports").
 IMPORT_MAX_BYTES = 2 * 1024 * 1024
-EVENTS_A_COUNT = 1_000
-"""Events of an import counted as one against the ``audit`` rate limit (an audit costs ~100 µs
-of CPU an event): a game of some hundred events counts once, as its own ``/audit`` does, and an
-import of ``MAX_IMPORT_EVENTS`` eight times. Counted once a request whatever its size, 256 KiB
-of busts (15,881 events) cost as much of the limit as a game of ten."""
 
 
 class ImportTranscriptSchema(Schema):
@@ -69,27 +62,6 @@ def export_game(game_id: str) -> Response:
     return download(
         text, NDJSON, {"Content-Disposition": f'attachment; filename="cantstop-{gid}.ndjson"'}
     )
-
-
-def audit_charge() -> Callable[[int], None]:
-    """What an import spends of its ``audit`` rate limit, told its events before the work: one
-    count each ``EVENTS_A_COUNT`` events (begun), the request itself having counted one; told a
-    larger number later, it spends only the difference (429 ``rate_limited`` past the limit).
-    Never more than the limit's whole count, else a deployment's low limit (``audit=5/minute``)
-    could never be answered for a long game."""
-    spent = 1
-    most = limit_count("audit")
-
-    def charge(events: int) -> None:
-        nonlocal spent
-        cost = -(-events // EVENTS_A_COUNT)
-        if most is not None:
-            cost = min(cost, most)
-        if cost > spent:
-            spend("audit", cost - spent)
-            spent = cost
-
-    return charge
 
 
 @audit_api.post("/v1/games/import")

@@ -698,6 +698,35 @@ def spend(scope: str, cost: int) -> None:
         held.spend(scope, cost)
 
 
+EVENTS_A_COUNT = 1_000
+"""Events (or a transcript's actions) of a replay counted as one against the ``audit`` rate limit
+(an audit costs ~100 µs of CPU an event): a game of some hundred events counts once, as its own
+``/audit`` does, an import of 8,000 events eight times. Counted once a request whatever its
+size, 256 KiB of busts (15,881 events) cost as much of the limit as a game of ten."""
+
+
+def audit_charge() -> Callable[[int], None]:
+    """What a replay of a whole document (an import, a transcript's verification) spends of its
+    ``audit`` rate limit, told its events before the work: one count each ``EVENTS_A_COUNT``
+    events (begun), the request itself having counted one; told a larger number later, it
+    spends only the difference (429 ``rate_limited`` past the limit). Never more than the
+    limit's whole count, else a deployment's low limit (``audit=5/minute``) could never be
+    answered for a long game."""
+    spent = 1
+    most = limit_count("audit")
+
+    def charge(events: int) -> None:
+        nonlocal spent
+        cost = -(-events // EVENTS_A_COUNT)
+        if most is not None:
+            cost = min(cost, most)
+        if cost > spent:
+            spend("audit", cost - spent)
+            spent = cost
+
+    return charge
+
+
 @functools.lru_cache(maxsize=4096)
 def client_of(remote: str | None) -> str:
     """A client's address as the rate limits and per-client caps count it: an IPv4 address (or

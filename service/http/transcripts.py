@@ -8,7 +8,7 @@ from flask import Blueprint, Response
 
 from domain.transcript import MalformedTranscript, Verification, verify
 from service.http import schemas
-from service.http.core import BadRequest, dumps, json_body, json_response, load
+from service.http.core import BadRequest, audit_charge, dumps, json_body, json_response, load
 
 transcripts_api = Blueprint("transcripts", __name__)
 
@@ -22,6 +22,9 @@ def verify_transcript() -> Response:
     doc = json_body()
     loaded = load(TRANSCRIPT, doc)
     transcript = {k: v for k, v in doc.items() if k != "trace"}
+    # Charged by its length before the replay, as an import is: one count of the ``audit``
+    # limit per 1,000 actions begun (256 KiB holds ~8,000 of them, ~16,000 events of busts).
+    audit_charge()(1 + len(loaded.get("actions") or []))
     try:
         if not loaded["trace"]:
             return json_response(verify(transcript))
