@@ -9,7 +9,7 @@ from flask import Blueprint, Response, request
 from service.application.analysis.analyst import Kept
 from service.application.errors import ApplicationError
 from service.application.games.use_cases import parse_game_id
-from service.http.core import bearer_token, client_of, json_response, runtime, version_arg
+from service.http.core import address_key, bearer_token, json_response, runtime, version_arg
 
 analysis_api = Blueprint("analysis", __name__)
 
@@ -36,4 +36,4 @@ def asker() -> str:
             return f"u:{runtime().accounts.authenticate(token).handle.lower()}"
         except ApplicationError:
             pass
-    return f"a:{client_of(request.remote_addr)}"
+    return address_key(request.remote_addr)

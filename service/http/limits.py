@@ -71,9 +71,9 @@ from service.config import Settings
 from service.errors import ApplicationError
 from service.http.core import (
     HELD,
+    address_key,
     after_this_request,
     bearer_token,
-    client_of,
     json_bytes,
     parse_json,
     runtime,
@@ -115,7 +115,7 @@ FIRST_RECHECK, LAST_RECHECK = 1.0, 32.0
 
 
 def client_address(req: flask.Request) -> str:
-    return f"a:{client_of(req.remote_addr)}"
+    return address_key(req.remote_addr)
 
 
 def seat_or_address(req: flask.Request) -> str:
