@@ -80,6 +80,13 @@ split found (the first split, the top-down fill, is always complete): a round of
 players whose repeats are unavoidable costs a bounded time, here and in the audit."""
 DEFAULT_RATING = 25.0
 FIRE_STREAK = 2  # arena: a win after this many wins in a row counts double
+MAX_ARENA_TABLES = 20_000
+"""The most tables an arena seats; past it, its players wait for the window to close (the tables
+under way finish and count). Each table records two events (seated, its result): 20,000 make
+40,000, which beside the pauses' bound (51,200, ``MAX_PAUSES``) and 512 registrations keeps the
+history under ``MAX_LINES``, so its export still audits. A day's arena of 512 players at tables of
+two playing five-minute games would seat ~74,000. Of the rule: the audit's replay seats no table
+past it either."""
 MAX_PAUSES = 50
 """The most times an arena's entrant pauses in one tournament; one more pause is refused (409
 ``too_many_pauses``, nothing recorded), while resuming stays allowed, so a paused player can
@@ -631,6 +638,10 @@ class Tournament(Aggregate):
         ends = self.ends_at
         return self.status == "started" and ends is not None and at < parse_at(ends)
 
+    def seats_more(self) -> bool:
+        """Whether the arena may seat another table (``MAX_ARENA_TABLES``)."""
+        return len(self.tables) < MAX_ARENA_TABLES
+
     def open_tables(self) -> list[str]:
         """The game ids of tables without a result, in the order they were seated."""
         return [t["game_id"] for t in self.tables if t["game_id"] in self.open_ids]
@@ -865,12 +876,12 @@ class Tournament(Aggregate):
     def seat_next_table(self, at: datetime | None = None) -> dict[str, Any] | None:
         """Arena: seat the next table from the players waiting now, by the rule; its game id is
         ``uuid5(TABLE_NAMESPACE, "<id>/arena/<n>")``. None when too few wait or the window is
-        closed; else the table (game id, players)."""
+        closed, or ``MAX_ARENA_TABLES`` are seated; else the table (game id, players)."""
         if self.kind != "arena":
             raise InvalidRequest("a Swiss tournament pairs whole rounds")
         self._check_started()
         now = self._stamp(at)
-        if not self.window_open(now):
+        if not self.window_open(now) or not self.seats_more():
             return None
         table = arena_table(
             self.waiting_keys(),

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from domain import tournament as tournament_module
 from domain.errors import (
     AlreadyRegistered,
     InvalidRequest,
@@ -396,6 +397,27 @@ def test_arena_pause_resume_and_the_window() -> None:
     assert tournament.status == "finished" and tournament.finish_reason == "completed"
     with pytest.raises(InvalidRequest):
         swiss(2).pause("p1")
+
+
+def test_an_arena_seats_at_most_its_tables_then_lets_the_window_close(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past MAX_ARENA_TABLES (here 2) players wait, however many: the history stays within
+    what an export audits (MAX_LINES), and a replay seats exactly what was seated."""
+    monkeypatch.setattr(tournament_module, "MAX_ARENA_TABLES", 2)
+    tournament = arena(4, size=2, minutes=5)
+    tournament.start(at=T0)
+    tables = [tournament.seat_next_table(at=T0) for _ in range(2)]
+    for table in tables:
+        assert table is not None
+        seat_order_wins(tournament, table["game_id"])
+    assert len(tournament.waiting()) == 4 and not tournament.seats_more()
+    assert tournament.seat_next_table(at=T0 + timedelta(minutes=1)) is None
+    late = T0 + timedelta(minutes=5)
+    assert tournament.finish_due(late) == "completed"
+    tournament.finish("completed", at=late)
+    again = replayed(tournament.collect_events())
+    assert again is not None and again.as_json() == tournament.as_json()
 
 
 def test_an_arena_that_never_seated_a_table_closes_as_window_closed() -> None:

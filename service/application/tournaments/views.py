@@ -70,7 +70,7 @@ def due_of(tournament: Any) -> int | None:
     ends = parse_at(tournament.ends_at)
     if datetime.now(UTC) >= ends:  # the window closed: finish once the last table ends
         return NOW if not open_tables else None
-    if len(tournament.waiting()) >= tournament.players_per_table:
+    if len(tournament.waiting()) >= tournament.players_per_table and tournament.seats_more():
         return NOW
     return micros(ends)  # then to finish (or, with tables open, when the last ends)
 
