@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -118,6 +118,22 @@ def app(settings: Settings) -> Iterator[Flask]:
     application = create_app(settings, create_tables=True)
     yield application
     application.extensions["cantstop"].close()
+
+
+@pytest.fixture
+def limited(database_url: str) -> Iterator[Callable[[str], Flask]]:
+    """A maker of apps with the given CANTSTOP_RATE_LIMITS (``"audit=5/minute"``), each with
+    its own counts, closed at the end."""
+    made: list[Flask] = []
+
+    def make(limits: str) -> Flask:
+        settings = Settings(database_url=database_url, rate_limits=limits)
+        made.append(create_app(settings, create_tables=True))
+        return made[-1]
+
+    yield make
+    for application in made:
+        application.extensions["cantstop"].close()
 
 
 @pytest.fixture(scope="session")

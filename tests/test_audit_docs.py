@@ -131,13 +131,7 @@ def test_the_script_refuses_dice_faces_no_byte_can_draw_without_hanging_or_crash
             )
         lines = [json.dumps(x) for x in [header, *forged]]
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        return subprocess.run(
-            [sys.executable, str(SCRIPT), str(path)],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=False,
-        )
+        return run(path)
 
     done = judged(6)
     assert done.returncode == 0 and done.stdout.strip().endswith("OK"), done

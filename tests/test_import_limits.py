@@ -7,17 +7,13 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from flask import Flask
 from flask.testing import FlaskClient
 
 from domain.game import chain_hash
 from service.application.games.auditing import MAX_IMPORT_EVENTS
-from service.config import Settings
-from service.http.app import create_app
 from tests.support.games import export_text, play_manual
 from tests.support.http import ok
 
@@ -58,21 +54,6 @@ def problem_code(response: Any, status: int) -> str:
 def listed(client: FlaskClient) -> list[Json]:
     games: list[Json] = ok(client.get("/v1/games?limit=100"))["games"]
     return games
-
-
-@pytest.fixture
-def limited(database_url: str) -> Iterator[Any]:
-    """A maker of test clients of apps with the given CANTSTOP_RATE_LIMITS."""
-    made: list[Flask] = []
-
-    def make(limits: str) -> FlaskClient:
-        settings = Settings(database_url=database_url, rate_limits=limits)
-        made.append(create_app(settings, create_tables=True))
-        return made[-1].test_client()
-
-    yield make
-    for app in made:
-        app.extensions["cantstop"].close()
 
 
 # ------------------------------------------------------------------------------ the cap
@@ -125,7 +106,7 @@ def test_an_import_counts_against_audit_once_a_thousand_events(limited: Any) -> 
     """A game of 2,5xx events counts 3 (the request itself one of them); a small one counts 1.
     Never more than the limit's whole count, so a low limit still lets a long game in."""
     transcript = busts(1_250)  # 1 + 1 + 5 + 2 x 1,250 events
-    client = limited("audit=5/minute")
+    client = limited("audit=5/minute").test_client()
     first = client.post("/v1/games/import", json={"transcript": transcript})
     assert first.status_code == 201, first.get_json()
     assert 2_000 < first.get_json()["game"]["version"] <= 3_000
@@ -134,7 +115,7 @@ def test_an_import_counts_against_audit_once_a_thousand_events(limited: Any) -> 
     assert problem_code(again, 429) == "rate_limited"
 
     # An export counts by its events alike (its own GET /export counts one).
-    client = limited("audit=10/minute")
+    client = limited("audit=10/minute").test_client()
     imported = ok(client.post("/v1/games/import", json={"transcript": transcript}), 201)
     exported = export_text(client, imported["game"]["id"])
     response = client.post("/v1/games/import", data=exported, content_type=NDJSON)
@@ -143,7 +124,7 @@ def test_an_import_counts_against_audit_once_a_thousand_events(limited: Any) -> 
     small = client.post("/v1/games/import", json={"transcript": busts(1)})
     assert small.status_code == 201 and small.headers["X-RateLimit-Remaining"] == "2"
 
-    lowest = limited("audit=2/minute")
+    lowest = limited("audit=2/minute").test_client()
     capped = lowest.post("/v1/games/import", json={"transcript": transcript})
     assert capped.status_code == 201 and capped.headers["X-RateLimit-Remaining"] == "0"
 
@@ -213,11 +194,11 @@ def test_a_transcripts_verification_counts_against_audit_once_a_thousand_actions
 ) -> None:
     """POST /v1/transcripts/verify replays as an import does: 2,1xx actions count 3 before
     the replay (it counted one whatever its length, ~16,000 events of busts for one)."""
-    client = limited("audit=5/minute")
+    client = limited("audit=5/minute").test_client()
     long = client.post("/v1/transcripts/verify", json=busts(2_100))
     assert long.status_code == 200 and long.get_json()["valid"], long.get_json()
     assert long.headers["X-RateLimit-Remaining"] == "2"
     refused = client.post("/v1/transcripts/verify", json=busts(2_100))
     assert problem_code(refused, 429) == "rate_limited"
-    short = limited("audit=5/minute").post("/v1/transcripts/verify", json=busts(1))
+    short = limited("audit=5/minute").test_client().post("/v1/transcripts/verify", json=busts(1))
     assert short.status_code == 200 and short.headers["X-RateLimit-Remaining"] == "4"

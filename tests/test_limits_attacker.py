@@ -12,7 +12,6 @@ address; a profile's rating history is the newest ``RATING_HISTORY_LIMIT`` entri
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
@@ -45,21 +44,6 @@ def sign_up(client: FlaskClient, handle: str, address: str, *, bot: bool = False
     assert reply.status_code == 201, reply.get_json()
     token: str = reply.get_json()["token"]
     return token
-
-
-@pytest.fixture
-def limited(database_url: str) -> Iterator[Any]:
-    """A maker of apps with the given CANTSTOP_RATE_LIMITS, each closed at the end."""
-    made: list[Flask] = []
-
-    def make(limits: str) -> Flask:
-        settings = Settings(database_url=database_url, rate_limits=limits)
-        made.append(create_app(settings, create_tables=True))
-        return made[-1]
-
-    yield make
-    for app in made:
-        app.extensions["cantstop"].close()
 
 
 # ------------------------------------------------------------------------------ challenges
