@@ -822,6 +822,8 @@ class Game(Aggregate):
             account = check_handle(account)
             if self.seat_of_account(account) is not None:
                 raise AlreadySeated(f"the account {account} already holds a seat of this game")
+        elif self.rated:
+            raise InvalidRequest("a rated game seats accounts only")
         return self._seat(seat, check_name(name), draw, bot, account)
 
     def _seat(

@@ -20,7 +20,7 @@ from service.http.app import create_app
 from tests.support.games import history
 from tests.support.polling import poll
 from tests.support.racing import race_cleanly
-from tests.support.rated import sign_up
+from tests.support.rated import finished_rated_game, play_a_turn, seat_tokens, sign_up
 from tests.support.servers import run_scheduler
 
 Json = dict[str, Any]
@@ -467,6 +467,32 @@ def test_a_rematch_seats_the_accounts_that_held_the_old_seats(client: FlaskClien
         )
     listed = client.get("/v1/accounts/ann/games").get_json()["games"]
     assert {rematch["id"], old["id"]} <= {row["game_id"] for row in listed}
+
+
+def test_the_rematch_of_a_rated_game_is_rated_and_counts(client: FlaskClient) -> None:
+    """The same players, rules and clock, and rated as before: each account claims its seat with
+    its personal token, and the result is in their ratings. (A rematch was never rated.)"""
+    tokens = {handle: sign_up(client, handle) for handle in ("ann", "bob")}
+    old = finished_rated_game(client, tokens)
+    claims = [
+        client.post(f"/v1/games/{old['id']}/rematch", headers=bearer(tokens[h]))
+        for h in ("ann", "bob")
+    ]
+    assert [c.status_code for c in claims] == [201, 201], [c.get_json() for c in claims]
+    rematch = claims[-1].get_json()["game"]
+    assert rematch["rated"] is True and rematch["status"] == "in_progress"
+    assert [p["account"] for p in rematch["players"]] == [p["account"] for p in old["players"]]
+    by_seat = seat_tokens(rematch, tokens)
+    for _ in range(2):
+        rematch = play_a_turn(client, rematch, by_seat)
+    resigned = client.post(
+        f"/v1/games/{rematch['id']}/actions",
+        json={"type": "resign"},
+        headers=bearer(by_seat[rematch["turn"]["player"]]),
+    )
+    assert resigned.get_json()["game"]["status"] == "finished"
+    rated = client.get("/v1/accounts/ann/games?rated=true").get_json()["games"]
+    assert {old["id"], rematch["id"]} <= {row["game_id"] for row in rated}
 
 
 def test_the_claim_that_creates_a_rematch_may_bring_a_committed_seed(

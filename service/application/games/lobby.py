@@ -174,7 +174,8 @@ class Lobby:
         seed_commitment: str | None = None,
     ) -> Seated:
         """Claim your seat in the one rematch of a finished game (created by the first to ask),
-        with the token you held in it: a fresh token for the new game.
+        with the token you held in it (or your account's personal token, for its seat): a fresh
+        token for the new game.
 
         ``client_seed`` and ``seed_commitment`` (contract 1.1's fairness, as for a new game) are
         for the claim that creates the rematch: its server dice then use the seed committed
@@ -195,7 +196,12 @@ class Lobby:
             # A lobby that ended (abandoned) before its seats were filled was never played: its
             # rematch would keep seats for players who never existed, and never start.
             raise IllegalAction("this game never started: a rematch is for a game that was played")
-        seat = match_token(games.secrets.vault(game_id).token_hashes, token)
+        if games.seats.is_personal(token):
+            # An account's seat, with its personal token, as its actions were: the pages play
+            # a signed-in account's seat so, and a rated game's seats are accounts'.
+            seat = old.seat_of_account(games.seats.principal_handle(token))
+        else:
+            seat = match_token(games.secrets.vault(game_id).token_hashes, token)
         if seat is None:
             raise Unauthorized("unknown token for this game")
         games.seats.refuse_closed(old.accounts[seat])
@@ -231,6 +237,7 @@ class Lobby:
             first_player=old.first_player if old.dice_mode == "manual" else None,
             clock={"turn_seconds": old.clock_seconds} if old.clock_seconds else None,
             client_seed=client_seed,
+            rated=old.rated,  # the same players, rules and clock: rated as the game before
         )
         committed_at: str | None = None
         server_seed: str | None = None
