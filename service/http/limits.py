@@ -7,7 +7,8 @@ counted by the ``limits`` library in fixed windows, checked by the limited views
   sent); ``audit`` covers what works through a whole history, whose cost grows with a game's
   length and which anyone may ask for: ``GET /v1/games/{id}/audit``, ``/export``, ``/analysis``
   and ``/record-sheet`` (the pages' record-sheet files too), ``POST /v1/transcripts/verify`` and
-  ``POST /v1/games/import`` (an audit of the whole export; it counts as a creation too), counted
+  ``POST /v1/games/import`` (an audit of the whole export; it counts as a creation too; these
+  two count once more for each 1,000 events or actions begun, ``core.audit_charge``), counted
   per client address, and on by default (120 a minute, contract 1.3); an account's bulk export
   (``GET /v1/accounts/{handle}/games/export``) too. ``signin`` covers sign-up (``POST
   /v1/accounts``) and sign-in (``POST /v1/tokens``), counted three times: per client address,
