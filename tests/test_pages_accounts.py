@@ -367,6 +367,31 @@ def test_an_open_seat_of_a_rated_game_is_taken_as_the_account_from_the_lobby(
 
 
 @pytest.mark.slow
+def test_a_signed_in_player_asks_for_the_rematch_of_a_rated_game(
+    server: Server, browser: Browser
+) -> None:
+    """Dan, signed in, lost a rated game to the expert: the game page's Rematch claims his
+    account's seat with his personal token, and the rematch is rated, his, and under way (the
+    expert seated at once), with no seat token kept. (The claim was 401: only seat tokens.)"""
+    with context(browser, server) as (ctx, watch):
+        page = ctx.new_page()
+        token = sign_up(page, "dan")
+        game_id = rated_game_lost_at_once(server, token, "dan")
+        page.goto(f"/games/{game_id}")
+        page.get_by_role("button", name="Rematch").click()
+        page.wait_for_url(lambda url: game_id not in url and "/games/" in url)
+        rematch_id = game_id_of(page)
+        assert "token" not in page.url
+        expect(page.get_by_text("Signed in as dan: your account holds this seat")).to_be_visible()
+        state = server.api("GET", f"/v1/games/{rematch_id}")
+        assert state["rematch_of"] == game_id and state["rated"] is True
+        assert [p["account"] for p in state["players"]] == ["dan", "expert"]
+        assert state["status"] == "in_progress"
+        assert page.evaluate(f"localStorage.getItem('cantstop:seat:{rematch_id}')") is None
+        check_token_never_left_the_browser(server, watch, token)
+
+
+@pytest.mark.slow
 def test_the_pages_of_an_unknown_account_or_pool_are_not_found(server: Server) -> None:
     for path in ("/players/nobody", "/players/%3Cb%3E", "/leaderboards/2p-0000000000"):
         reply = send(server.port, "GET", path, None, {"Accept": BROWSER_ACCEPT})
