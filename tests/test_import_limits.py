@@ -140,8 +140,10 @@ def test_an_import_counts_against_audit_once_a_thousand_events(limited: Any) -> 
         lambda g: "{" + g + "}",
         lambda g: "urn:uuid:" + g,
         lambda g: g.replace("-", ""),
+        lambda g: "\u0430" + g[1:],  # a Cyrillic а first (in place of any digit)
+        lambda g: g[:-1] + "\u03bf",  # a Greek omicron last
     ],
-    ids=["space", "zwsp", "nbhyphen", "upper", "braces", "urn", "hex"],
+    ids=["space", "zwsp", "nbhyphen", "upper", "braces", "urn", "hex", "cyrillic", "greek"],
 )
 def test_an_export_naming_a_game_here_in_another_spelling_is_refused(
     client: FlaskClient, spelled: Any
@@ -170,7 +172,8 @@ def test_an_export_naming_a_game_here_in_another_spelling_is_refused(
         "/v1/games/import", data="\n".join([renamed, *forged]), content_type=NDJSON
     )
     assert problem_code(response, 422) == "invalid_request"
-    assert game_id in response.get_json()["detail"]
+    detail = response.get_json()["detail"]
+    assert game_id in detail or "look-alike" in detail
     assert listed(client) == before
 
 
@@ -180,7 +183,8 @@ def test_an_export_of_a_game_played_elsewhere_is_still_judged_by_the_audit_alone
     game_id, _ = play_manual(client)
     header, *lines = export_text(client, game_id).splitlines()
     words = "Faced decade, baffled cab: fade bead deaf"  # 32 of a-f, but words: no UUID
-    for other in ("game 7 at the club", str(uuid.uuid4()), "x" * 31 + "-not-a-uuid", words):
+    others = ("game 7 at the club", str(uuid.uuid4()), "x" * 31 + "-not-a-uuid", words)
+    for other in (*others, "партия 7 клуба"):  # (any script)
         renamed = json.dumps({**json.loads(header), "game_id": other})
         response = client.post(
             "/v1/games/import", data="\n".join([renamed, *lines]), content_type=NDJSON

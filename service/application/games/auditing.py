@@ -13,6 +13,7 @@ import logging
 import unicodedata
 import uuid
 from collections.abc import Callable, Mapping
+from contextlib import suppress
 from typing import Any, cast
 
 from eventsourcing.utils import get_topic
@@ -245,6 +246,16 @@ def _canonical_if_uuid(source: str) -> None:
         raise InvalidRequest(
             f"the export's game_id {source!r} is not a UUID as written here: {canonical}"
         )
+    # Letters of other scripts that look like hex digits (Cyrillic а, е, с; Greek ο) are no
+    # compatibility forms: an id that reads as a UUID once each non-ASCII character is taken
+    # for a digit is a UUID in disguise, refused alike (no table of look-alikes needed).
+    if canonical is None and not cleaned.isascii():
+        with suppress(ValueError):
+            uuid.UUID("".join(c if c.isascii() else "0" for c in cleaned))
+            raise InvalidRequest(
+                f"the export's game_id {source!r} reads as a UUID written with look-alike "
+                "letters: a UUID is written in ASCII hex digits here"
+            )
 
 
 def _origin(games: Games, source: Any, records: list[Any]) -> Check | None:
