@@ -236,6 +236,29 @@ def test_two_workers_racing_run_each_job_once(client: FlaskClient, app: Flask) -
         assert client.get(f"/v1/games/{game_id}/analysis").status_code == 200
 
 
+def test_a_job_for_a_version_the_store_went_back_from_is_queued_again_once_it_is_back(
+    client: FlaskClient, app: Flask
+) -> None:
+    """A job queued for version N, then the store restored from a backup holding fewer: the
+    worker finds no version N. Once the game is at N again, asking queues it afresh, and it is
+    worked out (it was answered 409 corrupt_game for the ten minutes of a cool-down)."""
+    game_id, tokens = create_game(client, players=["Ann", "Bob"])
+    ahead = int(ok(client.get(f"/v1/games/{game_id}"))["version"]) + 1
+    jobs_of(app).enqueue(uuid.UUID(game_id), ahead, "a:10.0.0.1")  # as queued before a restore
+    assert run_jobs(app) == 1 and job(app, game_id, ahead).status == "failed"
+    seat = ok(client.get(f"/v1/games/{game_id}"))["turn"]["player"]
+    roll = client.post(
+        f"/v1/games/{game_id}/actions", json={"type": "roll"}, headers=bearer(tokens[seat])
+    )
+    assert ok(roll)["game"]["version"] == ahead
+    asked = client.get(f"/v1/games/{game_id}/analysis?version={ahead}")
+    assert asked.status_code == 202, asked.get_json()
+    assert run_jobs(app) == 1
+    done = client.get(f"/v1/games/{game_id}/analysis?version={ahead}")
+    assert done.status_code == 200
+    assert done.get_json() == analyse(history(client, game_id)[:ahead])
+
+
 def test_a_job_past_its_cpu_deadline_fails_then_may_be_asked_again(
     client: FlaskClient, app: Flask
 ) -> None:

@@ -43,6 +43,7 @@ from service.application.analysis.jobs import (
     FINAL,
     MAX_VERSIONS,
     RETRY_AFTER,
+    VERSION_GONE,
     AnalysisFailed,
     AnalysisJobs,
     GameTooLong,
@@ -178,8 +179,12 @@ class Analyst:
         return Worker(self.games, self.jobs, self.config, name)
 
     def _failed(self, job: Job, client: str) -> Job:
-        """A failed job: answered as failed while it cools down, then queued again."""
+        """A failed job: answered as failed while it cools down, then queued again; at once if
+        it failed for a version the store held no more (a backup restored), since the caller
+        has just read that version."""
         assert job.finished_at is not None
+        if (job.error or {}).get("reason") == VERSION_GONE:
+            return self.jobs.requeue(job, client)
         left = job.finished_at + COOL_DOWN - time.time()
         if left <= 0:
             return self.jobs.requeue(job, client)

@@ -97,6 +97,18 @@ class GameTooLong(ApplicationError):
     code = "game_too_long"
 
 
+VERSION_GONE = "version_gone"
+"""A failed job's reason: its version is no longer in the store (it went back to a backup)."""
+
+
+class VersionGone(Exception):
+    """A job's version is past the history the store holds now."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__(f"no version {version} in the store")
+        self.version = version
+
+
 class TooManyAnalyses(ApplicationError):
     code = "too_many_analyses"
     retry_after = RETRY_AFTER
@@ -431,6 +443,12 @@ class Worker:
             self.jobs.fail(job, self.name, {"reason": "memory"})
             self._following.clear()
             self._points = Shared()
+        except VersionGone as exc:
+            # Queued for a version the store held then and holds no more (restored from a
+            # backup): no damage; asked for again once the game is there, it is queued again
+            # (Analyst._failed), not refused as a corrupt game for the cool-down.
+            log.warning("game %s: no version %s to analyse any more", job.game_id, exc.version)
+            self.jobs.fail(job, self.name, {"reason": VERSION_GONE, "version": exc.version})
         except AnalysisRefused as exc:
             self.jobs.fail(
                 job,
@@ -479,6 +497,8 @@ class Worker:
         # game (a rated one, for its fair-play figures: AnalysisFeed), which the endpoint
         # still refuses as game_too_long (a kept row serves only its own version).
         upto = min(len(records), MAX_VERSIONS) if job.version == FINAL else job.version
+        if len(records) < upto <= MAX_VERSIONS:
+            raise VersionGone(upto)
         if not 1 <= upto <= min(len(records), MAX_VERSIONS):
             raise AnalysisRefused(upto, f"no version {upto} to analyse")
         running = self._following.pop(job.game_id, None)
