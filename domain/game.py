@@ -794,12 +794,7 @@ class Game(Aggregate):
             )
         if bot is not None and account is None and (self.rated or any(self.accounts)):
             account = bot
-        if account is not None:
-            account = check_handle(account)
-            if self.seat_of_account(account) is not None:
-                raise AlreadySeated(f"the account {account} already holds a seat of this game")
-        elif self.rated:
-            raise InvalidRequest("a rated game seats accounts only: join with a personal token")
+        account = self._seat_account(account, " join with a personal token")
         return self._seat(self.names.index(None), name, draw, bot, account)
 
     def claim(
@@ -818,13 +813,19 @@ class Game(Aggregate):
             raise IllegalAction("only the seats of a rematch waiting for its players are claimed")
         if not 0 <= seat < self.seats or self.names[seat] is not None:
             raise IllegalAction(f"seat {seat} is not open")
+        account = self._seat_account(account, " the old game's account claims it")
+        return self._seat(seat, check_name(name), draw, bot, account)
+
+    def _seat_account(self, account: str | None, how: str) -> str | None:
+        """The account that is to hold a seat (its checked handle), or None for a person with
+        no account: an account holds at most one seat, and a rated game seats accounts only."""
         if account is not None:
             account = check_handle(account)
             if self.seat_of_account(account) is not None:
                 raise AlreadySeated(f"the account {account} already holds a seat of this game")
         elif self.rated:
-            raise InvalidRequest("a rated game seats accounts only")
-        return self._seat(seat, check_name(name), draw, bot, account)
+            raise InvalidRequest(f"a rated game seats accounts only:{how}")
+        return account
 
     def _seat(
         self, seat: int, name: str, draw: Draw | None, bot: str | None, account: str | None = None
