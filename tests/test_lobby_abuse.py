@@ -82,7 +82,8 @@ def test_the_count_is_the_seat_events_and_stops_at_the_cap(
     gives a seat back instead, until the end): the count is the number of seat events recorded,
     a replay of them counts the same; at the cap giving a seat back is refused, recording
     nothing, and below it nothing is refused for the count; a join is never refused for it, so
-    the count stays under the cap plus the seats, and the last seats then start the game."""
+    the count stays within the cap plus the seats (every seat may be open at the cap, the last
+    leave taken just below it), and the last seats then start the game."""
     game = lobby_game(seats)
     draw = dice(game)
 
@@ -103,7 +104,7 @@ def test_the_count_is_the_seat_events_and_stops_at_the_cap(
         assert op != "leave" or not at_cap, "a seat was given back past the cap"
         recorded = [type(e).__name__ for e in game.pending_events]
         assert game.seat_changes == sum(1 for kind in recorded if kind in SEAT_EVENTS)
-        assert game.seat_changes < MAX_SEAT_CHANGES + seats
+        assert game.seat_changes <= MAX_SEAT_CHANGES + seats
 
     for step, op in enumerate(ops):
         if op != "leave" and game.names.count(None) == 1:
@@ -115,7 +116,7 @@ def test_the_count_is_the_seat_events_and_stops_at_the_cap(
     while game.status == "waiting" and game.version < 1000:
         change(len(ops), "join")
     assert game.status == "in_progress"
-    assert game.seat_changes < MAX_SEAT_CHANGES + seats
+    assert game.seat_changes <= MAX_SEAT_CHANGES + seats
 
 
 def test_past_the_cap_no_seat_is_given_back_and_the_lobby_still_fills() -> None:
