@@ -727,13 +727,13 @@ def audit_charge() -> Callable[[int], None]:
     return charge
 
 
-@functools.lru_cache(maxsize=4096)
 def address_key(remote: str | None) -> str:
     """The key an address is counted under, beside accounts' (``u:``) and tokens' (``t:``): the
     rate limits and the analysis's per-client cap count an address alike."""
     return f"a:{client_of(remote)}"
 
 
+@functools.lru_cache(maxsize=4096)
 def client_of(remote: str | None) -> str:
     """A client's address as the rate limits and per-client caps count it: an IPv4 address (or
     an IPv4-mapped IPv6 one) as it is, an IPv6 address by its /64 network. A /64 is what one
