@@ -79,3 +79,10 @@ class RatedGameInProgress(ApplicationError):
     """The expert's advice and analysis are closed while a rated game is played (1.3)."""
 
     code = "rated_game_in_progress"
+
+
+class GameTooLong(ApplicationError):
+    """A history longer than the work asked of it takes: the analysis's ``MAX_VERSIONS``, an
+    import's ``MAX_IMPORT_EVENTS``."""
+
+    code = "game_too_long"

@@ -46,11 +46,11 @@ from service.application.analysis.jobs import (
     VERSION_GONE,
     AnalysisFailed,
     AnalysisJobs,
-    GameTooLong,
     Job,
     JobConfig,
     Worker,
 )
+from service.application.errors import GameTooLong
 from service.application.games.use_cases import Games
 from service.persistence.errors import CorruptGame
 from service.persistence.sqlite import SQLiteStore

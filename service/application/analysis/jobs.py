@@ -93,10 +93,6 @@ STATUSES = ("queued", "running", "done", "failed")
 UNFINISHED = "('queued', 'running')"
 
 
-class GameTooLong(ApplicationError):
-    code = "game_too_long"
-
-
 VERSION_GONE = "version_gone"
 """A failed job's reason: its version is no longer in the store (it went back to a backup)."""
 

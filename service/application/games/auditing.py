@@ -31,7 +31,7 @@ from domain.game import Game, event_record, parse_at
 from domain.transcript import MalformedTranscript, apply_action, verify
 from domain.view import game_state
 from service.application.aggregates import ImportedGame, Vault
-from service.application.errors import ApplicationError, ImportInvalid, NotFound, describe
+from service.application.errors import GameTooLong, ImportInvalid, NotFound, describe
 from service.application.games.use_cases import Games
 from service.application.store import GAME_EVENT_CLASSES, GAME_TOPICS
 
@@ -45,20 +45,13 @@ import and every later audit each cost seconds of CPU (docs/auditing.md, "Sizes"
 tests/test_import_limits.py)."""
 
 
-class ImportTooLong(ApplicationError):
-    """An import of more than ``MAX_IMPORT_EVENTS`` events: the code the analysis answers for a
-    history longer than it works through."""
-
-    code = "game_too_long"
-
-
 def _no_charge(events: int) -> None:
     """The default ``charge`` of an import: nothing counted (the HTTP view passes its own)."""
 
 
 def _within_limit(events: int, what: str) -> None:
     if events > MAX_IMPORT_EVENTS:
-        raise ImportTooLong(f"an import holds at most {MAX_IMPORT_EVENTS} events: {what} {events}")
+        raise GameTooLong(f"an import holds at most {MAX_IMPORT_EVENTS} events: {what} {events}")
 
 
 # ------------------------------------------------------------------------------ reading
